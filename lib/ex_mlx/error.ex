@@ -1,0 +1,21 @@
+defmodule ExMLX.Error do
+  @moduledoc """
+  Raised when MLX or ExMLX rejects an operation.
+
+  `:kind` says where the error comes from:
+
+    * `:argument` - a bad argument; the message names it
+    * `:type` - a type MLX cannot represent or the operation does not take
+    * `:device` - a device that is not available, or tensors on different devices
+    * `:mlx` - MLX raised an exception; the message is MLX's
+    * `:not_loaded` - the native library is missing (run `bin/setup`)
+    * `:internal` - a bug in ExMLX; please report it
+  """
+  defexception [:kind, :message]
+
+  @type t :: %__MODULE__{kind: atom(), message: String.t()}
+
+  @doc false
+  def from_reason({kind, message}) when is_atom(kind) and is_binary(message),
+    do: %__MODULE__{kind: kind, message: message}
+end

@@ -1,0 +1,227 @@
+defmodule ExMLX.Build do
+  @moduledoc false
+  # Build support shared by the `ex_mlx_native` Mix compiler and the
+  # `ex_mlx.cargo` task: where the MLX runtime is, how to provision it on Linux,
+  # and the environment cargo needs to build the NIF against it.
+  #
+  # This file lives outside lib/ because mix.exs loads it before anything is
+  # compiled (a compiler cannot be compiled by the compilers it precedes).
+
+  @mlx_version "0.32.2"
+  @wheel "mlx-cpu==#{@mlx_version}"
+
+  @crate_rel "native/ex_mlx"
+  @lib_name "ex_mlx"
+
+  # Where Debian (and derivatives) put the threaded OpenBLAS.
+  @openblas_dirs [
+    "/usr/lib/x86_64-linux-gnu/openblas-pthread",
+    "/usr/lib/aarch64-linux-gnu/openblas-pthread",
+    "/usr/lib64/openblas-pthreads",
+    "/usr/lib64"
+  ]
+
+  def mlx_version, do: @mlx_version
+
+  @doc "Absolute path of the project root (the folder of mix.exs)."
+  def root, do: Path.expand("..", __DIR__)
+
+  def crate_dir, do: Path.join(root(), @crate_rel)
+
+  @doc "Cargo target folder, shared by every Mix env so the crate builds once."
+  def target_dir do
+    Path.join([Path.dirname(Mix.Project.build_path()), "native", "target"])
+  end
+
+  def priv_native_dir, do: Path.join([root(), "priv", "native"])
+
+  def macos?, do: match?({:unix, :darwin}, :os.type())
+
+  @doc "File name of the built library as cargo writes it."
+  def cargo_lib_file do
+    if macos?(), do: "lib#{@lib_name}.dylib", else: "lib#{@lib_name}.so"
+  end
+
+  @doc "File name of the library in priv/native (`:erlang.load_nif/2` adds `.so`)."
+  def priv_lib_file, do: "lib#{@lib_name}.so"
+
+  # ---------------------------------------------------------------------------
+  # MLX runtime
+  # ---------------------------------------------------------------------------
+
+  @doc """
+  Returns `{:ok, prefix}` (a folder with include/, lib/libmlx.so,
+  share/cmake/MLX), `{:ok, :upstream}` on macOS, or `{:error, message}`.
+
+  Order: `MLX_PREFIX` if set; macOS uses mlx-sys's own build; otherwise the
+  pinned `mlx-cpu` wheel, provisioned once into `_build/mlx-runtime/`.
+  """
+  def mlx_runtime do
+    case System.get_env("MLX_PREFIX") do
+      prefix when is_binary(prefix) and prefix != "" -> check_prefix(Path.expand(prefix))
+      _ -> if macos?(), do: {:ok, :upstream}, else: provision_wheel()
+    end
+  end
+
+  defp check_prefix(prefix) do
+    required = [
+      "include/mlx/mlx.h",
+      "lib/" <> if(macos?(), do: "libmlx.dylib", else: "libmlx.so"),
+      "share/cmake/MLX/MLXConfig.cmake"
+    ]
+
+    case Enum.reject(required, &File.exists?(Path.join(prefix, &1))) do
+      [] ->
+        {:ok, prefix}
+
+      missing ->
+        {:error,
+         "MLX_PREFIX=#{prefix} is not an MLX #{@mlx_version} install: missing " <>
+           Enum.join(missing, ", ")}
+    end
+  end
+
+  def runtime_dir do
+    Path.join([
+      Path.dirname(Mix.Project.build_path()),
+      "mlx-runtime",
+      "mlx-cpu-#{@mlx_version}"
+    ])
+  end
+
+  defp provision_wheel do
+    dir = runtime_dir()
+    prefix = Path.join(dir, "mlx")
+
+    if File.exists?(Path.join(dir, ".ready")) do
+      {:ok, prefix}
+    else
+      Mix.shell().info("==> ex_mlx: provisioning the MLX runtime (#{@wheel}) into #{dir}")
+
+      with :ok <- download_wheel(dir),
+           :ok <- relink_blas(Path.join(prefix, "lib/libmlx.so")),
+           {:ok, _} <- check_prefix(prefix) do
+        File.write!(Path.join(dir, ".ready"), @wheel <> "\n")
+        {:ok, prefix}
+      end
+    end
+  end
+
+  defp download_wheel(dir) do
+    download = dir <> ".download"
+    File.rm_rf!(download)
+    File.rm_rf!(dir)
+    File.mkdir_p!(download)
+
+    python = System.find_executable("python3") || System.find_executable("python")
+
+    args =
+      ~w(-m pip download --no-deps --only-binary=:all: --disable-pip-version-check -d) ++
+        [download, @wheel]
+
+    cond do
+      python == nil ->
+        {:error, "python3 with pip is needed to fetch the MLX runtime (#{@wheel}); run bin/setup"}
+
+      true ->
+        case System.cmd(python, args, stderr_to_stdout: true) do
+          {_, 0} ->
+            [wheel] = Path.wildcard(Path.join(download, "mlx_cpu-*.whl"))
+            File.mkdir_p!(dir)
+
+            case :zip.unzip(String.to_charlist(wheel), cwd: String.to_charlist(dir)) do
+              {:ok, _files} ->
+                File.rm_rf!(download)
+                :ok
+
+              {:error, reason} ->
+                {:error, "could not unpack #{wheel}: #{inspect(reason)}"}
+            end
+
+          {out, status} ->
+            {:error,
+             "`#{python} -m pip download #{@wheel}` failed (exit #{status}):\n#{out}\n" <>
+               "Set MLX_PREFIX to an MLX #{@mlx_version} install to skip the download."}
+        end
+    end
+  end
+
+  # The wheel's libmlx.so links a bundled reference BLAS/LAPACK that runs a
+  # 1024² f32 matmul at ~6 GFLOPS. Pointing it at the system's threaded
+  # OpenBLAS gives 100-190 GFLOPS on the same machine (shared/design.md §3).
+  defp relink_blas(libmlx) do
+    patchelf = System.find_executable("patchelf")
+    openblas = Enum.find(@openblas_dirs, &File.exists?(Path.join(&1, "libopenblas.so.0")))
+
+    cond do
+      patchelf == nil ->
+        {:error, "patchelf is needed to relink MLX to OpenBLAS; run bin/setup"}
+
+      openblas == nil ->
+        {:error,
+         "OpenBLAS (libopenblas.so.0) was not found in #{Enum.join(@openblas_dirs, ", ")}; " <>
+           "install it (Debian: apt-get install libopenblas0-pthread) or run bin/setup"}
+
+      true ->
+        {needed, 0} = System.cmd(patchelf, ["--print-needed", libmlx])
+        needed = String.split(needed, "\n", trim: true)
+        blas = Enum.filter(needed, &String.starts_with?(&1, "libblas-"))
+        lapack = Enum.filter(needed, &String.starts_with?(&1, "liblapack-"))
+
+        args =
+          Enum.flat_map(blas, &["--replace-needed", &1, "libopenblas.so.0"]) ++
+            Enum.flat_map(lapack, &["--remove-needed", &1]) ++
+            ["--set-rpath", openblas <> ":$ORIGIN/../../mlx_cpu.libs", libmlx]
+
+        case System.cmd(patchelf, args, stderr_to_stdout: true) do
+          {_, 0} -> :ok
+          {out, status} -> {:error, "patchelf failed (exit #{status}): #{out}"}
+        end
+    end
+  end
+
+  # ---------------------------------------------------------------------------
+  # Cargo
+  # ---------------------------------------------------------------------------
+
+  @doc "Environment for cargo builds against `prefix` (see native/ex_mlx/linux)."
+  def cargo_env(:upstream), do: [{"CARGO_TARGET_DIR", target_dir()}]
+
+  def cargo_env(prefix) do
+    linux = Path.join(crate_dir(), "linux")
+    compat = Path.join(linux, "compat.h")
+
+    [
+      {"CARGO_TARGET_DIR", target_dir()},
+      {"EX_MLX_LIB_DIR", Path.join(prefix, "lib")},
+      {"EX_MLX_CMAKE_DIR", Path.join(prefix, "share/cmake/MLX")},
+      {"CMAKE_TOOLCHAIN_FILE", Path.join(linux, "toolchain.cmake")},
+      {"CXXFLAGS", "-include #{compat}"},
+      {"BINDGEN_EXTRA_CLANG_ARGS", "-include #{compat} -I#{Path.join(prefix, "include")}"},
+      {"RUSTC_WRAPPER", Path.join(linux, "rustc-wrapper")}
+    ]
+  end
+
+  @doc "Runs cargo in the crate folder, streaming its output; returns the exit status."
+  def cargo(args, env) do
+    cargo = System.find_executable("cargo") || Mix.raise("cargo not found: install Rust (https://rustup.rs)")
+
+    {_, status} =
+      System.cmd(cargo, args,
+        cd: crate_dir(),
+        env: env,
+        into: IO.stream(:stdio, :line),
+        stderr_to_stdout: true
+      )
+
+    status
+  end
+
+  @doc "Profile from EX_MLX_BUILD (release by default, `debug` for dev builds)."
+  def profile do
+    case System.get_env("EX_MLX_BUILD", "release") do
+      "debug" -> :debug
+      _ -> :release
+    end
+  end
+end

@@ -1,0 +1,124 @@
+defmodule Mix.Tasks.Compile.ExMlxNative do
+  @shortdoc "Builds the ExMLX Rust NIF with cargo into priv/native"
+  @moduledoc """
+  Builds `native/ex_mlx` with cargo and copies the library into `priv/native/`.
+
+  Runs as part of `mix compile` (it is listed in the project's `:compilers`).
+
+    * provisions the MLX runtime first (see `MLX_PREFIX` in the README);
+    * builds in release mode; `EX_MLX_BUILD=debug` builds a debug library;
+    * skips cargo entirely when no file under `native/ex_mlx` (and no build
+      setting) changed since the last successful build; `mix compile --force`
+      rebuilds;
+    * on failure, cargo's own messages are shown and the compile stops.
+  """
+  use Mix.Task.Compiler
+
+  alias ExMLX.Build
+
+  @recursive true
+
+  @impl true
+  def run(args) do
+    {opts, _, _} = OptionParser.parse(args, switches: [force: :boolean])
+
+    with {:ok, runtime} <- runtime() do
+      env = Build.cargo_env(runtime)
+      fingerprint = fingerprint(runtime, env)
+      priv_lib = Path.join(Build.priv_native_dir(), Build.priv_lib_file())
+
+      if !opts[:force] and File.exists?(priv_lib) and read_stamp() == fingerprint do
+        {:noop, []}
+      else
+        build(env, priv_lib, fingerprint)
+      end
+    end
+  end
+
+  @impl true
+  def clean do
+    File.rm_rf(Build.priv_native_dir())
+    File.rm(stamp_path())
+    :ok
+  end
+
+  defp runtime do
+    case Build.mlx_runtime() do
+      {:ok, runtime} ->
+        {:ok, runtime}
+
+      {:error, message} ->
+        Mix.shell().error("ex_mlx: #{message}")
+        {:error, [diagnostic(message)]}
+    end
+  end
+
+  defp build(env, priv_lib, fingerprint) do
+    profile = Build.profile()
+    Mix.shell().info("==> ex_mlx: building the NIF with cargo (#{profile})")
+    args = ["build", "--lib", "--locked"] ++ if(profile == :release, do: ["--release"], else: [])
+
+    # --locked needs Cargo.lock; the first build of a fresh checkout without one creates it.
+    args = if File.exists?(Path.join(Build.crate_dir(), "Cargo.lock")), do: args, else: args -- ["--locked"]
+
+    case Build.cargo(args, env) do
+      0 ->
+        built = Path.join([Build.target_dir(), Atom.to_string(profile), Build.cargo_lib_file()])
+        File.mkdir_p!(Path.dirname(priv_lib))
+        # Copy to a temporary name and rename, so a running VM that has the old
+        # library mapped keeps a valid file.
+        tmp = priv_lib <> ".tmp"
+        File.cp!(built, tmp)
+        File.rename!(tmp, priv_lib)
+        File.mkdir_p!(Path.dirname(stamp_path()))
+        File.write!(stamp_path(), fingerprint)
+        {:ok, []}
+
+      status ->
+        message =
+          "cargo build of native/ex_mlx failed (exit status #{status}); cargo's errors are above"
+
+        Mix.shell().error("ex_mlx: " <> message)
+        {:error, [diagnostic(message)]}
+    end
+  end
+
+  defp diagnostic(message) do
+    %Mix.Task.Compiler.Diagnostic{
+      compiler_name: "ex_mlx_native",
+      file: Path.join(Build.crate_dir(), "Cargo.toml"),
+      message: message,
+      position: nil,
+      severity: :error
+    }
+  end
+
+  # A digest of everything the build depends on: every file under the crate
+  # (paths, sizes, mtimes), the cargo environment and the profile.
+  defp fingerprint(runtime, env) do
+    files =
+      Build.crate_dir()
+      |> Path.join("**")
+      |> Path.wildcard(match_dot: true)
+      |> Enum.reject(&String.contains?(&1, "/target/"))
+      |> Enum.filter(&File.regular?/1)
+      |> Enum.sort()
+      |> Enum.map(fn path ->
+        %File.Stat{size: size, mtime: mtime} = File.stat!(path)
+        {Path.relative_to(path, Build.crate_dir()), size, mtime}
+      end)
+
+    :erlang.term_to_binary({files, runtime, env, Build.profile()})
+    |> then(&:crypto.hash(:sha256, &1))
+    |> Base.encode16(case: :lower)
+  end
+
+  defp stamp_path, do: Path.join([Build.target_dir(), "ex_mlx_native.stamp"])
+
+  defp read_stamp do
+    case File.read(stamp_path()) do
+      {:ok, stamp} -> stamp
+      {:error, _} -> nil
+    end
+  end
+end

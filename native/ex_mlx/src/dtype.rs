@@ -1,0 +1,137 @@
+//! The one table between Elixir type names and MLX dtypes.
+//!
+//! Elixir names types the way Nx does, `{kind, bits}` (`{:f, 32}`, `{:bf, 16}`,
+//! `{:c, 64}`, ...), plus the atom `:bool` for MLX's boolean dtype, which Nx
+//! has no name for.
+
+use mlx_rs::Dtype;
+use rustler::{Atom, Encoder, Env, Term};
+
+use crate::error::{Error, Result};
+
+/// `(kind, bits, dtype)`; `kind` "bool" stands for the `:bool` atom.
+pub const TYPES: &[(&str, u32, Dtype)] = &[
+    ("bool", 8, Dtype::Bool),
+    ("u", 8, Dtype::Uint8),
+    ("u", 16, Dtype::Uint16),
+    ("u", 32, Dtype::Uint32),
+    ("u", 64, Dtype::Uint64),
+    ("s", 8, Dtype::Int8),
+    ("s", 16, Dtype::Int16),
+    ("s", 32, Dtype::Int32),
+    ("s", 64, Dtype::Int64),
+    ("f", 16, Dtype::Float16),
+    ("bf", 16, Dtype::Bfloat16),
+    ("f", 32, Dtype::Float32),
+    ("f", 64, Dtype::Float64),
+    ("c", 64, Dtype::Complex64),
+];
+
+/// Looks a type name up; the error names the type.
+pub fn from_name(kind: &str, bits: u32) -> Result<Dtype> {
+    TYPES
+        .iter()
+        .find(|(k, b, _)| *k == kind && *b == bits)
+        .map(|(_, _, d)| *d)
+        .ok_or_else(|| Error::Type(format!("unsupported type {{:{kind}, {bits}}}")))
+}
+
+/// The name of a dtype, `(kind, bits)`.
+pub fn name(dtype: Dtype) -> (&'static str, u32) {
+    TYPES
+        .iter()
+        .find(|(_, _, d)| *d == dtype)
+        .map(|(k, b, _)| (*k, *b))
+        .unwrap_or(("unknown", 0))
+}
+
+/// A dtype written the way Elixir code writes it: `{:f, 32}` or `:bool`.
+pub fn display(dtype: Dtype) -> String {
+    match name(dtype) {
+        ("bool", _) => ":bool".to_string(),
+        (kind, bits) => format!("{{:{kind}, {bits}}}"),
+    }
+}
+
+/// A shape written the way Elixir code writes it: `{2, 3}`.
+pub fn display_shape<T: std::fmt::Display>(shape: &[T]) -> String {
+    let dims: Vec<String> = shape.iter().map(|d| d.to_string()).collect();
+    format!("{{{}}}", dims.join(", "))
+}
+
+/// Bytes per element.
+pub fn size_of(dtype: Dtype) -> usize {
+    match dtype {
+        Dtype::Bool | Dtype::Uint8 | Dtype::Int8 => 1,
+        Dtype::Uint16 | Dtype::Int16 | Dtype::Float16 | Dtype::Bfloat16 => 2,
+        Dtype::Uint32 | Dtype::Int32 | Dtype::Float32 => 4,
+        Dtype::Uint64 | Dtype::Int64 | Dtype::Float64 | Dtype::Complex64 => 8,
+    }
+}
+
+/// A dtype as it crosses the NIF boundary.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Type(pub Dtype);
+
+/// Reads a type argument (`{kind, bits}` or `:bool`); the error names what was given.
+pub fn decode(name: &'static str, term: Term) -> Result<Dtype> {
+    let env = term.get_env();
+    if let Ok(atom) = term.decode::<Atom>() {
+        let atom_name = atom.to_term(env).atom_to_string().unwrap_or_default();
+        if atom_name == "bool" {
+            return Ok(Dtype::Bool);
+        }
+        return Err(Error::Type(format!("unsupported type :{atom_name}")));
+    }
+    if let Ok((kind, bits)) = term.decode::<(Atom, u32)>() {
+        let kind = kind.to_term(env).atom_to_string().unwrap_or_default();
+        return from_name(&kind, bits);
+    }
+    Err(Error::arg(
+        name,
+        format!("expected a type such as {{:f, 32}} or :bool, got: {term:?}"),
+    ))
+}
+
+impl Encoder for Type {
+    fn encode<'a>(&self, env: Env<'a>) -> Term<'a> {
+        let (kind, bits) = name(self.0);
+        match Atom::from_str(env, kind) {
+            Ok(atom) if kind == "bool" => atom.encode(env),
+            Ok(atom) => (atom, bits).encode(env),
+            Err(_) => rustler::types::atom::error().encode(env),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_dtype_has_exactly_one_name() {
+        for (kind, bits, dtype) in TYPES {
+            assert_eq!(name(*dtype), (*kind, *bits));
+            assert_eq!(from_name(kind, *bits).ok(), Some(*dtype));
+        }
+        let mut dtypes: Vec<u32> = TYPES.iter().map(|(_, _, d)| (*d).into()).collect();
+        dtypes.sort();
+        dtypes.dedup();
+        assert_eq!(dtypes.len(), TYPES.len());
+    }
+
+    #[test]
+    fn sizes_match_bits() {
+        for (kind, bits, dtype) in TYPES {
+            let expected = if *kind == "bool" { 1 } else { (*bits / 8) as usize };
+            assert_eq!(size_of(*dtype), expected, "{kind}{bits}");
+        }
+    }
+
+    #[test]
+    fn unsupported_types_are_named() {
+        let err = from_name("f", 8).unwrap_err();
+        assert_eq!(err.to_string(), "unsupported type {:f, 8}");
+        assert!(from_name("c", 128).is_err());
+    }
+}

@@ -1,0 +1,118 @@
+//! The tensor resource: an MLX array, the device whose worker owns it, and its
+//! shape and dtype (kept in Rust so queries need no trip to the worker).
+
+use std::sync::Mutex;
+
+use mlx_rs::{Array, Dtype};
+use rustler::types::tuple::make_tuple;
+use rustler::{Encoder, Env, Resource, ResourceArc, Term};
+
+use crate::device::Device;
+use crate::dtype::{self, Type};
+use crate::error::{Error, Result};
+
+pub struct Tensor {
+    // `Array` is `Send` but not `Sync`; the mutex makes the resource shareable.
+    // It is held only to clone the handle (a reference-count increment), and
+    // MLX work on the clone happens on the device's worker thread.
+    array: Mutex<Array>,
+    pub device: Device,
+    pub dtype: Dtype,
+    pub shape: Vec<i64>,
+}
+
+#[rustler::resource_impl]
+impl Resource for Tensor {}
+
+pub type TensorRef = ResourceArc<Tensor>;
+
+impl Tensor {
+    pub fn wrap(array: Array, device: Device) -> TensorRef {
+        let dtype = array.dtype();
+        let shape = array.shape().iter().map(|&d| d as i64).collect();
+        ResourceArc::new(Tensor {
+            array: Mutex::new(array),
+            device,
+            dtype,
+            shape,
+        })
+    }
+
+    /// A handle to the array (shares its data and graph).
+    pub fn array(&self) -> Array {
+        match self.array.lock() {
+            Ok(array) => array.clone(),
+            Err(poisoned) => poisoned.into_inner().clone(),
+        }
+    }
+
+    pub fn size(&self) -> u64 {
+        self.shape.iter().map(|&d| d as u64).product()
+    }
+
+    pub fn byte_size(&self) -> u64 {
+        self.size() * dtype::size_of(self.dtype) as u64
+    }
+}
+
+/// The device all `tensors` are on, or an error naming the mismatch.
+pub fn common_device(tensors: &[&TensorRef]) -> Result<Device> {
+    let first = tensors
+        .first()
+        .map(|t| t.device)
+        .ok_or_else(|| Error::Internal("common_device of no tensors".into()))?;
+    match tensors.iter().find(|t| t.device != first) {
+        None => Ok(first),
+        Some(other) => Err(Error::Device(format!(
+            "tensors are on different devices ({} and {}); transfer one first",
+            first.name(),
+            other.device.name()
+        ))),
+    }
+}
+
+/// A new tensor as Elixir receives it: `{resource, shape, type, device}`.
+pub struct NewTensor(pub TensorRef);
+
+impl NewTensor {
+    pub fn new(array: Array, device: Device) -> Self {
+        NewTensor(Tensor::wrap(array, device))
+    }
+}
+
+pub fn shape_term<'a>(env: Env<'a>, shape: &[i64]) -> Term<'a> {
+    let dims: Vec<Term> = shape.iter().map(|d| d.encode(env)).collect();
+    make_tuple(env, &dims)
+}
+
+impl Encoder for NewTensor {
+    fn encode<'a>(&self, env: Env<'a>) -> Term<'a> {
+        let t = &self.0;
+        (
+            t.encode(env),
+            shape_term(env, &t.shape),
+            Type(t.dtype),
+            t.device,
+        )
+            .encode(env)
+    }
+}
+
+// -----------------------------------------------------------------------------
+// Queries (synchronous: they read Rust fields only)
+// -----------------------------------------------------------------------------
+
+#[rustler::nif]
+fn tensor_info<'a>(env: Env<'a>, tensor: TensorRef) -> Term<'a> {
+    (
+        shape_term(env, &tensor.shape),
+        Type(tensor.dtype),
+        tensor.device,
+    )
+        .encode(env)
+}
+
+#[rustler::nif]
+fn tensor_size(tensor: TensorRef) -> (u64, u64) {
+    (tensor.size(), tensor.byte_size())
+}
