@@ -1,6 +1,10 @@
 # The NIF build support is plain Elixir loaded before the project is defined, so
 # the `ex_mlx_native` compiler can run ahead of the Elixir compiler.
-for file <- ["mix/ex_mlx_build.ex", "mix/tasks/compile.ex_mlx_native.ex", "mix/tasks/ex_mlx.cargo.ex"] do
+for file <- [
+      "mix/ex_mlx_build.ex",
+      "mix/tasks/compile.ex_mlx_native.ex",
+      "mix/tasks/ex_mlx.cargo.ex"
+    ] do
   Code.require_file(file, __DIR__)
 end
 

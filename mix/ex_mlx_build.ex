@@ -204,7 +204,9 @@ defmodule ExMLX.Build do
 
   @doc "Runs cargo in the crate folder, streaming its output; returns the exit status."
   def cargo(args, env) do
-    cargo = System.find_executable("cargo") || Mix.raise("cargo not found: install Rust (https://rustup.rs)")
+    cargo =
+      System.find_executable("cargo") ||
+        Mix.raise("cargo not found: install Rust (https://rustup.rs)")
 
     {_, status} =
       System.cmd(cargo, args,

@@ -32,7 +32,8 @@ defmodule ExMLX.Native do
 
   defp not_loaded do
     {path, reason, text} =
-      load_error() || {:filename.join(:code.priv_dir(:ex_mlx), ~c"native/libex_mlx"), :unknown, ""}
+      load_error() ||
+        {:filename.join(:code.priv_dir(:ex_mlx), ~c"native/libex_mlx"), :unknown, ""}
 
     raise ExMLX.Error,
       kind: :not_loaded,

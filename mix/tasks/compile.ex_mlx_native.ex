@@ -56,10 +56,8 @@ defmodule Mix.Tasks.Compile.ExMlxNative do
   defp build(env, priv_lib, fingerprint) do
     profile = Build.profile()
     Mix.shell().info("==> ex_mlx: building the NIF with cargo (#{profile})")
-    args = ["build", "--lib", "--locked"] ++ if(profile == :release, do: ["--release"], else: [])
-
-    # --locked needs Cargo.lock; the first build of a fresh checkout without one creates it.
-    args = if File.exists?(Path.join(Build.crate_dir(), "Cargo.lock")), do: args, else: args -- ["--locked"]
+    release = if profile == :release, do: ["--release"], else: []
+    args = ["build", "--package", "ex_mlx", "--lib"] ++ release
 
     case Build.cargo(args, env) do
       0 ->

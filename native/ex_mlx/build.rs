@@ -7,9 +7,9 @@
 
 fn main() {
     println!("cargo:rerun-if-env-changed=EX_MLX_LIB_DIR");
-    println!("cargo:rerun-if-changed=linux");
 
     let target_os = std::env::var("CARGO_CFG_TARGET_OS").unwrap_or_default();
+
     if target_os == "macos" {
         return;
     }

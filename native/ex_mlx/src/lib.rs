@@ -1,24 +1,19 @@
-//! ExMLX's native side: a rustler NIF over mlx-rs.
+//! ExMLX's NIF: Elixir terms in, calls on `ex_mlx_core` (and mlx-rs) on the
+//! device's worker thread, Elixir terms out.
 //!
-//! Modules, one concern each: [`error`] (the error enum), [`dtype`] (the type
-//! table), [`device`], [`worker`] (the thread model), [`tensor`] (the resource),
-//! [`host`] (binaries in and out), [`ops`] (MLX operations), [`nif`] (glue).
+//! Modules: [`term`] (decoding arguments, encoding results), [`reply`] (how a
+//! call is queued and answered), [`tensor`] (the resource), [`data`] (binaries
+//! in and out), [`ops`] (MLX operations by family).
 
-pub mod device;
-pub mod dtype;
-pub mod error;
-pub mod host;
-pub mod nif;
+pub mod data;
 pub mod ops;
+pub mod reply;
 pub mod tensor;
-pub mod worker;
-
-/// The MLX version this crate is built against (mlx-c 0.7.0 pins it).
-pub const MLX_VERSION: &str = "0.32.2";
+pub mod term;
 
 #[rustler::nif]
 fn mlx_version() -> &'static str {
-    MLX_VERSION
+    ex_mlx_core::MLX_VERSION
 }
 
 rustler::init!("Elixir.ExMLX.Native");

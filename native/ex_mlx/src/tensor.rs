@@ -3,18 +3,18 @@
 
 use std::sync::Mutex;
 
+use ex_mlx_core::device::Device;
+use ex_mlx_core::dtype;
+use ex_mlx_core::error::{Error, Result};
 use mlx_rs::{Array, Dtype};
-use rustler::types::tuple::make_tuple;
 use rustler::{Encoder, Env, Resource, ResourceArc, Term};
 
-use crate::device::Device;
-use crate::dtype::{self, Type};
-use crate::error::{Error, Result};
+use crate::term::{shape_term, DeviceTerm, TypeTerm};
 
 pub struct Tensor {
     // `Array` is `Send` but not `Sync`; the mutex makes the resource shareable.
-    // It is held only to clone the handle (a reference-count increment), and
-    // MLX work on the clone happens on the device's worker thread.
+    // It is held only to clone the handle (a reference-count increment); MLX
+    // work on the clone happens on the device's worker thread.
     array: Mutex<Array>,
     pub device: Device,
     pub dtype: Dtype,
@@ -80,19 +80,14 @@ impl NewTensor {
     }
 }
 
-pub fn shape_term<'a>(env: Env<'a>, shape: &[i64]) -> Term<'a> {
-    let dims: Vec<Term> = shape.iter().map(|d| d.encode(env)).collect();
-    make_tuple(env, &dims)
-}
-
 impl Encoder for NewTensor {
     fn encode<'a>(&self, env: Env<'a>) -> Term<'a> {
         let t = &self.0;
         (
             t.encode(env),
             shape_term(env, &t.shape),
-            Type(t.dtype),
-            t.device,
+            TypeTerm(t.dtype),
+            DeviceTerm(t.device),
         )
             .encode(env)
     }
@@ -106,8 +101,8 @@ impl Encoder for NewTensor {
 fn tensor_info<'a>(env: Env<'a>, tensor: TensorRef) -> Term<'a> {
     (
         shape_term(env, &tensor.shape),
-        Type(tensor.dtype),
-        tensor.device,
+        TypeTerm(tensor.dtype),
+        DeviceTerm(tensor.device),
     )
         .encode(env)
 }

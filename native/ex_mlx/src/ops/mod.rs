@@ -1,4 +1,4 @@
-//! MLX operations, one small function per op, grouped by family.
+//! NIFs for MLX operations, grouped by family.
 
 pub mod elementwise;
 pub mod eval;

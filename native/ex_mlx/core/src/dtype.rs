@@ -4,10 +4,8 @@
 //! `{:c, 64}`, ...), plus the atom `:bool` for MLX's boolean dtype, which Nx
 //! has no name for.
 
-use mlx_rs::Dtype;
-use rustler::{Atom, Encoder, Env, Term};
-
 use crate::error::{Error, Result};
+use mlx_rs::Dtype;
 
 /// `(kind, bits, dtype)`; `kind` "bool" stands for the `:bool` atom.
 pub const TYPES: &[(&str, u32, Dtype)] = &[
@@ -69,41 +67,6 @@ pub fn size_of(dtype: Dtype) -> usize {
     }
 }
 
-/// A dtype as it crosses the NIF boundary.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Type(pub Dtype);
-
-/// Reads a type argument (`{kind, bits}` or `:bool`); the error names what was given.
-pub fn decode(name: &'static str, term: Term) -> Result<Dtype> {
-    let env = term.get_env();
-    if let Ok(atom) = term.decode::<Atom>() {
-        let atom_name = atom.to_term(env).atom_to_string().unwrap_or_default();
-        if atom_name == "bool" {
-            return Ok(Dtype::Bool);
-        }
-        return Err(Error::Type(format!("unsupported type :{atom_name}")));
-    }
-    if let Ok((kind, bits)) = term.decode::<(Atom, u32)>() {
-        let kind = kind.to_term(env).atom_to_string().unwrap_or_default();
-        return from_name(&kind, bits);
-    }
-    Err(Error::arg(
-        name,
-        format!("expected a type such as {{:f, 32}} or :bool, got: {term:?}"),
-    ))
-}
-
-impl Encoder for Type {
-    fn encode<'a>(&self, env: Env<'a>) -> Term<'a> {
-        let (kind, bits) = name(self.0);
-        match Atom::from_str(env, kind) {
-            Ok(atom) if kind == "bool" => atom.encode(env),
-            Ok(atom) => (atom, bits).encode(env),
-            Err(_) => rustler::types::atom::error().encode(env),
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -123,7 +86,11 @@ mod tests {
     #[test]
     fn sizes_match_bits() {
         for (kind, bits, dtype) in TYPES {
-            let expected = if *kind == "bool" { 1 } else { (*bits / 8) as usize };
+            let expected = if *kind == "bool" {
+                1
+            } else {
+                (*bits / 8) as usize
+            };
             assert_eq!(size_of(*dtype), expected, "{kind}{bits}");
         }
     }

@@ -1,12 +1,10 @@
-//! The one error type of the NIF, and how it reaches Elixir.
+//! The one error type of ExMLX's native side.
 //!
-//! Every error becomes `{kind, message}` with `kind` an atom (`:mlx`,
-//! `:argument`, `:type`, `:device`, `:internal`); `ExMLX.Error` turns it into an
-//! exception whose message a person can act on.
+//! The NIF hands every error to Elixir as `{kind, message}`, `kind` being
+//! [`Error::kind`] (`:mlx`, `:argument`, `:type`, `:device`, `:internal`);
+//! `ExMLX.Error` turns it into an exception whose message a person can act on.
 
-use rustler::{Encoder, Env, Term};
-
-#[derive(Debug, thiserror::Error)]
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum Error {
     /// MLX raised an exception (its own message, unchanged).
     #[error("{0}")]
@@ -53,7 +51,28 @@ impl Error {
 
 impl From<mlx_rs::error::Exception> for Error {
     fn from(e: mlx_rs::error::Exception) -> Self {
-        Error::Mlx(e.what().to_string())
+        Error::Mlx(strip_source_location(e.what()).to_string())
+    }
+}
+
+/// mlx-c appends " at <source file>:<line>" to MLX's messages; that names a
+/// file of the build machine, not anything the caller can act on.
+fn strip_source_location(message: &str) -> &str {
+    match message.rfind(" at ") {
+        Some(at) => {
+            let tail = &message[at + 4..];
+            let is_location = tail.rsplit_once(':').is_some_and(|(file, line)| {
+                (file.ends_with(".cpp") || file.ends_with(".h"))
+                    && !line.is_empty()
+                    && line.bytes().all(|b| b.is_ascii_digit())
+            });
+            if is_location {
+                message[..at].trim_end()
+            } else {
+                message
+            }
+        }
+        None => message,
     }
 }
 
@@ -66,18 +85,19 @@ impl From<mlx_rs::error::AsSliceError> for Error {
     }
 }
 
-impl Encoder for Error {
-    fn encode<'a>(&self, env: Env<'a>) -> Term<'a> {
-        let kind = rustler::Atom::from_str(env, self.kind())
-            .map(|a| a.encode(env))
-            .unwrap_or_else(|_| "internal".encode(env));
-        (kind, self.to_string()).encode(env)
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn mlx_source_locations_are_dropped() {
+        assert_eq!(
+            strip_source_location("[broadcast_shapes] Shapes (2,3) and (2) cannot be broadcast. at /x/mlx-c/mlx/c/ops.cpp:31"),
+            "[broadcast_shapes] Shapes (2,3) and (2) cannot be broadcast."
+        );
+        assert_eq!(strip_source_location("look at me"), "look at me");
+        assert_eq!(strip_source_location("plain"), "plain");
+    }
 
     #[test]
     fn argument_errors_name_the_argument() {

@@ -1,11 +1,5 @@
 //! Devices as Elixir names them (`:cpu`, `:gpu`) and as MLX does.
 
-use rustler::{Atom, Encoder, Env, Term};
-
-use crate::error::{Error, Result};
-
-rustler::atoms! { cpu, gpu }
-
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Device {
     Cpu,
@@ -55,24 +49,8 @@ impl Device {
         status == 0 && available
     }
 
-    /// Reads a device argument; the error names what was given.
-    pub fn decode(name: &'static str, term: Term) -> Result<Device> {
-        match term.decode::<Atom>() {
-            Ok(a) if a == cpu() => Ok(Device::Cpu),
-            Ok(a) if a == gpu() => Ok(Device::Gpu),
-            _ => Err(Error::arg(
-                name,
-                format!("expected a device, :cpu or :gpu, got: {term:?}"),
-            )),
-        }
-    }
-}
-
-impl Encoder for Device {
-    fn encode<'a>(&self, env: Env<'a>) -> Term<'a> {
-        match self {
-            Device::Cpu => cpu().encode(env),
-            Device::Gpu => gpu().encode(env),
-        }
+    /// The device named `name` ("cpu" or "gpu").
+    pub fn from_name(name: &str) -> Option<Device> {
+        Device::ALL.into_iter().find(|d| d.name() == name)
     }
 }

@@ -27,13 +27,12 @@ use std::sync::mpsc;
 use std::thread;
 
 use once_cell::sync::OnceCell;
-use rustler::env::{OwnedEnv, SavedTerm};
-use rustler::{Encoder, Env, LocalPid, Term};
 
 use crate::device::Device;
 use crate::error::{Error, Result};
 
-type Job = Box<dyn FnOnce() + Send + 'static>;
+/// Work for a worker: runs on its thread, inside its stream.
+pub type Job = Box<dyn FnOnce() + Send + 'static>;
 
 struct Worker {
     queue: mpsc::Sender<Job>,
@@ -77,28 +76,23 @@ pub fn submit(device: Device, job: Job) -> Result<()> {
         .map_err(|_| Error::Internal(format!("the {} worker has stopped", device.name())))
 }
 
-rustler::atoms! { ok, error }
-
-/// A value the worker sends back; boxed so every op can return its own kind.
-pub type Reply = Box<dyn Encoder + Send>;
-
-/// Runs `work` on the worker of `device` and sends `{tag, {:ok, value}}` or
-/// `{tag, {:error, {kind, message}}}` to the calling process.
-pub fn reply<T, F>(env: Env, tag: Term, device: Device, work: F) -> Result<()>
+/// Runs `work` on the worker of `device` and waits for its result (a blocking
+/// call, for Rust callers such as tests; the NIF never blocks this way).
+pub fn run_blocking<T, F>(device: Device, work: F) -> Result<T>
 where
-    T: Encoder + Send + 'static,
+    T: Send + 'static,
     F: FnOnce() -> Result<T> + Send + 'static,
 {
-    let caller = env.pid();
-    let mut message_env = OwnedEnv::new();
-    let tag = message_env.save(tag);
+    let (done, result) = mpsc::sync_channel(1);
     submit(
         device,
         Box::new(move || {
-            let result = run_caught(work);
-            send(&mut message_env, &caller, &tag, result);
+            let _ = done.send(run_caught(work));
         }),
-    )
+    )?;
+    result
+        .recv()
+        .map_err(|_| Error::Internal("the worker dropped a job".into()))?
 }
 
 /// Runs `work`, turning a panic into an [`Error::Internal`].
@@ -109,17 +103,40 @@ pub fn run_caught<T>(work: impl FnOnce() -> Result<T>) -> Result<T> {
             .map(|s| s.to_string())
             .or_else(|| panic.downcast_ref::<String>().cloned())
             .unwrap_or_else(|| "unknown panic".to_string());
-        Err(Error::Internal(format!("panic in the MLX worker: {message}")))
+        Err(Error::Internal(format!(
+            "panic in the MLX worker: {message}"
+        )))
     })
 }
 
-fn send<T: Encoder>(env: &mut OwnedEnv, to: &LocalPid, tag: &SavedTerm, result: Result<T>) {
-    // A send fails only when the caller has exited; then nobody wants the reply.
-    let _ = env.send_and_clear(to, |env| {
-        let outcome = match &result {
-            Ok(value) => (ok(), value).encode(env),
-            Err(e) => (error(), e).encode(env),
-        };
-        (tag.load(env), outcome).encode(env)
-    });
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn jobs_run_on_the_workers_thread() {
+        let a = run_blocking(Device::Cpu, || Ok(thread::current().id())).unwrap();
+        let b = run_blocking(Device::Cpu, || Ok(thread::current().id())).unwrap();
+        assert_eq!(a, b);
+        assert_ne!(a, thread::current().id());
+    }
+
+    #[test]
+    fn a_graph_built_on_the_worker_evaluates_there() {
+        let sum = run_blocking(Device::Cpu, || {
+            let a = mlx_rs::Array::from_slice(&[1.0f32, 2.0], &[2]);
+            let s = mlx_rs::ops::add(&a, &a)?;
+            s.eval()?;
+            Ok(s.as_slice::<f32>().to_vec())
+        })
+        .unwrap();
+        assert_eq!(sum, vec![2.0, 4.0]);
+    }
+
+    #[test]
+    fn a_panic_becomes_an_error_and_the_worker_lives_on() {
+        let err = run_blocking::<(), _>(Device::Cpu, || panic!("boom")).unwrap_err();
+        assert_eq!(err.to_string(), "panic in the MLX worker: boom");
+        assert_eq!(run_blocking(Device::Cpu, || Ok(7)).unwrap(), 7);
+    }
 }

@@ -1,0 +1,3 @@
+[
+  inputs: ["{mix,.formatter}.exs", "{config,lib,test,bench,mix,bin}/**/*.{ex,exs}"]
+]

@@ -1,0 +1,240 @@
+//! Moving data between host bytes and MLX arrays.
+
+use mlx_rs::{Array, Dtype};
+
+use crate::dtype;
+use crate::error::{Error, Result};
+
+/// Checks dimensions given as `i64` and converts them to MLX's `i32`.
+pub fn check_shape(name: &'static str, dims: &[i64]) -> Result<Vec<i32>> {
+    dims.iter()
+        .enumerate()
+        .map(|(axis, &n)| {
+            if (0..=i32::MAX as i64).contains(&n) {
+                Ok(n as i32)
+            } else {
+                Err(Error::arg(
+                    name,
+                    format!(
+                        "dimension {axis} is {n}; dimensions must be in 0..={}",
+                        i32::MAX
+                    ),
+                ))
+            }
+        })
+        .collect()
+}
+
+/// Number of elements of `shape`, or an error if it overflows.
+pub fn element_count(name: &'static str, shape: &[i32]) -> Result<usize> {
+    shape.iter().try_fold(1usize, |acc, &d| {
+        acc.checked_mul(d as usize).ok_or_else(|| {
+            Error::arg(
+                name,
+                format!("{} has too many elements", dtype::display_shape(shape)),
+            )
+        })
+    })
+}
+
+/// Checks that `bytes` holds exactly `shape` elements of `dtype` (and, for
+/// `:bool`, only 0 and 1).
+pub fn check_bytes(bytes: &[u8], shape: &[i32], dtype: Dtype) -> Result<()> {
+    let count = element_count("shape", shape)?;
+    let expected = count
+        .checked_mul(dtype::size_of(dtype))
+        .ok_or_else(|| Error::arg("shape", "the byte size overflows"))?;
+    if bytes.len() != expected {
+        return Err(Error::arg(
+            "data",
+            format!(
+                "binary has {} bytes, but shape {} of {} needs {expected}",
+                bytes.len(),
+                dtype::display_shape(shape),
+                dtype::display(dtype)
+            ),
+        ));
+    }
+    if dtype == Dtype::Bool {
+        if let Some(at) = bytes.iter().position(|&b| b > 1) {
+            return Err(Error::arg(
+                "data",
+                format!("byte {at} is {}; :bool elements must be 0 or 1", bytes[at]),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// An array holding a copy of `bytes`: little-endian elements of `dtype`,
+/// row-major, in `shape`.
+pub fn array_from_bytes(bytes: &[u8], shape: &[i32], dtype: Dtype) -> Result<Array> {
+    check_bytes(bytes, shape, dtype)?;
+    if bytes.is_empty() {
+        // MLX wants a valid pointer even for zero elements.
+        let nothing = [0u8; 16];
+        // SAFETY: `nothing` is 16 readable bytes, more than one element of any
+        // dtype; for a shape with zero elements MLX reads none of them.
+        return Ok(unsafe { Array::from_raw_data(nothing.as_ptr().cast(), shape, dtype) });
+    }
+    // SAFETY: `bytes` holds exactly product(shape) elements of `dtype` (checked
+    // above); MLX copies them into its own buffer before returning, byte-wise,
+    // so the slice's alignment does not matter.
+    Ok(unsafe { Array::from_raw_data(bytes.as_ptr().cast(), shape, dtype) })
+}
+
+/// An evaluated, row-contiguous array whose bytes can be read in place.
+///
+/// Built on a worker thread; afterwards only its memory is read.
+pub struct HostBuffer {
+    array: Array,
+    len: usize,
+}
+
+// SAFETY: a HostBuffer's array is evaluated and row-contiguous before the
+// buffer exists, and nothing mutates it afterwards: the only access is reading
+// its data through `bytes`. Reading immutable MLX memory from any thread is
+// sound, and dropping the handle only decrements an atomic reference count.
+unsafe impl Sync for HostBuffer {}
+
+impl HostBuffer {
+    /// Evaluates `array`, copying it into a fresh row-major buffer if it is a
+    /// view (a slice with an offset, a transpose, a broadcast), so the bytes
+    /// are exactly the elements in order, read with the array's own dtype.
+    pub fn new(array: &Array) -> Result<HostBuffer> {
+        let array = array.contiguous()?;
+        array.eval()?;
+        let len = array.size() * dtype::size_of(array.dtype());
+        let buffer = HostBuffer { array, len };
+        // Check the layout now, so `bytes` cannot fail later.
+        buffer.checked_bytes()?;
+        Ok(buffer)
+    }
+
+    pub fn dtype(&self) -> Dtype {
+        self.array.dtype()
+    }
+
+    pub fn shape(&self) -> &[i32] {
+        self.array.shape()
+    }
+
+    fn checked_bytes(&self) -> Result<&[u8]> {
+        if self.len == 0 {
+            return Ok(&[]);
+        }
+        macro_rules! bytes_of {
+            ($t:ty) => {{
+                let typed: &[$t] = self.array.try_as_slice::<$t>()?;
+                // SAFETY: `typed` is a live slice of plain-old-data elements; we
+                // view the same memory as bytes for the same lifetime.
+                unsafe {
+                    std::slice::from_raw_parts(
+                        typed.as_ptr().cast::<u8>(),
+                        std::mem::size_of_val(typed),
+                    )
+                }
+            }};
+        }
+        let bytes: &[u8] = match self.array.dtype() {
+            Dtype::Bool => bytes_of!(bool),
+            Dtype::Uint8 => bytes_of!(u8),
+            Dtype::Uint16 => bytes_of!(u16),
+            Dtype::Uint32 => bytes_of!(u32),
+            Dtype::Uint64 => bytes_of!(u64),
+            Dtype::Int8 => bytes_of!(i8),
+            Dtype::Int16 => bytes_of!(i16),
+            Dtype::Int32 => bytes_of!(i32),
+            Dtype::Int64 => bytes_of!(i64),
+            Dtype::Float16 => bytes_of!(half::f16),
+            Dtype::Bfloat16 => bytes_of!(half::bf16),
+            Dtype::Float32 => bytes_of!(f32),
+            Dtype::Float64 => bytes_of!(f64),
+            Dtype::Complex64 => bytes_of!(mlx_rs::complex64),
+        };
+        if bytes.len() != self.len {
+            return Err(Error::Internal(format!(
+                "array data has {} bytes, expected {}",
+                bytes.len(),
+                self.len
+            )));
+        }
+        Ok(bytes)
+    }
+
+    /// The elements, row-major, little-endian.
+    pub fn bytes(&self) -> &[u8] {
+        // Cannot fail: `new` checked the same call.
+        self.checked_bytes().unwrap_or(&[])
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::device::Device;
+    use crate::worker::run_blocking;
+
+    fn round_trip(bytes: Vec<u8>, shape: Vec<i32>, dtype: Dtype) -> Result<Vec<u8>> {
+        run_blocking(Device::Cpu, move || {
+            let a = array_from_bytes(&bytes, &shape, dtype)?;
+            Ok(HostBuffer::new(&a)?.bytes().to_vec())
+        })
+    }
+
+    #[test]
+    fn bytes_round_trip_for_every_dtype() {
+        for (_, _, dtype) in dtype::TYPES {
+            let size = dtype::size_of(*dtype);
+            // Three elements; for bool the bytes must be 0/1.
+            let bytes: Vec<u8> = (0..3 * size)
+                .map(|i| {
+                    if *dtype == Dtype::Bool {
+                        (i % 2) as u8
+                    } else {
+                        (i * 37 % 251) as u8
+                    }
+                })
+                .collect();
+            let back = round_trip(bytes.clone(), vec![3], *dtype).unwrap();
+            assert_eq!(back, bytes, "{dtype:?}");
+        }
+    }
+
+    #[test]
+    fn views_are_read_in_logical_order() {
+        // [[1, 2, 3], [4, 5, 6]] transposed is [[1, 4], [2, 5], [3, 6]].
+        let out = run_blocking(Device::Cpu, || {
+            let a = Array::from_slice(&[1i32, 2, 3, 4, 5, 6], &[2, 3]);
+            let t = a.t();
+            Ok(HostBuffer::new(&t)?.bytes().to_vec())
+        })
+        .unwrap();
+        let values: Vec<i32> = out
+            .chunks(4)
+            .map(|c| i32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+            .collect();
+        assert_eq!(values, vec![1, 4, 2, 5, 3, 6]);
+    }
+
+    #[test]
+    fn wrong_sizes_and_bools_are_rejected() {
+        let e = check_bytes(&[0; 5], &[2], Dtype::Float32).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "data: binary has 5 bytes, but shape {2} of {:f, 32} needs 8"
+        );
+        let e = check_bytes(&[0, 2], &[2], Dtype::Bool).unwrap_err();
+        assert!(e.to_string().contains("byte 1 is 2"), "{e}");
+        assert!(check_shape("shape", &[1, -2]).is_err());
+        assert!(element_count("shape", &[i32::MAX, i32::MAX, i32::MAX]).is_err());
+    }
+
+    #[test]
+    fn empty_arrays_have_no_bytes() {
+        assert_eq!(
+            round_trip(vec![], vec![3, 0], Dtype::Float32).unwrap(),
+            Vec::<u8>::new()
+        );
+    }
+}

@@ -1,0 +1,16 @@
+//! ExMLX's MLX logic, independent of the BEAM, so `cargo test` can cover it.
+//!
+//! Modules, one concern each: [`error`] (the error enum), [`dtype`] (the type
+//! table), [`device`], [`worker`] (the thread model), [`host`] (bytes in and
+//! out). The NIF crate (`ex_mlx`) turns Elixir terms into calls on these.
+
+pub mod device;
+pub mod dtype;
+pub mod error;
+pub mod host;
+pub mod worker;
+
+pub use error::{Error, Result};
+
+/// The MLX version this crate is built against (mlx-c 0.7.0 pins it).
+pub const MLX_VERSION: &str = "0.32.2";

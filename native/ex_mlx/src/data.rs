@@ -1,0 +1,75 @@
+//! Binaries in and out of tensors.
+
+use ex_mlx_core::error::{Error, Result};
+use ex_mlx_core::host::{self, HostBuffer};
+use rustler::env::OwnedEnv;
+use rustler::{Atom, Binary, Encoder, Env, NifResult, Resource, ResourceArc, Term};
+
+use crate::reply::{queued, submit};
+use crate::tensor::{NewTensor, TensorRef};
+use crate::term::{decode_device, decode_shape, decode_tensor, decode_type};
+
+/// `from_binary(tag, binary, type, shape, device)`: a new tensor holding a copy
+/// of `binary`, read as little-endian elements of `type`.
+#[rustler::nif]
+fn from_binary<'a>(
+    env: Env<'a>,
+    tag: Term<'a>,
+    data: Term<'a>,
+    type_: Term<'a>,
+    shape: Term<'a>,
+    device: Term<'a>,
+) -> NifResult<Atom> {
+    queued((|| -> Result<()> {
+        let binary: Binary = data
+            .decode()
+            .map_err(|_| Error::arg("data", "expected a binary"))?;
+        let dtype = decode_type("type", type_)?;
+        let shape = decode_shape("shape", shape)?;
+        let device = decode_device("device", device)?;
+        host::check_bytes(binary.as_slice(), &shape, dtype)?;
+        // The copy into MLX runs on the worker, not on this scheduler; the
+        // binary stays alive in an environment of its own until then.
+        let keep = OwnedEnv::new();
+        let saved = keep.save(data);
+        submit(env, tag, device, move || {
+            keep.run(|env| {
+                let binary: Binary = saved
+                    .load(env)
+                    .decode()
+                    .map_err(|_| Error::Internal("the saved binary vanished".into()))?;
+                let array = host::array_from_bytes(binary.as_slice(), &shape, dtype)?;
+                Ok(NewTensor::new(array, device))
+            })
+        })
+    })())
+}
+
+/// Keeps a [`HostBuffer`] alive for as long as a binary points into it.
+struct HostBufferResource(HostBuffer);
+
+#[rustler::resource_impl]
+impl Resource for HostBufferResource {}
+
+/// A binary pointing into a [`HostBuffer`] (no copy).
+struct HostBinary(ResourceArc<HostBufferResource>);
+
+impl Encoder for HostBinary {
+    fn encode<'a>(&self, env: Env<'a>) -> Term<'a> {
+        self.0
+            .make_binary(env, |buffer| buffer.0.bytes())
+            .encode(env)
+    }
+}
+
+/// `to_binary(tag, tensor)`: the tensor's elements, row-major, little-endian.
+#[rustler::nif]
+fn to_binary<'a>(env: Env<'a>, tag: Term<'a>, tensor: Term<'a>) -> NifResult<Atom> {
+    queued((|| -> Result<()> {
+        let tensor: TensorRef = decode_tensor("tensor", tensor)?;
+        submit(env, tag, tensor.device, move || {
+            let buffer = HostBuffer::new(&tensor.array())?;
+            Ok(HostBinary(ResourceArc::new(HostBufferResource(buffer))))
+        })
+    })())
+}

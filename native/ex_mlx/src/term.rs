@@ -1,0 +1,175 @@
+//! Elixir terms in and out: decoding arguments (with errors that name them)
+//! and encoding types, devices and errors.
+
+use ex_mlx_core::device::Device;
+use ex_mlx_core::dtype;
+use ex_mlx_core::error::Error;
+use mlx_rs::Dtype;
+use rustler::types::tuple::{get_tuple, make_tuple};
+use rustler::{Atom, Binary, Encoder, Env, Term, TermType};
+
+use crate::tensor::TensorRef;
+
+/// A term written the way Elixir's `inspect` would (for error messages):
+/// atoms as `:name`, short binaries quoted, tuples and lists recursively.
+pub fn show(term: Term) -> String {
+    match term.get_type() {
+        TermType::Atom => match term.atom_to_string() {
+            Ok(name) if matches!(name.as_str(), "nil" | "true" | "false") => name,
+            Ok(name) => format!(":{name}"),
+            Err(_) => format!("{term:?}"),
+        },
+        TermType::Binary => match term.decode::<Binary>() {
+            Ok(b) if b.len() <= 64 => match std::str::from_utf8(b.as_slice()) {
+                Ok(s) => format!("{s:?}"),
+                Err(_) => format!("<<{} bytes>>", b.len()),
+            },
+            Ok(b) => format!("<<{} bytes>>", b.len()),
+            Err(_) => format!("{term:?}"),
+        },
+        TermType::Tuple => match get_tuple(term) {
+            Ok(items) => format!("{{{}}}", join(items)),
+            Err(_) => format!("{term:?}"),
+        },
+        TermType::List => match term.decode::<Vec<Term>>() {
+            Ok(items) => format!("[{}]", join(items)),
+            Err(_) => format!("{term:?}"),
+        },
+        _ => format!("{term:?}"),
+    }
+}
+
+fn join(items: Vec<Term>) -> String {
+    items.into_iter().map(show).collect::<Vec<_>>().join(", ")
+}
+
+// -----------------------------------------------------------------------------
+// Decoding arguments
+// -----------------------------------------------------------------------------
+
+/// A type argument: `{kind, bits}` as Nx writes it, or `:bool`.
+pub fn decode_type(name: &'static str, term: Term) -> Result<Dtype, Error> {
+    if let Ok(atom) = term.decode::<Atom>() {
+        let atom_name = atom
+            .to_term(term.get_env())
+            .atom_to_string()
+            .unwrap_or_default();
+        if atom_name == "bool" {
+            return Ok(Dtype::Bool);
+        }
+        return Err(Error::Type(format!("unsupported type :{atom_name}")));
+    }
+    if let Ok((kind, bits)) = term.decode::<(Atom, u32)>() {
+        let kind = kind
+            .to_term(term.get_env())
+            .atom_to_string()
+            .unwrap_or_default();
+        return dtype::from_name(&kind, bits);
+    }
+    Err(Error::arg(
+        name,
+        format!(
+            "expected a type such as {{:f, 32}} or :bool, got: {}",
+            show(term)
+        ),
+    ))
+}
+
+/// A shape argument: a tuple (or list) of non-negative integers.
+pub fn decode_shape(name: &'static str, term: Term) -> Result<Vec<i32>, Error> {
+    let dims: Vec<Term> = if let Ok(tuple) = get_tuple(term) {
+        tuple
+    } else if let Ok(list) = term.decode::<Vec<Term>>() {
+        list
+    } else {
+        return Err(Error::arg(
+            name,
+            format!("expected a tuple of dimensions, got: {}", show(term)),
+        ));
+    };
+    let dims = dims
+        .iter()
+        .enumerate()
+        .map(|(axis, d)| {
+            d.decode::<i64>().map_err(|_| {
+                Error::arg(
+                    name,
+                    format!("dimension {axis} is not an integer: {}", show(*d)),
+                )
+            })
+        })
+        .collect::<Result<Vec<i64>, Error>>()?;
+    ex_mlx_core::host::check_shape(name, &dims)
+}
+
+/// A device argument: `:cpu` or `:gpu`.
+pub fn decode_device(name: &'static str, term: Term) -> Result<Device, Error> {
+    term.decode::<Atom>()
+        .ok()
+        .and_then(|a| a.to_term(term.get_env()).atom_to_string().ok())
+        .and_then(|n| Device::from_name(&n))
+        .ok_or_else(|| {
+            Error::arg(
+                name,
+                format!("expected a device, :cpu or :gpu, got: {}", show(term)),
+            )
+        })
+}
+
+/// A tensor argument (the resource inside an `%ExMLX.Tensor{}`).
+pub fn decode_tensor(name: &'static str, term: Term) -> Result<TensorRef, Error> {
+    term.decode().map_err(|_| {
+        Error::arg(
+            name,
+            format!("expected a tensor reference, got: {}", show(term)),
+        )
+    })
+}
+
+// -----------------------------------------------------------------------------
+// Encoding results
+// -----------------------------------------------------------------------------
+
+/// An error as Elixir receives it: `{kind, message}`.
+pub struct ErrorTerm(pub Error);
+
+impl Encoder for ErrorTerm {
+    fn encode<'a>(&self, env: Env<'a>) -> Term<'a> {
+        let kind = Atom::from_str(env, self.0.kind())
+            .map(|a| a.encode(env))
+            .unwrap_or_else(|_| "internal".encode(env));
+        (kind, self.0.to_string()).encode(env)
+    }
+}
+
+/// A dtype as Elixir names it: `{:f, 32}` or `:bool`.
+pub struct TypeTerm(pub Dtype);
+
+impl Encoder for TypeTerm {
+    fn encode<'a>(&self, env: Env<'a>) -> Term<'a> {
+        let (kind, bits) = dtype::name(self.0);
+        match Atom::from_str(env, kind) {
+            Ok(atom) if kind == "bool" => atom.encode(env),
+            Ok(atom) => (atom, bits).encode(env),
+            Err(_) => rustler::types::atom::error().encode(env),
+        }
+    }
+}
+
+/// A device as Elixir names it: `:cpu` or `:gpu`.
+pub struct DeviceTerm(pub Device);
+
+impl Encoder for DeviceTerm {
+    fn encode<'a>(&self, env: Env<'a>) -> Term<'a> {
+        match Atom::from_str(env, self.0.name()) {
+            Ok(atom) => atom.encode(env),
+            Err(_) => rustler::types::atom::error().encode(env),
+        }
+    }
+}
+
+/// A shape as a tuple of integers.
+pub fn shape_term<'a>(env: Env<'a>, shape: &[i64]) -> Term<'a> {
+    let dims: Vec<Term> = shape.iter().map(|d| d.encode(env)).collect();
+    make_tuple(env, &dims)
+}
