@@ -142,8 +142,183 @@ defmodule ExMLX do
   end
 
   # ---------------------------------------------------------------------------
+  # Creation and conversion
+  # ---------------------------------------------------------------------------
+
+  @doc """
+  A tensor of `shape` filled with `value`: an integer, a float, `:nan`,
+  `:infinity`, `:neg_infinity`, or `{re, im}` for `{:c, 64}`.
+
+  Options: `:device`.
+
+      iex> ExMLX.full(7, {:s, 16}, {2}) |> ExMLX.to_binary()
+      <<7::16-little, 7::16-little>>
+
+  An integer that does not fit the type is an error, not a wrap-around:
+
+      iex> ExMLX.full(300, {:u, 8}, {1})
+      ** (ExMLX.Error) value: 300 does not fit in {:u, 8}
+  """
+  @spec full(number() | atom() | {number(), number()}, type(), shape(), keyword()) :: Tensor.t()
+  def full(value, type, shape, opts \\ []) do
+    device = Keyword.get(opts, :device, default_device())
+    Call.run(&Native.full(&1, value, type, shape, device)) |> Tensor.wrap()
+  end
+
+  @doc """
+  Counts `0, 1, 2, ...` along `:axis` of `shape`, or over the whole tensor
+  row-major when no axis is given (Nx's `iota`).
+
+  Options: `:axis`, `:device`.
+
+      iex> ExMLX.iota({:s, 32}, {2, 2}) |> ExMLX.to_list()
+      [0, 1, 2, 3]
+      iex> ExMLX.iota({:s, 32}, {2, 2}, axis: 0) |> ExMLX.to_list()
+      [0, 0, 1, 1]
+  """
+  @spec iota(type(), shape(), keyword()) :: Tensor.t()
+  def iota(type, shape, opts \\ []) do
+    device = Keyword.get(opts, :device, default_device())
+    Call.run(&Native.iota(&1, type, shape, opts[:axis], device)) |> Tensor.wrap()
+  end
+
+  @doc """
+  An `n × m` matrix with ones on the diagonal (`m` defaults to `n`).
+
+      iex> ExMLX.eye(2, {:u, 8}) |> ExMLX.to_binary()
+      <<1, 0, 0, 1>>
+  """
+  @spec eye(non_neg_integer(), type(), keyword()) :: Tensor.t()
+  def eye(n, type, opts \\ []) do
+    device = Keyword.get(opts, :device, default_device())
+    m = Keyword.get(opts, :m, n)
+    Call.run(&Native.eye(&1, n, m, type, device)) |> Tensor.wrap()
+  end
+
+  @doc """
+  Converts the elements to `type` (floats to integers truncate toward zero).
+
+      iex> ExMLX.full(2.75, {:f, 32}, {}) |> ExMLX.as_type({:s, 32}) |> ExMLX.item()
+      2
+  """
+  @spec as_type(Tensor.t(), type()) :: Tensor.t()
+  def as_type(%Tensor{ref: ref}, type),
+    do: Call.run(&Native.as_type(&1, ref, type)) |> Tensor.wrap()
+
+  @doc """
+  Reinterprets the bytes of each element as `type`, which must have the same size.
+
+      iex> ExMLX.full(1.0, {:f, 32}, {}) |> ExMLX.bitcast({:u, 32}) |> ExMLX.item()
+      0x3F800000
+  """
+  @spec bitcast(Tensor.t(), type()) :: Tensor.t()
+  def bitcast(%Tensor{ref: ref}, type),
+    do: Call.run(&Native.bitcast(&1, ref, type)) |> Tensor.wrap()
+
+  @doc """
+  The only element of the tensor as an Elixir number, read with the tensor's
+  own type from a contiguous copy (never misread from a view).
+
+  Floats come back as floats or `:nan`, `:infinity`, `:neg_infinity`;
+  complex numbers as `{re, im}`; `:bool` as `true`/`false`.
+
+      iex> ExMLX.iota({:s, 64}, {1000}) |> ExMLX.slice([951], [952]) |> ExMLX.squeeze() |> ExMLX.item()
+      951
+      iex> ExMLX.full(:nan, {:bf, 16}, {}) |> ExMLX.item()
+      :nan
+  """
+  @spec item(Tensor.t()) ::
+          number() | boolean() | :nan | :infinity | :neg_infinity | {term(), term()}
+  def item(%Tensor{ref: ref}), do: Call.run(&Native.item(&1, ref))
+
+  @doc """
+  The elements as a flat list of numbers (row-major), decoded from
+  `to_binary/1` with the tensor's type.
+
+      iex> ExMLX.full(1.5, {:f, 16}, {3}) |> ExMLX.to_list()
+      [1.5, 1.5, 1.5]
+  """
+  @spec to_list(Tensor.t()) :: list()
+  def to_list(%Tensor{type: type} = tensor), do: tensor |> to_binary() |> decode_list(type)
+
+  defp decode_list(bin, :bool), do: for(<<x::8 <- bin>>, do: x == 1)
+  defp decode_list(bin, {:u, n}), do: for(<<x::size(n)-unsigned-little <- bin>>, do: x)
+  defp decode_list(bin, {:s, n}), do: for(<<x::size(n)-signed-little <- bin>>, do: x)
+  # bf16 is the top half of an f32: little-endian <<lo, hi>> is the f32 <<0, 0, lo, hi>>.
+  defp decode_list(bin, {:bf, 16}),
+    do: for(<<x::16-bits <- bin>>, do: read_float(<<0::16, x::bits>>))
+
+  defp decode_list(bin, {:f, n}), do: for(<<x::size(n)-bits <- bin>>, do: read_float(x))
+
+  defp decode_list(bin, {:c, 64}),
+    do: for(<<re::32-bits, im::32-bits <- bin>>, do: {read_float(re), read_float(im)})
+
+  # A little-endian IEEE float; NaN and the infinities (which Erlang floats
+  # cannot hold) become the atoms Nx uses.
+  defp read_float(bits) do
+    size = bit_size(bits)
+
+    case bits do
+      <<x::size(size)-float-little>> ->
+        x
+
+      _ ->
+        <<int::size(size)-little>> = bits
+        {exp_bits, mant_bits} = %{16 => {5, 10}, 32 => {8, 23}, 64 => {11, 52}}[size]
+        <<sign::1, _exp::size(exp_bits), mant::size(mant_bits)>> = <<int::size(size)>>
+
+        cond do
+          mant != 0 -> :nan
+          sign == 0 -> :infinity
+          true -> :neg_infinity
+        end
+    end
+  end
+
+  # ---------------------------------------------------------------------------
   # Element-wise
   # ---------------------------------------------------------------------------
+
+  @unary ~w(abs negate sign floor ceil round sqrt rsqrt exp expm1 log log1p log2 log10
+            sin cos tan asin acos atan sinh cosh tanh asinh acosh atanh erf erf_inv
+            sigmoid square reciprocal logical_not is_nan is_infinity is_finite real imag
+            conjugate degrees radians)a
+
+  @binary ~w(subtract multiply divide pow remainder quotient atan2 min max equal not_equal
+             less less_equal greater greater_equal logical_and logical_or logical_xor
+             logaddexp)a
+
+  @doc "The element-wise unary operations, each a function of this module."
+  def unary_ops, do: @unary
+
+  @doc "The element-wise binary operations (besides `add/2`), each a function of this module."
+  def binary_ops, do: @binary
+
+  for op <- @unary do
+    @doc """
+    Element-wise `#{op}`. Lazy: computed by `eval/1` or when read.
+
+        iex> ExMLX.full(0.5, {:f, 32}, {2}) |> ExMLX.#{op}() |> ExMLX.shape()
+        {2}
+    """
+    @spec unquote(op)(Tensor.t()) :: Tensor.t()
+    def unquote(op)(%Tensor{ref: ref}),
+      do: Call.run(&Native.unary(&1, unquote(op), ref)) |> Tensor.wrap()
+  end
+
+  for op <- @binary do
+    @doc """
+    Element-wise `#{op}` with broadcasting and MLX's type promotion
+    (comparisons and logical operations give `:bool`).
+
+        iex> a = ExMLX.full(3, {:s, 32}, {2})
+        iex> ExMLX.#{op}(a, ExMLX.full(2, {:s, 32}, {})) |> ExMLX.shape()
+        {2}
+    """
+    @spec unquote(op)(Tensor.t(), Tensor.t()) :: Tensor.t()
+    def unquote(op)(%Tensor{ref: a}, %Tensor{ref: b}),
+      do: Call.run(&Native.binary(&1, unquote(op), a, b)) |> Tensor.wrap()
+  end
 
   @doc """
   `a + b`, element-wise, with broadcasting; the result type is MLX's promotion
@@ -156,4 +331,212 @@ defmodule ExMLX do
   @spec add(Tensor.t(), Tensor.t()) :: Tensor.t()
   def add(%Tensor{ref: a}, %Tensor{ref: b}),
     do: Call.run(&Native.add(&1, a, b)) |> Tensor.wrap()
+
+  # ---------------------------------------------------------------------------
+  # Reductions
+  # ---------------------------------------------------------------------------
+
+  # min/2 and max/2 are element-wise, so their reductions are reduce_min/2, reduce_max/2.
+  for {name, op} <- [
+        sum: :sum,
+        product: :product,
+        reduce_min: :min,
+        reduce_max: :max,
+        all: :all,
+        any: :any,
+        mean: :mean
+      ] do
+    @doc """
+    `#{op}` over `:axes` (all axes by default); `keep_dims: true` keeps the
+    reduced axes with size 1.
+
+        iex> ExMLX.iota({:s, 32}, {2, 3}) |> ExMLX.#{name}(axes: [1]) |> ExMLX.shape()
+        {2}
+    """
+    @spec unquote(name)(Tensor.t(), keyword()) :: Tensor.t()
+    def unquote(name)(%Tensor{ref: ref}, opts \\ []) do
+      axes = Keyword.get(opts, :axes)
+      keep = Keyword.get(opts, :keep_dims, false)
+      Call.run(&Native.reduce(&1, unquote(op), ref, axes, keep)) |> Tensor.wrap()
+    end
+  end
+
+  @doc """
+  Index of the largest element along `:axis` (of the flattened tensor by
+  default); ties go to the lowest index.
+
+      iex> ExMLX.from_binary(<<1, 9, 9, 2>>, {:u, 8}, {4}) |> ExMLX.argmax() |> ExMLX.item()
+      1
+  """
+  @spec argmax(Tensor.t(), keyword()) :: Tensor.t()
+  def argmax(%Tensor{} = t, opts \\ []), do: arg_reduce(:argmax, t, opts)
+
+  @doc """
+  Index of the smallest element along `:axis` (of the flattened tensor by
+  default); ties go to the lowest index.
+
+      iex> ExMLX.from_binary(<<5, 1, 1, 2>>, {:u, 8}, {4}) |> ExMLX.argmin() |> ExMLX.item()
+      1
+  """
+  @spec argmin(Tensor.t(), keyword()) :: Tensor.t()
+  def argmin(%Tensor{} = t, opts \\ []), do: arg_reduce(:argmin, t, opts)
+
+  defp arg_reduce(op, %Tensor{ref: ref}, opts) do
+    axis = Keyword.get(opts, :axis)
+    keep = Keyword.get(opts, :keep_dims, false)
+    Call.run(&Native.arg_reduce(&1, op, ref, axis, keep)) |> Tensor.wrap()
+  end
+
+  # ---------------------------------------------------------------------------
+  # Shape
+  # ---------------------------------------------------------------------------
+
+  @doc """
+  The same elements in a new shape with as many elements.
+
+      iex> ExMLX.iota({:u, 8}, {6}) |> ExMLX.reshape({2, 3}) |> ExMLX.shape()
+      {2, 3}
+  """
+  @spec reshape(Tensor.t(), shape()) :: Tensor.t()
+  def reshape(%Tensor{ref: ref}, shape),
+    do: Call.run(&Native.reshape(&1, ref, shape)) |> Tensor.wrap()
+
+  @doc """
+  Permutes the axes (reverses them by default).
+
+      iex> ExMLX.iota({:u, 8}, {2, 3}) |> ExMLX.transpose() |> ExMLX.to_list()
+      [0, 3, 1, 4, 2, 5]
+  """
+  @spec transpose(Tensor.t(), [integer()] | nil) :: Tensor.t()
+  def transpose(%Tensor{ref: ref, shape: shape}, axes \\ nil) do
+    axes = axes || Enum.reverse(Enum.to_list(0..(tuple_size(shape) - 1)//1))
+    Call.run(&Native.transpose(&1, ref, axes)) |> Tensor.wrap()
+  end
+
+  @doc """
+  Broadcasts to `shape` (NumPy rules: trailing axes match or are 1).
+
+      iex> ExMLX.full(1, {:u, 8}, {3}) |> ExMLX.broadcast_to({2, 3}) |> ExMLX.to_list()
+      [1, 1, 1, 1, 1, 1]
+  """
+  @spec broadcast_to(Tensor.t(), shape()) :: Tensor.t()
+  def broadcast_to(%Tensor{ref: ref}, shape),
+    do: Call.run(&Native.broadcast_to(&1, ref, shape)) |> Tensor.wrap()
+
+  @doc """
+  Removes size-1 axes (all of them, or those in `axes`).
+
+      iex> ExMLX.full(1, {:u, 8}, {1, 3, 1}) |> ExMLX.squeeze() |> ExMLX.shape()
+      {3}
+  """
+  @spec squeeze(Tensor.t(), [integer()] | nil) :: Tensor.t()
+  def squeeze(%Tensor{ref: ref}, axes \\ nil),
+    do: Call.run(&Native.squeeze(&1, ref, axes)) |> Tensor.wrap()
+
+  @doc """
+  Inserts size-1 axes at `axes` (positions in the result).
+
+      iex> ExMLX.full(1, {:u, 8}, {3}) |> ExMLX.expand_dims([0, 2]) |> ExMLX.shape()
+      {1, 3, 1}
+  """
+  @spec expand_dims(Tensor.t(), [integer()]) :: Tensor.t()
+  def expand_dims(%Tensor{ref: ref}, axes),
+    do: Call.run(&Native.expand_dims(&1, ref, axes)) |> Tensor.wrap()
+
+  @doc """
+  Reverses the elements along `axes`.
+
+      iex> ExMLX.iota({:u, 8}, {3}) |> ExMLX.flip([0]) |> ExMLX.to_list()
+      [2, 1, 0]
+  """
+  @spec flip(Tensor.t(), [integer()]) :: Tensor.t()
+  def flip(%Tensor{ref: ref}, axes), do: Call.run(&Native.flip(&1, ref, axes)) |> Tensor.wrap()
+
+  @doc """
+  Elements `starts[i]..stops[i]-1` of each axis, every `strides[i]`-th
+  (default 1): a view into the tensor.
+
+      iex> ExMLX.iota({:u, 8}, {10}) |> ExMLX.slice([1], [8], [3]) |> ExMLX.to_list()
+      [1, 4, 7]
+  """
+  @spec slice(Tensor.t(), [integer()], [integer()], [integer()] | nil) :: Tensor.t()
+  def slice(%Tensor{ref: ref}, starts, stops, strides \\ nil) do
+    strides = strides || List.duplicate(1, length(starts))
+    Call.run(&Native.slice(&1, ref, starts, stops, strides)) |> Tensor.wrap()
+  end
+
+  @doc """
+  Joins tensors along an existing axis.
+
+      iex> a = ExMLX.iota({:u, 8}, {2})
+      iex> ExMLX.concatenate([a, a], 0) |> ExMLX.to_list()
+      [0, 1, 0, 1]
+  """
+  @spec concatenate([Tensor.t()], integer()) :: Tensor.t()
+  def concatenate(tensors, axis \\ 0) do
+    refs = Enum.map(tensors, fn %Tensor{ref: ref} -> ref end)
+    Call.run(&Native.concatenate(&1, refs, axis)) |> Tensor.wrap()
+  end
+
+  @doc """
+  Joins tensors of one shape along a new axis.
+
+      iex> a = ExMLX.iota({:u, 8}, {2})
+      iex> ExMLX.stack([a, a], 1) |> ExMLX.shape()
+      {2, 2}
+  """
+  @spec stack([Tensor.t()], integer()) :: Tensor.t()
+  def stack(tensors, axis \\ 0) do
+    refs = Enum.map(tensors, fn %Tensor{ref: ref} -> ref end)
+    Call.run(&Native.stack(&1, refs, axis)) |> Tensor.wrap()
+  end
+
+  @doc """
+  `on_true` where `pred` is non-zero, else `on_false` (broadcasting all three).
+
+      iex> pred = ExMLX.from_binary(<<1, 0>>, {:u, 8}, {2})
+      iex> ExMLX.select(pred, ExMLX.full(1, {:s, 8}, {2}), ExMLX.full(-1, {:s, 8}, {2})) |> ExMLX.to_list()
+      [1, -1]
+  """
+  @spec select(Tensor.t(), Tensor.t(), Tensor.t()) :: Tensor.t()
+  def select(%Tensor{ref: p}, %Tensor{ref: t}, %Tensor{ref: f}),
+    do: Call.run(&Native.select(&1, p, t, f)) |> Tensor.wrap()
+
+  @doc """
+  Clamps every element into `[min, max]`.
+
+      iex> t = ExMLX.iota({:s, 32}, {5})
+      iex> ExMLX.clip(t, ExMLX.full(1, {:s, 32}, {}), ExMLX.full(3, {:s, 32}, {})) |> ExMLX.to_list()
+      [1, 1, 2, 3, 3]
+  """
+  @spec clip(Tensor.t(), Tensor.t(), Tensor.t()) :: Tensor.t()
+  def clip(%Tensor{ref: t}, %Tensor{ref: min}, %Tensor{ref: max}),
+    do: Call.run(&Native.clip(&1, t, min, max)) |> Tensor.wrap()
+
+  @doc """
+  Pads each axis with `{low, high}` copies of `value` (a rank-0 tensor);
+  negative amounts remove elements.
+
+      iex> t = ExMLX.iota({:u, 8}, {3})
+      iex> ExMLX.pad(t, [{1, -1}], ExMLX.full(9, {:u, 8}, {})) |> ExMLX.to_list()
+      [9, 0, 1]
+  """
+  @spec pad(Tensor.t(), [{integer(), integer()}], Tensor.t()) :: Tensor.t()
+  def pad(%Tensor{ref: ref}, widths, %Tensor{ref: value}),
+    do: Call.run(&Native.pad(&1, ref, widths, value)) |> Tensor.wrap()
+
+  # ---------------------------------------------------------------------------
+  # Linear algebra
+  # ---------------------------------------------------------------------------
+
+  @doc """
+  Matrix product (NumPy semantics: batched over leading axes).
+
+      iex> a = ExMLX.from_binary(<<1, 2, 3, 4>>, {:u, 8}, {2, 2})
+      iex> ExMLX.matmul(a, ExMLX.eye(2, {:u, 8})) |> ExMLX.to_list()
+      [1, 2, 3, 4]
+  """
+  @spec matmul(Tensor.t(), Tensor.t()) :: Tensor.t()
+  def matmul(%Tensor{ref: a}, %Tensor{ref: b}),
+    do: Call.run(&Native.matmul(&1, a, b)) |> Tensor.wrap()
 end

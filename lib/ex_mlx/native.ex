@@ -56,6 +56,37 @@ defmodule ExMLX.Native do
   # Evaluation
   def eval(_tag, _tensor), do: not_loaded()
 
+  # Creation and conversion
+  def full(_tag, _value, _type, _shape, _device), do: not_loaded()
+  def iota(_tag, _type, _shape, _axis, _device), do: not_loaded()
+  def eye(_tag, _n, _m, _type, _device), do: not_loaded()
+  def as_type(_tag, _tensor, _type), do: not_loaded()
+  def bitcast(_tag, _tensor, _type), do: not_loaded()
+  def item(_tag, _tensor), do: not_loaded()
+
   # Element-wise
   def add(_tag, _a, _b), do: not_loaded()
+  def unary(_tag, _op, _tensor), do: not_loaded()
+  def binary(_tag, _op, _a, _b), do: not_loaded()
+
+  # Reductions
+  def reduce(_tag, _op, _tensor, _axes, _keep_dims), do: not_loaded()
+  def arg_reduce(_tag, _op, _tensor, _axis, _keep_dims), do: not_loaded()
+
+  # Shape
+  def reshape(_tag, _tensor, _shape), do: not_loaded()
+  def transpose(_tag, _tensor, _axes), do: not_loaded()
+  def broadcast_to(_tag, _tensor, _shape), do: not_loaded()
+  def squeeze(_tag, _tensor, _axes), do: not_loaded()
+  def expand_dims(_tag, _tensor, _axes), do: not_loaded()
+  def flip(_tag, _tensor, _axes), do: not_loaded()
+  def concatenate(_tag, _tensors, _axis), do: not_loaded()
+  def stack(_tag, _tensors, _axis), do: not_loaded()
+  def select(_tag, _pred, _on_true, _on_false), do: not_loaded()
+  def clip(_tag, _tensor, _min, _max), do: not_loaded()
+  def pad(_tag, _tensor, _widths, _value), do: not_loaded()
+  def slice(_tag, _tensor, _starts, _stops, _strides), do: not_loaded()
+
+  # Linear algebra
+  def matmul(_tag, _a, _b), do: not_loaded()
 end

@@ -173,3 +173,159 @@ pub fn shape_term<'a>(env: Env<'a>, shape: &[i64]) -> Term<'a> {
     let dims: Vec<Term> = shape.iter().map(|d| d.encode(env)).collect();
     make_tuple(env, &dims)
 }
+
+/// An atom argument naming an operation, as a string.
+pub fn decode_op(term: Term) -> Result<String, Error> {
+    term.decode::<Atom>()
+        .ok()
+        .and_then(|a| a.to_term(term.get_env()).atom_to_string().ok())
+        .ok_or_else(|| Error::arg("op", format!("expected an atom, got: {}", show(term))))
+}
+
+/// A boolean argument.
+pub fn decode_bool(name: &'static str, term: Term) -> Result<bool, Error> {
+    term.decode::<bool>()
+        .map_err(|_| Error::arg(name, format!("expected true or false, got: {}", show(term))))
+}
+
+/// An integer argument.
+pub fn decode_int(name: &'static str, term: Term) -> Result<i64, Error> {
+    term.decode::<i64>()
+        .map_err(|_| Error::arg(name, format!("expected an integer, got: {}", show(term))))
+}
+
+/// An integer, or `nil` for "none".
+pub fn decode_opt_int(name: &'static str, term: Term) -> Result<Option<i64>, Error> {
+    if is_nil(term) {
+        Ok(None)
+    } else {
+        decode_int(name, term).map(Some)
+    }
+}
+
+/// A list (or tuple) of integers such as axes.
+pub fn decode_ints(name: &'static str, term: Term) -> Result<Vec<i64>, Error> {
+    let items: Vec<Term> = if let Ok(tuple) = get_tuple(term) {
+        tuple
+    } else {
+        term.decode::<Vec<Term>>().map_err(|_| {
+            Error::arg(
+                name,
+                format!("expected a list of integers, got: {}", show(term)),
+            )
+        })?
+    };
+    items
+        .iter()
+        .map(|t| {
+            t.decode::<i64>().map_err(|_| {
+                Error::arg(
+                    name,
+                    format!("expected a list of integers, got: {}", show(term)),
+                )
+            })
+        })
+        .collect()
+}
+
+/// A list of integers, or `nil` for "all".
+pub fn decode_opt_ints(name: &'static str, term: Term) -> Result<Option<Vec<i64>>, Error> {
+    if is_nil(term) {
+        Ok(None)
+    } else {
+        decode_ints(name, term).map(Some)
+    }
+}
+
+/// A list of tensors.
+pub fn decode_tensors(name: &'static str, term: Term) -> Result<Vec<TensorRef>, Error> {
+    let items = term.decode::<Vec<Term>>().map_err(|_| {
+        Error::arg(
+            name,
+            format!("expected a list of tensors, got: {}", show(term)),
+        )
+    })?;
+    items.into_iter().map(|t| decode_tensor(name, t)).collect()
+}
+
+fn is_nil(term: Term) -> bool {
+    term.decode::<Atom>()
+        .is_ok_and(|a| a == rustler::types::atom::nil())
+}
+
+/// A number: an integer, a float, `:nan`, `:infinity`, `:neg_infinity`, or `{re, im}`.
+pub fn decode_scalar(
+    name: &'static str,
+    term: Term,
+) -> Result<ex_mlx_core::ops::creation::Scalar, Error> {
+    use ex_mlx_core::ops::creation::Scalar;
+    fn real(term: Term) -> Option<f64> {
+        if let Ok(f) = term.decode::<f64>() {
+            return Some(f);
+        }
+        if let Ok(i) = term.decode::<i64>() {
+            return Some(i as f64);
+        }
+        match term.atom_to_string().ok()?.as_str() {
+            "nan" => Some(f64::NAN),
+            "infinity" => Some(f64::INFINITY),
+            "neg_infinity" => Some(f64::NEG_INFINITY),
+            _ => None,
+        }
+    }
+    if let Ok(i) = term.decode::<i64>() {
+        return Ok(Scalar::Int(i as i128));
+    }
+    if let Ok(u) = term.decode::<u64>() {
+        return Ok(Scalar::Int(u as i128));
+    }
+    if let Some(f) = real(term) {
+        return Ok(Scalar::Float(f));
+    }
+    if let Ok((re, im)) = term.decode::<(Term, Term)>() {
+        if let (Some(re), Some(im)) = (real(re), real(im)) {
+            return Ok(Scalar::Complex(re, im));
+        }
+    }
+    Err(Error::arg(
+        name,
+        format!(
+            "expected a number, :nan, :infinity, :neg_infinity or {{re, im}}, got: {}",
+            show(term)
+        ),
+    ))
+}
+
+/// A number as Elixir reads it back: integers, floats, and the atoms Nx uses
+/// for NaN and the infinities; `{re, im}` for complex; booleans for `:bool`.
+pub struct NumberTerm(pub ex_mlx_core::item::Number);
+
+fn float_term<'a>(env: Env<'a>, f: f64) -> Term<'a> {
+    let atom = |name: &str| {
+        Atom::from_str(env, name)
+            .map(|a| a.encode(env))
+            .unwrap_or_else(|_| f.encode(env))
+    };
+    if f.is_nan() {
+        atom("nan")
+    } else if f == f64::INFINITY {
+        atom("infinity")
+    } else if f == f64::NEG_INFINITY {
+        atom("neg_infinity")
+    } else {
+        f.encode(env)
+    }
+}
+
+impl Encoder for NumberTerm {
+    fn encode<'a>(&self, env: Env<'a>) -> Term<'a> {
+        use ex_mlx_core::item::Number;
+        match self.0 {
+            Number::Bool(b) => b.encode(env),
+            Number::Int(i) => i.encode(env),
+            Number::UInt(u) => u.encode(env),
+            Number::Float(f) => float_term(env, f),
+            Number::Complex(re, im) => (float_term(env, re), float_term(env, im)).encode(env),
+        }
+    }
+}

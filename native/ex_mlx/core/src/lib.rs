@@ -8,6 +8,8 @@ pub mod device;
 pub mod dtype;
 pub mod error;
 pub mod host;
+pub mod item;
+pub mod ops;
 pub mod worker;
 
 pub use error::{Error, Result};

@@ -1,4 +1,10 @@
-//! NIFs for MLX operations, grouped by family.
+//! NIFs for MLX operations, grouped by family. Each decodes and checks its
+//! arguments on the calling scheduler (cheap), then queues the MLX work on the
+//! device's worker (see `reply`).
 
+pub mod creation;
 pub mod elementwise;
 pub mod eval;
+pub mod linalg;
+pub mod reduce;
+pub mod shape;

@@ -1,0 +1,56 @@
+//! MLX operations, one small function per op, grouped by family. Arguments are
+//! checked here, before MLX sees them, so errors name the argument.
+
+pub mod convert;
+pub mod creation;
+pub mod elementwise;
+pub mod linalg;
+pub mod reduce;
+pub mod shape;
+
+use crate::error::{Error, Result};
+
+/// Normalises `axis` (negative counts from the end) for an array of rank `rank`.
+pub fn check_axis(name: &'static str, axis: i64, rank: usize) -> Result<i32> {
+    let r = rank as i64;
+    let normal = if axis < 0 { axis + r } else { axis };
+    if (0..r).contains(&normal) {
+        Ok(normal as i32)
+    } else {
+        Err(Error::arg(
+            name,
+            format!("axis {axis} is out of range for a tensor of rank {rank}"),
+        ))
+    }
+}
+
+/// Normalises a list of distinct axes.
+pub fn check_axes(name: &'static str, axes: &[i64], rank: usize) -> Result<Vec<i32>> {
+    let mut seen = vec![false; rank];
+    axes.iter()
+        .map(|&a| {
+            let n = check_axis(name, a, rank)?;
+            if std::mem::replace(&mut seen[n as usize], true) {
+                return Err(Error::arg(name, format!("axis {a} appears twice")));
+            }
+            Ok(n)
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn axes_are_normalised_and_checked() {
+        assert_eq!(check_axis("axis", -1, 3).unwrap(), 2);
+        assert_eq!(check_axis("axis", 0, 1).unwrap(), 0);
+        assert!(check_axis("axis", 3, 3).is_err());
+        assert!(check_axis("axis", -4, 3).is_err());
+        assert!(check_axis("axis", 0, 0).is_err());
+        assert_eq!(check_axes("axes", &[0, -1], 3).unwrap(), vec![0, 2]);
+        let e = check_axes("axes", &[1, -2], 3).unwrap_err();
+        assert_eq!(e.to_string(), "axes: axis -2 appears twice");
+    }
+}

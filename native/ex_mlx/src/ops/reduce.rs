@@ -1,0 +1,54 @@
+//! Reductions: `reduce(tag, op, t, axes | nil, keep_dims)` and
+//! `arg_reduce(tag, op, t, axis | nil, keep_dims)`.
+
+use ex_mlx_core::error::Result;
+use ex_mlx_core::ops::reduce;
+use rustler::{Atom, Env, NifResult, Term};
+
+use crate::reply::{queued, submit};
+use crate::tensor::NewTensor;
+use crate::term::{decode_bool, decode_op, decode_opt_int, decode_opt_ints, decode_tensor};
+
+#[rustler::nif]
+fn reduce<'a>(
+    env: Env<'a>,
+    tag: Term<'a>,
+    op: Term<'a>,
+    t: Term<'a>,
+    axes: Term<'a>,
+    keep_dims: Term<'a>,
+) -> NifResult<Atom> {
+    queued((|| -> Result<()> {
+        let op = decode_op(op)?;
+        let t = decode_tensor("tensor", t)?;
+        let axes = decode_opt_ints("axes", axes)?;
+        let keep_dims = decode_bool("keep_dims", keep_dims)?;
+        let device = t.device;
+        submit(env, tag, device, move || {
+            let out = reduce::reduce(&op, &t.array(), axes.as_deref(), keep_dims)?;
+            Ok(NewTensor::new(out, device))
+        })
+    })())
+}
+
+#[rustler::nif]
+fn arg_reduce<'a>(
+    env: Env<'a>,
+    tag: Term<'a>,
+    op: Term<'a>,
+    t: Term<'a>,
+    axis: Term<'a>,
+    keep_dims: Term<'a>,
+) -> NifResult<Atom> {
+    queued((|| -> Result<()> {
+        let op = decode_op(op)?;
+        let t = decode_tensor("tensor", t)?;
+        let axis = decode_opt_int("axis", axis)?;
+        let keep_dims = decode_bool("keep_dims", keep_dims)?;
+        let device = t.device;
+        submit(env, tag, device, move || {
+            let out = reduce::arg_reduce(&op, &t.array(), axis, keep_dims)?;
+            Ok(NewTensor::new(out, device))
+        })
+    })())
+}
