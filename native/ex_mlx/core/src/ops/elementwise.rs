@@ -50,6 +50,9 @@ pub const UNARY: &[&str] = &[
 
 /// `op(a)` element-wise.
 pub fn unary(op: &str, a: &Array) -> Result<Array> {
+    if super::precise::needs_host(op, a.dtype()) {
+        return super::precise::unary(op, a);
+    }
     let out = match op {
         "abs" => ops::abs(a),
         "negate" => ops::negative(a),
@@ -96,6 +99,16 @@ pub fn unary(op: &str, a: &Array) -> Result<Array> {
     Ok(out?)
 }
 
+/// The remainder with the dividend's sign (Elixir's `rem/2`, C's `fmod`),
+/// which pairs with `quotient` truncating toward zero. MLX's own remainder
+/// takes the divisor's sign (Python's `%`); on non-negative operands the two
+/// agree, so: sign(a) · (|a| mod |b|).
+fn remainder(a: &Array, b: &Array) -> mlx_rs::error::Result<Array> {
+    let r = ops::remainder(ops::abs(a)?, ops::abs(b)?)?;
+    let negative = ops::lt(a, Array::from_int(0))?;
+    ops::select(&negative, ops::negative(&r)?, &r)
+}
+
 fn conjugate(a: &Array) -> mlx_rs::error::Result<Array> {
     if a.dtype() != Dtype::Complex64 {
         return Ok(a.clone());
@@ -133,13 +146,23 @@ pub const BINARY: &[&str] = &[
 
 /// `a op b` element-wise, with broadcasting and MLX's type promotion.
 pub fn binary(op: &str, a: &Array, b: &Array) -> Result<Array> {
+    if op == "logaddexp" {
+        let both = ops::add(
+            Array::from_int(0).as_dtype(a.dtype())?,
+            Array::from_int(0).as_dtype(b.dtype())?,
+        )?
+        .dtype();
+        if super::precise::needs_host(op, both) {
+            return super::precise::logaddexp(&a.as_dtype(both)?, &b.as_dtype(both)?);
+        }
+    }
     let out = match op {
         "add" => ops::add(a, b),
         "subtract" => ops::subtract(a, b),
         "multiply" => ops::multiply(a, b),
         "divide" => ops::divide(a, b),
         "pow" => ops::power(a, b),
-        "remainder" => ops::remainder(a, b),
+        "remainder" => remainder(a, b),
         "quotient" => ops::floor_divide(a, b),
         "atan2" => ops::atan2(a, b),
         "min" => ops::minimum(a, b),

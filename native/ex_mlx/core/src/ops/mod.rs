@@ -5,6 +5,7 @@ pub mod convert;
 pub mod creation;
 pub mod elementwise;
 pub mod linalg;
+pub mod precise;
 pub mod reduce;
 pub mod shape;
 

@@ -1,0 +1,195 @@
+//! f64 element-wise functions computed on the host.
+//!
+//! MLX 0.32's CPU backend evaluates `exp`, `sin`, `cos`, `erf`, `erfinv`,
+//! `sigmoid` and `logaddexp` on float64 arrays with float32-accurate
+//! approximations (measured here: `exp(0.1)` came back as 1.1051709651947021,
+//! the true value being 1.1051709180756477). ExMLX never narrows f64 silently,
+//! so for f64 these run here instead, element by element, with libm (a port
+//! of musl's libm, accurate to about one ulp). This evaluates the input: the
+//! result is a fresh array, not part of a lazy graph.
+
+use mlx_rs::{Array, Dtype};
+
+use crate::error::{Error, Result};
+use crate::host::{array_from_bytes, HostBuffer};
+
+/// The unary ops that need the host path for f64.
+pub const UNARY_F64: &[&str] = &["exp", "sin", "cos", "erf", "erf_inv", "sigmoid"];
+
+/// Whether `op` on `dtype` must use this module.
+pub fn needs_host(op: &str, dtype: Dtype) -> bool {
+    dtype == Dtype::Float64 && (UNARY_F64.contains(&op) || op == "logaddexp")
+}
+
+fn f64s(a: &Array) -> Result<Vec<f64>> {
+    let buffer = HostBuffer::new(a)?;
+    Ok(buffer
+        .bytes()
+        .chunks_exact(8)
+        .map(|c| f64::from_le_bytes([c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]]))
+        .collect())
+}
+
+fn from_f64s(values: &[f64], shape: &[i32]) -> Result<Array> {
+    let bytes: Vec<u8> = values.iter().flat_map(|v| v.to_le_bytes()).collect();
+    array_from_bytes(&bytes, shape, Dtype::Float64)
+}
+
+/// `op(a)` for an f64 array, computed on the host.
+pub fn unary(op: &str, a: &Array) -> Result<Array> {
+    let f: fn(f64) -> f64 = match op {
+        "exp" => libm::exp,
+        "sin" => libm::sin,
+        "cos" => libm::cos,
+        "erf" => libm::erf,
+        "erf_inv" => erf_inv,
+        "sigmoid" => sigmoid,
+        _ => return Err(Error::Internal(format!("no host f64 path for {op}"))),
+    };
+    let values: Vec<f64> = f64s(a)?.into_iter().map(f).collect();
+    from_f64s(&values, a.shape())
+}
+
+/// `logaddexp(a, b)` for f64 arrays (already broadcast to one shape).
+pub fn logaddexp(a: &Array, b: &Array) -> Result<Array> {
+    let shape = broadcast_shape(a.shape(), b.shape())?;
+    let a = f64s(&mlx_rs::ops::broadcast_to(a, &shape)?)?;
+    let b = f64s(&mlx_rs::ops::broadcast_to(b, &shape)?)?;
+    let values: Vec<f64> = a
+        .iter()
+        .zip(&b)
+        .map(|(&x, &y)| {
+            if x == y && x.is_infinite() {
+                return x;
+            }
+            let m = x.max(y);
+            if m.is_nan() {
+                return f64::NAN;
+            }
+            m + libm::log1p(libm::exp(-(x - y).abs()))
+        })
+        .collect();
+    from_f64s(&values, &shape)
+}
+
+/// NumPy broadcasting of two shapes.
+pub fn broadcast_shape(a: &[i32], b: &[i32]) -> Result<Vec<i32>> {
+    let rank = a.len().max(b.len());
+    let dim = |s: &[i32], i: usize| {
+        let offset = rank - s.len();
+        if i < offset {
+            1
+        } else {
+            s[i - offset]
+        }
+    };
+    (0..rank)
+        .map(|i| match (dim(a, i), dim(b, i)) {
+            (x, y) if x == y => Ok(x),
+            (1, y) => Ok(y),
+            (x, 1) => Ok(x),
+            _ => Err(Error::arg(
+                "b",
+                format!(
+                    "shapes {} and {} do not broadcast",
+                    crate::dtype::display_shape(a),
+                    crate::dtype::display_shape(b)
+                ),
+            )),
+        })
+        .collect()
+}
+
+fn sigmoid(x: f64) -> f64 {
+    if x >= 0.0 {
+        1.0 / (1.0 + libm::exp(-x))
+    } else {
+        let e = libm::exp(x);
+        e / (1.0 + e)
+    }
+}
+
+/// Inverse error function: a rational first guess refined by Newton steps on
+/// libm's erf (quadratic convergence to full f64 precision).
+fn erf_inv(y: f64) -> f64 {
+    if y.is_nan() || !(-1.0..=1.0).contains(&y) {
+        return f64::NAN;
+    }
+    if y == 1.0 {
+        return f64::INFINITY;
+    }
+    if y == -1.0 {
+        return f64::NEG_INFINITY;
+    }
+    // Giles' single-precision approximation as the starting point.
+    let w = -libm::log((1.0 - y) * (1.0 + y));
+    let mut x = if w < 5.0 {
+        let w = w - 2.5;
+        let mut p = 2.810_226_36e-08;
+        for c in [
+            3.432_739_39e-07,
+            -3.523_387_7e-06,
+            -4.391_506_54e-06,
+            0.000_218_580_87,
+            -0.001_253_725_03,
+            -0.004_177_681_64,
+            0.246_640_727,
+            1.501_409_41,
+        ] {
+            p = c + p * w;
+        }
+        p * y
+    } else {
+        let w = w.sqrt() - 3.0;
+        let mut p = -0.000_200_214_257;
+        for c in [
+            0.000_100_950_558,
+            0.001_349_343_22,
+            -0.003_673_428_44,
+            0.005_739_507_73,
+            -0.007_622_461_3,
+            0.009_438_870_47,
+            1.001_674_06,
+            2.832_976_82,
+        ] {
+            p = c + p * w;
+        }
+        p * y
+    };
+    let two_over_sqrt_pi = std::f64::consts::FRAC_2_SQRT_PI;
+    for _ in 0..4 {
+        let err = libm::erf(x) - y;
+        let slope = two_over_sqrt_pi * libm::exp(-x * x);
+        if slope == 0.0 {
+            break;
+        }
+        let step = err / slope;
+        x -= step;
+        if step.abs() <= f64::EPSILON * x.abs() {
+            break;
+        }
+    }
+    x
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn erf_inv_inverts_erf() {
+        for &x in &[-3.0, -1.2, -0.1, 0.0, 1e-8, 0.3, 0.9, 2.5] {
+            let back = erf_inv(libm::erf(x));
+            assert!((back - x).abs() <= 1e-13 * x.abs().max(1.0), "{x}: {back}");
+        }
+        assert_eq!(erf_inv(1.0), f64::INFINITY);
+        assert!(erf_inv(1.5).is_nan());
+    }
+
+    #[test]
+    fn sigmoid_is_stable_at_both_ends() {
+        assert_eq!(sigmoid(0.0), 0.5);
+        assert!((sigmoid(-800.0)).abs() < 1e-300);
+        assert_eq!(sigmoid(800.0), 1.0);
+    }
+}

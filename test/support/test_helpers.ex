@@ -1,0 +1,47 @@
+defmodule ExMLX.TestHelpers do
+  @moduledoc false
+  # Builders for small tensors from lists, encoded here with Elixir's own
+  # binary syntax (independent of the code under test).
+
+  def f32(list), do: ExMLX.from_binary(floats(list, 32), {:f, 32}, {length(list)})
+  def f64(list), do: ExMLX.from_binary(floats(list, 64), {:f, 64}, {length(list)})
+
+  def s32(list),
+    do:
+      ExMLX.from_binary(
+        for(x <- list, into: <<>>, do: <<x::32-signed-little>>),
+        {:s, 32},
+        {length(list)}
+      )
+
+  def s64(list),
+    do:
+      ExMLX.from_binary(
+        for(x <- list, into: <<>>, do: <<x::64-signed-little>>),
+        {:s, 64},
+        {length(list)}
+      )
+
+  def u8(list), do: ExMLX.from_binary(:erlang.list_to_binary(list), {:u, 8}, {length(list)})
+
+  def floats(list, size), do: for(x <- list, into: <<>>, do: float(x, size))
+
+  def float(:nan, 32), do: <<0x7FC00000::32-little>>
+  def float(:infinity, 32), do: <<0x7F800000::32-little>>
+  def float(:neg_infinity, 32), do: <<0xFF800000::32-little>>
+  def float(:nan, 64), do: <<0x7FF8000000000000::64-little>>
+  def float(:infinity, 64), do: <<0x7FF0000000000000::64-little>>
+  def float(:neg_infinity, 64), do: <<0xFFF0000000000000::64-little>>
+  def float(x, size), do: <<x::float-size(size)-little>>
+
+  def assert_close(got, expected, tol, label) do
+    Enum.zip(got, expected)
+    |> Enum.with_index()
+    |> Enum.each(fn {{g, e}, i} ->
+      ok = is_float(g) and abs(g - e) <= tol * max(1.0, abs(e))
+      ExUnit.Assertions.assert(ok, "#{label}[#{i}]: got #{inspect(g)}, expected #{inspect(e)}")
+    end)
+
+    ExUnit.Assertions.assert(length(got) == length(expected), "#{label}: lengths differ")
+  end
+end
