@@ -1,0 +1,97 @@
+defmodule ExMLX.ConcurrencyTest do
+  use ExUnit.Case, async: false
+
+  import ExMLX.TestHelpers
+
+  @processes 32
+  @ops_per_process 200
+
+  # One deterministic mixed op, chosen by `i`, on a shared and a private tensor.
+  defp step(i, shared, private) do
+    case rem(i, 8) do
+      0 ->
+        ExMLX.add(shared, private) |> ExMLX.sum() |> ExMLX.item()
+
+      1 ->
+        ExMLX.multiply(shared, private) |> ExMLX.reduce_max() |> ExMLX.item()
+
+      2 ->
+        ExMLX.matmul(ExMLX.reshape(shared, {4, 4}), ExMLX.reshape(private, {4, 4}))
+        |> ExMLX.to_list()
+
+      3 ->
+        shared |> ExMLX.slice([i |> rem(16)], [16]) |> ExMLX.sum() |> ExMLX.item()
+
+      4 ->
+        ExMLX.to_binary(ExMLX.transpose(ExMLX.reshape(private, {2, 8})))
+
+      5 ->
+        ExMLX.from_binary(ExMLX.to_binary(shared), {:f, 32}, {16}) |> ExMLX.mean() |> ExMLX.item()
+
+      6 ->
+        ExMLX.argmax(ExMLX.subtract(private, shared)) |> ExMLX.item()
+
+      7 ->
+        ExMLX.iota({:s, 32}, {i + 1}) |> ExMLX.sum() |> ExMLX.item()
+    end
+  end
+
+  defp private_tensor(p), do: f32(Enum.map(0..15, &(&1 * p * 0.5 - 3.0)))
+
+  defp run_process(p, shared) do
+    private = private_tensor(p)
+    for i <- 1..@ops_per_process, do: step(i + p, shared, private)
+  end
+
+  test "#{@processes} processes × #{@ops_per_process} mixed ops give the sequential results" do
+    shared = f32(Enum.map(0..15, &(&1 * 1.25)))
+    sequential = for p <- 1..@processes, do: run_process(p, shared)
+
+    concurrent =
+      1..@processes
+      |> Enum.map(fn p -> Task.async(fn -> run_process(p, shared) end) end)
+      |> Task.await_many(60_000)
+
+    assert concurrent == sequential
+  end
+
+  test "a normal scheduler stays responsive while a large matmul evaluates" do
+    n = 1536
+    a = ExMLX.full(1.0, {:f, 32}, {n, n})
+    parent = self()
+
+    ticker =
+      spawn_link(fn ->
+        ticks = tick_until_stopped(0)
+        send(parent, {:ticks, ticks})
+      end)
+
+    # Warm the workers up, then time the matmul and count ticks meanwhile.
+    ExMLX.eval(ExMLX.add(a, a))
+    {micros, _} = :timer.tc(fn -> ExMLX.matmul(a, a) |> ExMLX.matmul(a) |> ExMLX.eval() end)
+    send(ticker, :stop)
+    ticks = receive do: ({:ticks, t} -> t)
+
+    # The ticker asks for a 1 ms timeout each time; if a scheduler were blocked
+    # for the whole matmul, it would tick only a handful of times.
+    expected = div(micros, 1000)
+    assert micros > 20_000, "the matmul was too quick (#{micros} µs) to show anything"
+    assert ticks >= div(expected, 4), "#{ticks} ticks in #{micros} µs"
+  end
+
+  defp tick_until_stopped(n) do
+    receive do
+      :stop -> n
+    after
+      1 -> tick_until_stopped(n + 1)
+    end
+  end
+
+  test "a tensor outlives the process that made it" do
+    parent = self()
+    spawn(fn -> send(parent, {:tensor, f32([1.0, 2.0])}) end)
+    t = receive do: ({:tensor, t} -> t)
+    :erlang.garbage_collect()
+    assert ExMLX.add(t, t) |> ExMLX.to_list() == [2.0, 4.0]
+  end
+end

@@ -1,0 +1,144 @@
+defmodule ExMLX.MalformedArgsTest do
+  # Feeds random, mostly wrong arguments to every NIF. Each call must come back
+  # as a value, an {:error, _} or an Elixir exception; the VM must live on.
+  use ExUnit.Case, async: false
+
+  @calls 30_000
+  @seed 20_261_122
+
+  defp nifs do
+    ExMLX.Native.__info__(:functions)
+    |> Enum.reject(fn {name, _} -> name in [:load_nif, :load_error] end)
+  end
+
+  # A pool of argument shapes: wrong types, negative and huge numbers, bad
+  # shapes and axes, binaries of odd sizes, and some valid values, so calls
+  # get past the first checks and fail deeper.
+  defp random_term(tensors, depth \\ 0) do
+    case :rand.uniform(if(depth > 1, do: 14, else: 18)) do
+      1 ->
+        Enum.random([:cpu, :gpu, :tpu, nil, true, false, :sum, :nope, :bool, :argmax])
+
+      2 ->
+        Enum.random([
+          0,
+          1,
+          -1,
+          3,
+          -7,
+          2_147_483_648,
+          -2_147_483_649,
+          Bitwise.bsl(1, 64),
+          -Bitwise.bsl(1, 70)
+        ])
+
+      3 ->
+        Enum.random([0.5, -1.0e308, 1.0e308, 3.0])
+
+      4 ->
+        :crypto.strong_rand_bytes(:rand.uniform(17) - 1)
+
+      5 ->
+        Enum.random(tensors).ref
+
+      6 ->
+        Enum.random([{:f, 32}, {:s, 64}, {:u, 8}, {:f, 8}, {:c, 128}, {:x, 1}, {:f, -1}, :bool])
+
+      7 ->
+        Enum.random([
+          {},
+          {2},
+          {2, 3},
+          {-1},
+          {0, 5},
+          {Bitwise.bsl(1, 31)},
+          {65_536, 65_536, 65_536},
+          {:a}
+        ])
+
+      8 ->
+        Enum.random([[], [0], [-1], [5], [0, 0], [1, -2], [Bitwise.bsl(1, 40)]])
+
+      9 ->
+        make_ref()
+
+      10 ->
+        self()
+
+      11 ->
+        Enum.random(["", "abc", <<0, 0, 0>>])
+
+      12 ->
+        %{a: 1}
+
+      13 ->
+        Enum.random([[{1, 2}], [{-1, 0}, {0, -5}], [{Bitwise.bsl(1, 40), 0}]])
+
+      14 ->
+        Enum.random(tensors)
+
+      15 ->
+        Enum.map(1..:rand.uniform(3), fn _ -> random_term(tensors, depth + 1) end)
+
+      16 ->
+        List.to_tuple(Enum.map(1..:rand.uniform(3), fn _ -> random_term(tensors, depth + 1) end))
+
+      17 ->
+        Enum.map(1..:rand.uniform(3), fn _ -> Enum.random(tensors).ref end)
+
+      18 ->
+        {random_term(tensors, depth + 1), random_term(tensors, depth + 1)}
+    end
+  end
+
+  defp drain do
+    receive do
+      _ -> drain()
+    after
+      0 -> :ok
+    end
+  end
+
+  test "#{@calls} calls with random arguments to every NIF leave the VM alive" do
+    :rand.seed(:exsss, {@seed, @seed, @seed})
+
+    tensors = [
+      ExMLX.iota({:f, 32}, {2, 3}),
+      ExMLX.iota({:s, 64}, {4}),
+      ExMLX.full(1, {:u, 8}, {}),
+      ExMLX.full(1, :bool, {3}),
+      ExMLX.from_binary(<<>>, {:f, 16}, {0, 2}),
+      ExMLX.full({1.0, 2.0}, {:c, 64}, {2, 1})
+    ]
+
+    nifs = nifs()
+    assert length(nifs) >= 30
+
+    outcomes =
+      Enum.reduce(1..@calls, %{}, fn i, acc ->
+        {name, arity} = Enum.at(nifs, rem(i, length(nifs)))
+        args = for _ <- 1..arity, do: random_term(tensors)
+
+        outcome =
+          try do
+            case apply(ExMLX.Native, name, args) do
+              {:error, {kind, message}} when is_atom(kind) and is_binary(message) -> :error
+              _ -> :value
+            end
+          rescue
+            ArgumentError -> :raised
+            ErlangError -> :raised
+          end
+
+        if rem(i, 500) == 0, do: drain()
+        Map.update(acc, outcome, 1, &(&1 + 1))
+      end)
+
+    # Let queued work finish and check the workers still answer correctly.
+    Process.sleep(50)
+    drain()
+    assert ExMLX.iota({:s, 32}, {4}) |> ExMLX.sum() |> ExMLX.item() == 6
+    assert Enum.sum(Map.values(outcomes)) == @calls
+    IO.puts("\n  malformed-argument calls: #{inspect(outcomes)}")
+  end
+end
