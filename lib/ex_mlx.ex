@@ -23,6 +23,9 @@ defmodule ExMLX do
   Asking for `:gpu` where MLX has none raises an `ExMLX.Error` of kind `:device`.
   """
 
+  # abs/1, round/1, min/2 and max/2 are tensor operations here.
+  import Kernel, except: [abs: 1, round: 1, min: 2, max: 2]
+
   alias ExMLX.{Call, Native, Tensor}
 
   @typedoc "A tensor type, as Nx names it, or `:bool`."
@@ -539,4 +542,247 @@ defmodule ExMLX do
   @spec matmul(Tensor.t(), Tensor.t()) :: Tensor.t()
   def matmul(%Tensor{ref: a}, %Tensor{ref: b}),
     do: Call.run(&Native.matmul(&1, a, b)) |> Tensor.wrap()
+
+  @doc """
+  Contracts `axes_a` of `a` with `axes_b` of `b` (integers exactly).
+
+      iex> a = ExMLX.iota({:s, 32}, {2, 3})
+      iex> ExMLX.tensordot(a, a, [1], [1]) |> ExMLX.to_list()
+      [5, 14, 14, 50]
+  """
+  @spec tensordot(Tensor.t(), Tensor.t(), [integer()], [integer()]) :: Tensor.t()
+  def tensordot(%Tensor{ref: a}, %Tensor{ref: b}, axes_a, axes_b),
+    do: Call.run(&Native.tensordot(&1, a, b, axes_a, axes_b)) |> Tensor.wrap()
+
+  @doc """
+  Einstein summation over `tensors` (`"ij,jk->ik"`; floating types).
+
+      iex> a = ExMLX.iota({:f, 32}, {2, 2})
+      iex> ExMLX.einsum("ii->", [a]) |> ExMLX.item()
+      3.0
+  """
+  @spec einsum(String.t(), [Tensor.t()]) :: Tensor.t()
+  def einsum(subscripts, tensors) do
+    refs = Enum.map(tensors, fn %Tensor{ref: ref} -> ref end)
+    Call.run(&Native.einsum(&1, subscripts, refs)) |> Tensor.wrap()
+  end
+
+  @doc """
+  Factorisations and inverses of (batches of) matrices, on the CPU:
+  `:cholesky` → `[l]` (`upper: true` for `u`), `:qr` → `[q, r]`,
+  `:eigh` → `[eigenvalues, eigenvectors]`, `:svd` → `[u, s, vt]`,
+  `:lu` → `[p, l, u]`, `:inv` → `[inverse]`, `:tri_inv` → `[inverse]`,
+  `:determinant` → `[det]`.
+
+      iex> a = ExMLX.from_binary(<<4.0::32-float-little, 2.0::32-float-little, 2.0::32-float-little, 5.0::32-float-little>>, {:f, 32}, {2, 2})
+      iex> [l] = ExMLX.linalg(:cholesky, a)
+      iex> ExMLX.to_list(l)
+      [2.0, 0.0, 1.0, 2.0]
+  """
+  @spec linalg(atom(), Tensor.t(), keyword()) :: [Tensor.t()]
+  def linalg(op, %Tensor{ref: ref}, opts \\ []) do
+    upper = Keyword.get(opts, :upper, false)
+    Call.run(&Native.linalg(&1, op, ref, upper)) |> Enum.map(&Tensor.wrap/1)
+  end
+
+  @doc """
+  `x` with `a · x = b`; `triangular: :lower | :upper` uses the triangular solver.
+
+      iex> a = ExMLX.from_binary(<<2.0::32-float-little, 0.0::32-float-little, 0.0::32-float-little, 4.0::32-float-little>>, {:f, 32}, {2, 2})
+      iex> b = ExMLX.from_binary(<<2.0::32-float-little, 2.0::32-float-little>>, {:f, 32}, {2})
+      iex> ExMLX.solve(a, b) |> ExMLX.to_list()
+      [1.0, 0.5]
+  """
+  @spec solve(Tensor.t(), Tensor.t(), keyword()) :: Tensor.t()
+  def solve(%Tensor{ref: a}, %Tensor{ref: b}, opts \\ []) do
+    Call.run(&Native.solve(&1, a, b, opts[:triangular])) |> Tensor.wrap()
+  end
+
+  @doc """
+  N-d convolution in MLX's channels-last layout: `input` is
+  `{batch, spatial..., in_channels}`, `kernel` is
+  `{out_channels, spatial..., in_channels / groups}`.
+
+  Options (one entry per spatial axis): `:strides` (1), `:padding`
+  (`{low, high}`, `{0, 0}`), `:kernel_dilation` (1), `:input_dilation` (1);
+  `:groups` (1).
+
+      iex> x = ExMLX.iota({:f, 32}, {1, 4, 1})
+      iex> k = ExMLX.full(1.0, {:f, 32}, {1, 2, 1})
+      iex> ExMLX.conv(x, k) |> ExMLX.to_list()
+      [1.0, 3.0, 5.0]
+  """
+  @spec conv(Tensor.t(), Tensor.t(), keyword()) :: Tensor.t()
+  def conv(%Tensor{ref: input, shape: shape}, %Tensor{ref: kernel}, opts \\ []) do
+    n = Kernel.max(tuple_size(shape) - 2, 0)
+    strides = Keyword.get(opts, :strides, List.duplicate(1, n))
+    padding = Keyword.get(opts, :padding, List.duplicate({0, 0}, n))
+    kd = Keyword.get(opts, :kernel_dilation, List.duplicate(1, n))
+    id = Keyword.get(opts, :input_dilation, List.duplicate(1, n))
+    groups = Keyword.get(opts, :groups, 1)
+    Call.run(&Native.conv(&1, input, kernel, strides, padding, kd, id, groups)) |> Tensor.wrap()
+  end
+
+  # ---------------------------------------------------------------------------
+  # Indexing
+  # ---------------------------------------------------------------------------
+
+  @doc """
+  Elements at `indices` (an integer tensor) along `axis`.
+
+      iex> t = ExMLX.iota({:s, 32}, {5})
+      iex> ExMLX.take(t, ExMLX.from_binary(<<4, 0, 4>>, {:u, 8}, {3}), 0) |> ExMLX.to_list()
+      [4, 0, 4]
+  """
+  @spec take(Tensor.t(), Tensor.t(), integer()) :: Tensor.t()
+  def take(%Tensor{ref: t}, %Tensor{ref: idx}, axis \\ 0),
+    do: Call.run(&Native.take(&1, t, idx, axis)) |> Tensor.wrap()
+
+  @doc """
+  `t[..., indices[...], ...]` along `axis`, `indices` having `t`'s rank.
+
+      iex> t = ExMLX.iota({:s, 32}, {2, 3})
+      iex> idx = ExMLX.from_binary(<<2, 1>>, {:u, 8}, {2, 1})
+      iex> ExMLX.take_along_axis(t, idx, 1) |> ExMLX.to_list()
+      [2, 4]
+  """
+  @spec take_along_axis(Tensor.t(), Tensor.t(), integer()) :: Tensor.t()
+  def take_along_axis(%Tensor{ref: t}, %Tensor{ref: idx}, axis),
+    do: Call.run(&Native.take_along_axis(&1, t, idx, axis)) |> Tensor.wrap()
+
+  @doc """
+  Nx's gather: each row of `indices` (`{..., k}`) picks one position over
+  `axes` (k of them, all axes by default); the result holds the slices there.
+
+      iex> t = ExMLX.iota({:s, 32}, {2, 3})
+      iex> idx = ExMLX.from_binary(<<1, 2, 0, 0>>, {:u, 8}, {2, 2})
+      iex> ExMLX.gather(t, idx) |> ExMLX.to_list()
+      [5, 0]
+  """
+  @spec gather(Tensor.t(), Tensor.t(), [integer()] | nil) :: Tensor.t()
+  def gather(%Tensor{ref: t, shape: shape}, %Tensor{ref: idx}, axes \\ nil) do
+    axes = axes || Enum.to_list(0..(tuple_size(shape) - 1)//1)
+    Call.run(&Native.gather(&1, t, idx, axes)) |> Tensor.wrap()
+  end
+
+  @doc """
+  Writes `updates` at the positions given by the rows of `indices` over
+  `axes` (Nx's `indexed_put`); `add: true` adds instead (`indexed_add`,
+  repeated positions accumulate).
+
+      iex> t = ExMLX.full(0, {:s, 32}, {3})
+      iex> idx = ExMLX.from_binary(<<0, 2, 2>>, {:u, 8}, {3, 1})
+      iex> upd = ExMLX.full(1, {:s, 32}, {3})
+      iex> ExMLX.scatter(t, idx, upd, add: true) |> ExMLX.to_list()
+      [1, 0, 2]
+  """
+  @spec scatter(Tensor.t(), Tensor.t(), Tensor.t(), keyword()) :: Tensor.t()
+  def scatter(%Tensor{ref: t, shape: shape}, %Tensor{ref: idx}, %Tensor{ref: upd}, opts \\ []) do
+    axes = Keyword.get_lazy(opts, :axes, fn -> Enum.to_list(0..(tuple_size(shape) - 1)//1) end)
+
+    Call.run(&Native.scatter(&1, t, idx, upd, axes, Keyword.get(opts, :add, false)))
+    |> Tensor.wrap()
+  end
+
+  # ---------------------------------------------------------------------------
+  # Sorting and cumulative operations
+  # ---------------------------------------------------------------------------
+
+  @doc """
+  Sorted along `:axis` (default the last); `direction: :desc` for descending.
+
+      iex> ExMLX.from_binary(<<3, 1, 2>>, {:u, 8}, {3}) |> ExMLX.sort(direction: :desc) |> ExMLX.to_list()
+      [3, 2, 1]
+  """
+  @spec sort(Tensor.t(), keyword()) :: Tensor.t()
+  def sort(%Tensor{} = t, opts \\ []), do: sort_call(t, opts, false)
+
+  @doc """
+  Indices that sort along `:axis` (default the last); stable in both
+  directions (equal elements keep their order).
+
+      iex> ExMLX.from_binary(<<2, 1, 2>>, {:u, 8}, {3}) |> ExMLX.argsort(direction: :desc) |> ExMLX.to_list()
+      [0, 2, 1]
+  """
+  @spec argsort(Tensor.t(), keyword()) :: Tensor.t()
+  def argsort(%Tensor{} = t, opts \\ []), do: sort_call(t, opts, true)
+
+  defp sort_call(%Tensor{ref: ref}, opts, indices?) do
+    axis = Keyword.get(opts, :axis, -1)
+    desc = Keyword.get(opts, :direction, :asc) == :desc
+    Call.run(&Native.sort(&1, ref, axis, desc, indices?)) |> Tensor.wrap()
+  end
+
+  @doc """
+  The `k` largest elements along the last axis (largest first) and their indices.
+
+      iex> {values, indices} = ExMLX.top_k(ExMLX.from_binary(<<5, 9, 1, 9>>, {:u, 8}, {4}), 2)
+      iex> {ExMLX.to_list(values), ExMLX.to_list(indices)}
+      {[9, 9], [1, 3]}
+  """
+  @spec top_k(Tensor.t(), non_neg_integer()) :: {Tensor.t(), Tensor.t()}
+  def top_k(%Tensor{ref: ref}, k) do
+    [values, indices] = Call.run(&Native.top_k(&1, ref, k))
+    {Tensor.wrap(values), Tensor.wrap(indices)}
+  end
+
+  @doc """
+  Partitions along `:axis` around the `kth` element: it lands where a full
+  sort would put it, smaller elements before, others after (in any order).
+
+      iex> t = ExMLX.from_binary(<<5, 1, 4, 2, 3>>, {:u, 8}, {5})
+      iex> ExMLX.partition(t, 2) |> ExMLX.to_list() |> Enum.at(2)
+      3
+  """
+  @spec partition(Tensor.t(), non_neg_integer(), keyword()) :: Tensor.t()
+  def partition(%Tensor{ref: ref}, kth, opts \\ []),
+    do: Call.run(&Native.partition(&1, ref, kth, Keyword.get(opts, :axis, -1))) |> Tensor.wrap()
+
+  for op <- [:cumulative_sum, :cumulative_product, :cumulative_min, :cumulative_max] do
+    @doc """
+    `#{op}` along `:axis` (default 0); `reverse: true` runs from the end.
+
+        iex> ExMLX.from_binary(<<1, 3, 2>>, {:u, 8}, {3}) |> ExMLX.#{op}() |> ExMLX.shape()
+        {3}
+    """
+    @spec unquote(op)(Tensor.t(), keyword()) :: Tensor.t()
+    def unquote(op)(%Tensor{ref: ref}, opts \\ []) do
+      axis = Keyword.get(opts, :axis, 0)
+      reverse = Keyword.get(opts, :reverse, false)
+      Call.run(&Native.cumulative(&1, unquote(op), ref, axis, reverse)) |> Tensor.wrap()
+    end
+  end
+
+  # ---------------------------------------------------------------------------
+  # Fourier transforms
+  # ---------------------------------------------------------------------------
+
+  for op <- [:fft, :ifft, :rfft, :irfft] do
+    @doc """
+    `#{op}` along `:axis` (default the last), with length `:length`
+    (the axis' size by default; shorter inputs are zero-padded).
+
+        iex> ExMLX.full(1.0, {:f, 32}, {4}) |> ExMLX.#{op}() |> ExMLX.shape() |> tuple_size()
+        1
+    """
+    @spec unquote(op)(Tensor.t(), keyword()) :: Tensor.t()
+    def unquote(op)(%Tensor{ref: ref}, opts \\ []) do
+      axis = Keyword.get(opts, :axis, -1)
+      Call.run(&Native.fft(&1, unquote(op), ref, opts[:length], axis)) |> Tensor.wrap()
+    end
+  end
+
+  for op <- [:fft2, :ifft2] do
+    @doc """
+    `#{op}` over `:axes` (default the last two), with `:lengths`.
+
+        iex> ExMLX.full(1.0, {:f, 32}, {2, 2}) |> ExMLX.#{op}() |> ExMLX.shape()
+        {2, 2}
+    """
+    @spec unquote(op)(Tensor.t(), keyword()) :: Tensor.t()
+    def unquote(op)(%Tensor{ref: ref}, opts \\ []) do
+      axes = Keyword.get(opts, :axes, [-2, -1])
+      Call.run(&Native.fft2(&1, unquote(op), ref, opts[:lengths], axes)) |> Tensor.wrap()
+    end
+  end
 end

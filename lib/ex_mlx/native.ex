@@ -87,6 +87,29 @@ defmodule ExMLX.Native do
   def pad(_tag, _tensor, _widths, _value), do: not_loaded()
   def slice(_tag, _tensor, _starts, _stops, _strides), do: not_loaded()
 
+  # Indexing
+  def take(_tag, _tensor, _indices, _axis), do: not_loaded()
+  def take_along_axis(_tag, _tensor, _indices, _axis), do: not_loaded()
+  def gather(_tag, _tensor, _indices, _axes), do: not_loaded()
+  def scatter(_tag, _tensor, _indices, _updates, _axes, _add), do: not_loaded()
+
+  # Sorting and cumulative
+  def sort(_tag, _tensor, _axis, _descending, _indices), do: not_loaded()
+  def top_k(_tag, _tensor, _k), do: not_loaded()
+  def partition(_tag, _tensor, _kth, _axis), do: not_loaded()
+  def cumulative(_tag, _op, _tensor, _axis, _reverse), do: not_loaded()
+
+  # Fourier transforms
+  def fft(_tag, _op, _tensor, _n, _axis), do: not_loaded()
+  def fft2(_tag, _op, _tensor, _lengths, _axes), do: not_loaded()
+
   # Linear algebra
   def matmul(_tag, _a, _b), do: not_loaded()
+  def tensordot(_tag, _a, _b, _axes_a, _axes_b), do: not_loaded()
+  def einsum(_tag, _subscripts, _tensors), do: not_loaded()
+  def linalg(_tag, _op, _tensor, _upper), do: not_loaded()
+  def solve(_tag, _a, _b, _triangular), do: not_loaded()
+
+  def conv(_tag, _input, _kernel, _strides, _padding, _kernel_dilation, _input_dilation, _groups),
+    do: not_loaded()
 end

@@ -21,3 +21,198 @@ fn matmul<'a>(env: Env<'a>, tag: Term<'a>, a: Term<'a>, b: Term<'a>) -> NifResul
         })
     })())
 }
+
+/// `linalg(tag, op, t, upper?)`: single-matrix factorisations and inverses.
+/// Replies with a list of tensors (`[l]`, `[q, r]`, `[u, s, vt]`, ...).
+#[rustler::nif]
+fn linalg<'a>(
+    env: Env<'a>,
+    tag: Term<'a>,
+    op: Term<'a>,
+    t: Term<'a>,
+    upper: Term<'a>,
+) -> NifResult<Atom> {
+    queued((|| {
+        let op = crate::term::decode_op(op)?;
+        let t = decode_tensor("tensor", t)?;
+        let upper = crate::term::decode_bool("upper", upper)?;
+        let device = t.device;
+        submit(env, tag, device, move || {
+            let a = t.array();
+            let outs = match op.as_str() {
+                "cholesky" => vec![linalg::cholesky(&a, upper)?],
+                "qr" => {
+                    let (q, r) = linalg::qr(&a)?;
+                    vec![q, r]
+                }
+                "eigh" => {
+                    let (w, v) = linalg::eigh(&a)?;
+                    vec![w, v]
+                }
+                "svd" => {
+                    let (u, s, vt) = linalg::svd(&a)?;
+                    vec![u, s, vt]
+                }
+                "lu" => {
+                    let (p, l, u) = linalg::lu(&a)?;
+                    vec![p, l, u]
+                }
+                "inv" => vec![linalg::inv(&a)?],
+                "tri_inv" => vec![linalg::tri_inv(&a, upper)?],
+                "determinant" => vec![linalg::determinant(&a)?],
+                other => {
+                    return Err(ex_mlx_core::Error::arg(
+                        "op",
+                        format!("unknown linalg op :{other}; known: cholesky, qr, eigh, svd, lu, inv, tri_inv, determinant"),
+                    ))
+                }
+            };
+            Ok(outs
+                .into_iter()
+                .map(|o| NewTensor::new(o, device))
+                .collect::<Vec<_>>())
+        })
+    })())
+}
+
+/// `solve(tag, a, b, triangular)`: `triangular` is `nil`, `:lower` or `:upper`.
+#[rustler::nif]
+fn solve<'a>(
+    env: Env<'a>,
+    tag: Term<'a>,
+    a: Term<'a>,
+    b: Term<'a>,
+    triangular: Term<'a>,
+) -> NifResult<Atom> {
+    queued((|| {
+        let a = decode_tensor("a", a)?;
+        let b = decode_tensor("b", b)?;
+        let kind = match triangular.atom_to_string().ok().as_deref() {
+            Some("nil") => None,
+            Some("lower") => Some(false),
+            Some("upper") => Some(true),
+            _ => {
+                return Err(ex_mlx_core::Error::arg(
+                    "triangular",
+                    format!(
+                        "expected nil, :lower or :upper, got: {}",
+                        crate::term::show(triangular)
+                    ),
+                ))
+            }
+        };
+        let device = common_device(&[&a, &b])?;
+        submit(env, tag, device, move || {
+            let out = match kind {
+                None => linalg::solve(&a.array(), &b.array())?,
+                Some(upper) => linalg::solve_triangular(&a.array(), &b.array(), upper)?,
+            };
+            Ok(NewTensor::new(out, device))
+        })
+    })())
+}
+
+/// `tensordot(tag, a, b, axes_a, axes_b)`.
+#[rustler::nif]
+fn tensordot<'a>(
+    env: Env<'a>,
+    tag: Term<'a>,
+    a: Term<'a>,
+    b: Term<'a>,
+    axes_a: Term<'a>,
+    axes_b: Term<'a>,
+) -> NifResult<Atom> {
+    queued((|| {
+        let a = decode_tensor("a", a)?;
+        let b = decode_tensor("b", b)?;
+        let axes_a = crate::term::decode_ints("axes_a", axes_a)?;
+        let axes_b = crate::term::decode_ints("axes_b", axes_b)?;
+        let device = common_device(&[&a, &b])?;
+        submit(env, tag, device, move || {
+            Ok(NewTensor::new(
+                linalg::tensordot(&a.array(), &b.array(), &axes_a, &axes_b)?,
+                device,
+            ))
+        })
+    })())
+}
+
+/// `einsum(tag, subscripts, tensors)`.
+#[rustler::nif]
+fn einsum<'a>(
+    env: Env<'a>,
+    tag: Term<'a>,
+    subscripts: Term<'a>,
+    tensors: Term<'a>,
+) -> NifResult<Atom> {
+    queued((|| {
+        let subscripts: String = subscripts.decode().map_err(|_| {
+            ex_mlx_core::Error::arg(
+                "subscripts",
+                format!("expected a string, got: {}", crate::term::show(subscripts)),
+            )
+        })?;
+        let tensors = crate::term::decode_tensors("tensors", tensors)?;
+        let refs: Vec<_> = tensors.iter().collect();
+        if refs.is_empty() {
+            return Err(ex_mlx_core::Error::arg(
+                "tensors",
+                "needs at least one tensor",
+            ));
+        }
+        let device = common_device(&refs)?;
+        submit(env, tag, device, move || {
+            let arrays: Vec<_> = tensors.iter().map(|t| t.array()).collect();
+            Ok(NewTensor::new(
+                linalg::einsum(&subscripts, &arrays)?,
+                device,
+            ))
+        })
+    })())
+}
+
+/// `conv(tag, input, kernel, strides, padding, kernel_dilation, input_dilation, groups)`.
+#[allow(clippy::too_many_arguments)]
+#[rustler::nif]
+fn conv<'a>(
+    env: Env<'a>,
+    tag: Term<'a>,
+    input: Term<'a>,
+    kernel: Term<'a>,
+    strides: Term<'a>,
+    padding: Term<'a>,
+    kernel_dilation: Term<'a>,
+    input_dilation: Term<'a>,
+    groups: Term<'a>,
+) -> NifResult<Atom> {
+    queued((|| {
+        let input = decode_tensor("input", input)?;
+        let kernel = decode_tensor("kernel", kernel)?;
+        let strides = crate::term::decode_ints("strides", strides)?;
+        let padding: Vec<(i64, i64)> = padding.decode().map_err(|_| {
+            ex_mlx_core::Error::arg(
+                "padding",
+                format!(
+                    "expected a list of {{low, high}} pairs, got: {}",
+                    crate::term::show(padding)
+                ),
+            )
+        })?;
+        let kernel_dilation = crate::term::decode_ints("kernel_dilation", kernel_dilation)?;
+        let input_dilation = crate::term::decode_ints("input_dilation", input_dilation)?;
+        let groups = crate::term::decode_int("groups", groups)?;
+        let device = common_device(&[&input, &kernel])?;
+        submit(env, tag, device, move || {
+            let out = ex_mlx_core::ops::conv::conv_general(
+                &input.array(),
+                &kernel.array(),
+                &strides,
+                &padding,
+                &kernel_dilation,
+                &input_dilation,
+                groups,
+            )?;
+            Ok(NewTensor::new(out, device))
+        })
+    })())
+}

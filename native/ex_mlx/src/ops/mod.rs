@@ -5,6 +5,9 @@
 pub mod creation;
 pub mod elementwise;
 pub mod eval;
+pub mod fft;
+pub mod indexing;
 pub mod linalg;
 pub mod reduce;
 pub mod shape;
+pub mod sort;

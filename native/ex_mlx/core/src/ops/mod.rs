@@ -1,13 +1,18 @@
 //! MLX operations, one small function per op, grouped by family. Arguments are
 //! checked here, before MLX sees them, so errors name the argument.
 
+pub mod conv;
 pub mod convert;
 pub mod creation;
+pub mod cumulative;
 pub mod elementwise;
+pub mod fft;
+pub mod indexing;
 pub mod linalg;
 pub mod precise;
 pub mod reduce;
 pub mod shape;
+pub mod sort;
 
 use crate::error::{Error, Result};
 

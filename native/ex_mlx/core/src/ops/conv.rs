@@ -1,0 +1,89 @@
+//! Convolution.
+
+use mlx_rs::{ops, Array};
+
+use crate::error::{Error, Result};
+
+/// N-d convolution in MLX's layout: `input` is `[batch, spatial..., in_channels]`,
+/// `kernel` is `[out_channels, spatial..., in_channels / groups]`. `padding` is
+/// `(low, high)` per spatial axis (applied here, so it may be asymmetric).
+pub fn conv_general(
+    input: &Array,
+    kernel: &Array,
+    strides: &[i64],
+    padding: &[(i64, i64)],
+    kernel_dilation: &[i64],
+    input_dilation: &[i64],
+    groups: i64,
+) -> Result<Array> {
+    let spatial = input.ndim().saturating_sub(2);
+    if input.ndim() < 3 || kernel.ndim() != input.ndim() {
+        return Err(Error::arg(
+            "kernel",
+            format!(
+                "input and kernel need the same rank, 3 or more (got {} and {})",
+                input.ndim(),
+                kernel.ndim()
+            ),
+        ));
+    }
+    for (name, len) in [
+        ("strides", strides.len()),
+        ("padding", padding.len()),
+        ("kernel_dilation", kernel_dilation.len()),
+        ("input_dilation", input_dilation.len()),
+    ] {
+        if len != spatial {
+            return Err(Error::arg(
+                name,
+                format!("needs {spatial} entries, one per spatial axis, got {len}"),
+            ));
+        }
+    }
+    let to_i32 = |name: &'static str, v: &[i64]| -> Result<Vec<i32>> {
+        v.iter()
+            .map(|&x| {
+                if (1..=i32::MAX as i64).contains(&x) {
+                    Ok(x as i32)
+                } else {
+                    Err(Error::arg(name, format!("{x} must be at least 1")))
+                }
+            })
+            .collect()
+    };
+    let strides = to_i32("strides", strides)?;
+    let kernel_dilation = to_i32("kernel_dilation", kernel_dilation)?;
+    let input_dilation = to_i32("input_dilation", input_dilation)?;
+    let groups = i32::try_from(groups)
+        .ok()
+        .filter(|&g| g >= 1)
+        .ok_or_else(|| Error::arg("groups", format!("{groups} must be at least 1")))?;
+    // Asymmetric (and negative) padding: pad or crop the input up front,
+    // then convolve without padding. Zero padding of the spatial axes only.
+    let mut widths = vec![(0i64, 0i64); input.ndim()];
+    widths[1..=spatial].copy_from_slice(padding);
+    let zero = Array::from_int(0).as_dtype(input.dtype())?;
+    let padded = if widths.iter().all(|&w| w == (0, 0)) {
+        input.clone()
+    } else if input_dilation.iter().all(|&d| d == 1) {
+        super::shape::pad(input, &widths, &zero)?
+    } else {
+        // Padding applies after input dilation: dilate with a strided scatter
+        // first is not needed if we let MLX pad symmetric amounts only.
+        return Err(Error::arg(
+            "padding",
+            "padding together with input dilation is not supported yet",
+        ));
+    };
+    let zeros = vec![0; spatial];
+    Ok(ops::conv_general(
+        &padded,
+        kernel,
+        &strides[..],
+        &zeros[..],
+        &kernel_dilation[..],
+        &input_dilation[..],
+        groups,
+        false,
+    )?)
+}
