@@ -145,6 +145,32 @@ defmodule ExMLX do
   end
 
   # ---------------------------------------------------------------------------
+  # Devices
+  # ---------------------------------------------------------------------------
+
+  @doc """
+  Whether this MLX build can run on `device` (`:gpu` is Metal on macOS and
+  CUDA on Linux builds that have it).
+
+      iex> ExMLX.device_available?(:cpu)
+      true
+  """
+  @spec device_available?(device()) :: boolean()
+  def device_available?(device), do: device |> Native.device_available() |> Call.value()
+
+  @doc """
+  The tensor on `device`: computed on its current device, then handed to
+  the other device's worker.
+
+      iex> t = ExMLX.full(1, {:u, 8}, {2})
+      iex> ExMLX.transfer(t, :cpu).device
+      :cpu
+  """
+  @spec transfer(Tensor.t(), device()) :: Tensor.t()
+  def transfer(%Tensor{ref: ref}, device),
+    do: Call.run(&Native.transfer(&1, ref, device)) |> Tensor.wrap()
+
+  # ---------------------------------------------------------------------------
   # Creation and conversion
   # ---------------------------------------------------------------------------
 
@@ -285,11 +311,11 @@ defmodule ExMLX do
   @unary ~w(abs negate sign floor ceil round sqrt rsqrt exp expm1 log log1p log2 log10
             sin cos tan asin acos atan sinh cosh tanh asinh acosh atanh erf erf_inv
             sigmoid square reciprocal logical_not is_nan is_infinity is_finite real imag
-            conjugate degrees radians)a
+            conjugate degrees radians bitwise_not population_count count_leading_zeros)a
 
   @binary ~w(subtract multiply divide pow remainder quotient atan2 min max equal not_equal
              less less_equal greater greater_equal logical_and logical_or logical_xor
-             logaddexp)a
+             logaddexp bitwise_and bitwise_or bitwise_xor left_shift right_shift)a
 
   @doc "The element-wise unary operations, each a function of this module."
   def unary_ops, do: @unary
@@ -297,11 +323,19 @@ defmodule ExMLX do
   @doc "The element-wise binary operations (besides `add/2`), each a function of this module."
   def binary_ops, do: @binary
 
+  @integer_only ~w(bitwise_not population_count count_leading_zeros bitwise_and bitwise_or
+                   bitwise_xor left_shift right_shift)a
+
   for op <- @unary do
+    example =
+      if op in @integer_only,
+        do: "ExMLX.full(5, {:u, 8}, {2})",
+        else: "ExMLX.full(0.5, {:f, 32}, {2})"
+
     @doc """
     Element-wise `#{op}`. Lazy: computed by `eval/1` or when read.
 
-        iex> ExMLX.full(0.5, {:f, 32}, {2}) |> ExMLX.#{op}() |> ExMLX.shape()
+        iex> #{example} |> ExMLX.#{op}() |> ExMLX.shape()
         {2}
     """
     @spec unquote(op)(Tensor.t()) :: Tensor.t()

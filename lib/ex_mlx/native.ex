@@ -53,8 +53,10 @@ defmodule ExMLX.Native do
   def from_binary(_tag, _binary, _type, _shape, _device), do: not_loaded()
   def to_binary(_tag, _tensor), do: not_loaded()
 
-  # Evaluation
+  # Evaluation and devices
   def eval(_tag, _tensor), do: not_loaded()
+  def transfer(_tag, _tensor, _device), do: not_loaded()
+  def device_available(_device), do: not_loaded()
 
   # Creation and conversion
   def full(_tag, _value, _type, _shape, _device), do: not_loaded()

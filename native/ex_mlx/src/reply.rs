@@ -4,12 +4,46 @@
 use ex_mlx_core::device::Device;
 use ex_mlx_core::error::Result;
 use ex_mlx_core::worker;
-use rustler::env::OwnedEnv;
-use rustler::{Atom, Encoder, Env, NifResult, Term};
+use rustler::env::{OwnedEnv, SavedTerm};
+use rustler::{Atom, Encoder, Env, LocalPid, NifResult, Term};
 
 use crate::term::ErrorTerm;
 
 rustler::atoms! { ok, error }
+
+/// Where a reply goes: the calling process and the tag it waits for. Built on
+/// the scheduler (it copies the tag), used on a worker thread.
+pub struct Replier {
+    env: OwnedEnv,
+    caller: LocalPid,
+    tag: SavedTerm,
+}
+
+impl Replier {
+    pub fn new(env: Env, tag: Term) -> Replier {
+        let owned = OwnedEnv::new();
+        let tag = owned.save(tag);
+        Replier {
+            env: owned,
+            caller: env.pid(),
+            tag,
+        }
+    }
+
+    /// Sends `{tag, {:ok, value}}` or `{tag, {:error, {kind, message}}}`.
+    /// Must run on a non-BEAM thread (a worker).
+    pub fn send<T: Encoder>(mut self, result: Result<T>) {
+        let tag = self.tag;
+        // A send fails only when the caller has exited; nobody wants the reply then.
+        let _ = self.env.send_and_clear(&self.caller, |env| {
+            let outcome = match &result {
+                Ok(value) => (ok(), value).encode(env),
+                Err(e) => (error(), ErrorTerm(e.clone())).encode(env),
+            };
+            (tag.load(env), outcome).encode(env)
+        });
+    }
+}
 
 /// Queues `work` on `device`'s worker; when it finishes, the calling process
 /// receives `{tag, {:ok, value}}` or `{tag, {:error, {kind, message}}}`.
@@ -18,22 +52,10 @@ where
     T: Encoder + Send + 'static,
     F: FnOnce() -> Result<T> + Send + 'static,
 {
-    let caller = env.pid();
-    let mut message_env = OwnedEnv::new();
-    let tag = message_env.save(tag);
+    let replier = Replier::new(env, tag);
     worker::submit(
         device,
-        Box::new(move || {
-            let result = worker::run_caught(work);
-            // A send fails only when the caller has exited; nobody wants the reply then.
-            let _ = message_env.send_and_clear(&caller, |env| {
-                let outcome = match &result {
-                    Ok(value) => (ok(), value).encode(env),
-                    Err(e) => (error(), ErrorTerm(e.clone())).encode(env),
-                };
-                (tag.load(env), outcome).encode(env)
-            });
-        }),
+        Box::new(move || replier.send(worker::run_caught(work))),
     )
 }
 

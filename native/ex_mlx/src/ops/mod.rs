@@ -3,6 +3,7 @@
 //! device's worker (see `reply`).
 
 pub mod creation;
+pub mod device;
 pub mod elementwise;
 pub mod eval;
 pub mod fft;

@@ -46,6 +46,9 @@ pub const UNARY: &[&str] = &[
     "conjugate",
     "degrees",
     "radians",
+    "bitwise_not",
+    "population_count",
+    "count_leading_zeros",
 ];
 
 /// `op(a)` element-wise.
@@ -94,6 +97,9 @@ pub fn unary(op: &str, a: &Array) -> Result<Array> {
         "conjugate" => conjugate(a),
         "degrees" => ops::degrees(a),
         "radians" => ops::radians(a),
+        "bitwise_not" => return super::bitwise::bitwise_not(a),
+        "population_count" => return super::bitwise::population_count(a),
+        "count_leading_zeros" => return super::bitwise::count_leading_zeros(a),
         _ => return Err(unknown("unary", op, UNARY)),
     };
     Ok(out?)
@@ -142,6 +148,11 @@ pub const BINARY: &[&str] = &[
     "logical_or",
     "logical_xor",
     "logaddexp",
+    "bitwise_and",
+    "bitwise_or",
+    "bitwise_xor",
+    "left_shift",
+    "right_shift",
 ];
 
 /// `a op b` element-wise, with broadcasting and MLX's type promotion.
@@ -180,6 +191,7 @@ pub fn binary(op: &str, a: &Array, b: &Array) -> Result<Array> {
             ops::ne(b, Array::from_int(0))?,
         ),
         "logaddexp" => ops::logaddexp(a, b),
+        op if super::bitwise::BINARY.contains(&op) => return super::bitwise::binary(op, a, b),
         _ => return Err(unknown("binary", op, BINARY)),
     };
     Ok(out?)
@@ -201,11 +213,21 @@ mod tests {
     #[test]
     fn every_listed_op_is_implemented() {
         run_blocking(Device::Cpu, || {
-            let a = Array::from_slice(&[0.5f32, 0.25], &[2]);
+            let float = Array::from_slice(&[0.5f32, 0.25], &[2]);
+            let int = Array::from_slice(&[5i32, 3], &[2]);
+            let input = |op: &str| {
+                let bitwise = op.contains("bit") || op.contains("shift") || op.contains("count");
+                if bitwise {
+                    int.clone()
+                } else {
+                    float.clone()
+                }
+            };
             for op in UNARY {
-                unary(op, &a).map_err(|e| Error::Internal(format!("{op}: {e}")))?;
+                unary(op, &input(op)).map_err(|e| Error::Internal(format!("{op}: {e}")))?;
             }
             for op in BINARY {
+                let a = input(op);
                 binary(op, &a, &a).map_err(|e| Error::Internal(format!("{op}: {e}")))?;
             }
             Ok(())

@@ -1,6 +1,7 @@
 //! MLX operations, one small function per op, grouped by family. Arguments are
 //! checked here, before MLX sees them, so errors name the argument.
 
+pub mod bitwise;
 pub mod conv;
 pub mod convert;
 pub mod creation;

@@ -47,13 +47,15 @@ pub fn arg_reduce(op: &str, a: &Array, axis: Option<i64>, keep_dims: bool) -> Re
             format!("cannot take the {op} of an empty tensor"),
         ));
     }
+    let flattened = axis.is_none();
     let (input, axis) = match axis {
         Some(axis) => (a.clone(), check_axis("axis", axis, a.ndim())?),
         None => (ops::reshape(a, &[-1])?, 0),
     };
+    let keep_axis = keep_dims && !flattened;
     let out = match op {
-        "argmax" => ops::indexing::argmax_axis(&input, axis, keep_dims),
-        "argmin" => ops::indexing::argmin_axis(&input, axis, keep_dims),
+        "argmax" => ops::indexing::argmax_axis(&input, axis, keep_axis),
+        "argmin" => ops::indexing::argmin_axis(&input, axis, keep_axis),
         _ => {
             return Err(Error::arg(
                 "op",
@@ -61,13 +63,9 @@ pub fn arg_reduce(op: &str, a: &Array, axis: Option<i64>, keep_dims: bool) -> Re
             ))
         }
     }?;
-    if keep_dims && axis_is_none(&a.shape().to_vec(), out.shape()) {
-        // Flattened with keep_dims: one element with the input's rank.
+    if flattened && keep_dims {
+        // One element, with every axis of the input kept at size 1.
         return Ok(ops::reshape(&out, &vec![1; a.ndim()])?);
     }
     Ok(out)
-}
-
-fn axis_is_none(input: &[i32], out: &[i32]) -> bool {
-    out.len() != input.len()
 }

@@ -1,0 +1,136 @@
+//! Bitwise operations on integer (and bool) tensors.
+//!
+//! mlx-rs 0.33 does not wrap MLX's bitwise ops, so they are called through
+//! mlx-sys here. Arguments are checked first (integer types, shapes that
+//! broadcast), so MLX has nothing left to reject in practice.
+
+use mlx_rs::{ops, Array, Dtype, Stream};
+use mlx_sys::{mlx_array, mlx_stream};
+
+use super::precise::broadcast_shape;
+use crate::dtype::{display, size_of};
+use crate::error::{Error, Result};
+
+pub const BINARY: &[&str] = &[
+    "bitwise_and",
+    "bitwise_or",
+    "bitwise_xor",
+    "left_shift",
+    "right_shift",
+];
+
+type RawBinary = unsafe extern "C" fn(*mut mlx_array, mlx_array, mlx_array, mlx_stream) -> i32;
+type RawUnary = unsafe extern "C" fn(*mut mlx_array, mlx_array, mlx_stream) -> i32;
+
+fn check_integer(name: &'static str, a: &Array) -> Result<()> {
+    if a.dtype().is_float() || a.dtype().is_complex() {
+        return Err(Error::Type(format!(
+            "{name}: bitwise operations need integer types, got {}",
+            display(a.dtype())
+        )));
+    }
+    Ok(())
+}
+
+/// Wraps a freshly created result handle, or frees it on failure.
+fn finish(op: &str, status: i32, res: mlx_array) -> Result<Array> {
+    if status != 0 {
+        // SAFETY: `res` came from mlx_array_new and MLX did not hand it out.
+        unsafe { mlx_sys::mlx_array_free(res) };
+        return Err(Error::Mlx(format!("MLX rejected {op}")));
+    }
+    // SAFETY: on success `res` holds a new array we own; Array takes it over
+    // and frees it when dropped.
+    Ok(unsafe { Array::from_ptr(res) })
+}
+
+/// `a op b` for the ops in [`BINARY`], with broadcasting.
+pub fn binary(op: &str, a: &Array, b: &Array) -> Result<Array> {
+    let f: RawBinary = match op {
+        "bitwise_and" => mlx_sys::mlx_bitwise_and,
+        "bitwise_or" => mlx_sys::mlx_bitwise_or,
+        "bitwise_xor" => mlx_sys::mlx_bitwise_xor,
+        "left_shift" => mlx_sys::mlx_left_shift,
+        "right_shift" => mlx_sys::mlx_right_shift,
+        _ => {
+            return Err(Error::arg(
+                "op",
+                format!("unknown bitwise op :{op}; known: {}", BINARY.join(", ")),
+            ))
+        }
+    };
+    check_integer("a", a)?;
+    check_integer("b", b)?;
+    broadcast_shape(a.shape(), b.shape())?;
+    let stream = Stream::thread_local_or_default();
+    // SAFETY: `res` is a fresh handle; `a`, `b` and `stream` are live for the
+    // call; mlx-c catches C++ exceptions and reports them as a status.
+    unsafe {
+        let mut res = mlx_sys::mlx_array_new();
+        let status = f(&mut res, a.as_ptr(), b.as_ptr(), stream.as_ptr());
+        finish(op, status, res)
+    }
+}
+
+/// `~a` (logical not for `:bool`).
+pub fn bitwise_not(a: &Array) -> Result<Array> {
+    check_integer("tensor", a)?;
+    let f: RawUnary = mlx_sys::mlx_bitwise_invert;
+    let stream = Stream::thread_local_or_default();
+    // SAFETY: as in `binary`.
+    unsafe {
+        let mut res = mlx_sys::mlx_array_new();
+        let status = f(&mut res, a.as_ptr(), stream.as_ptr());
+        finish("bitwise_not", status, res)
+    }
+}
+
+fn unsigned_of(dtype: Dtype) -> Result<Dtype> {
+    Ok(match size_of(dtype) {
+        1 => Dtype::Uint8,
+        2 => Dtype::Uint16,
+        4 => Dtype::Uint32,
+        8 => Dtype::Uint64,
+        _ => {
+            return Err(Error::Internal(format!(
+                "no unsigned type for {}",
+                display(dtype)
+            )))
+        }
+    })
+}
+
+/// `[(x >> i) for i in 0..bits]` as unsigned values of `a`'s width.
+fn shifted(a: &Array) -> Result<(Array, usize)> {
+    check_integer("tensor", a)?;
+    if a.dtype() == Dtype::Bool {
+        return Err(Error::Type(
+            "tensor: bit counting needs an integer type, got :bool".into(),
+        ));
+    }
+    let unsigned = unsigned_of(a.dtype())?;
+    let bits = size_of(a.dtype()) * 8;
+    let u = a.view_dtype(unsigned)?;
+    let shifts = ops::arange::<i32, i32>(0, bits as i32, None)?.as_dtype(unsigned)?;
+    // [..., bits]: element i is x >> i
+    let expanded = ops::expand_dims_axes(&u, &[-1])?;
+    Ok((binary("right_shift", &expanded, &shifts)?, bits))
+}
+
+/// Number of set bits of each element (of its two's-complement pattern).
+pub fn population_count(a: &Array) -> Result<Array> {
+    let (s, _) = shifted(a)?;
+    let one = Array::from_int(1).as_dtype(s.dtype())?;
+    let bits = binary("bitwise_and", &s, &one)?;
+    Ok(bits.sum_axes(&[-1], false)?.as_dtype(a.dtype())?)
+}
+
+/// Number of leading zero bits of each element.
+pub fn count_leading_zeros(a: &Array) -> Result<Array> {
+    let (s, bits) = shifted(a)?;
+    // bit length = how many of x >> 0, x >> 1, ... are non-zero
+    let length = ops::ne(&s, Array::from_int(0).as_dtype(s.dtype())?)?
+        .as_dtype(Dtype::Int32)?
+        .sum_axes(&[-1], false)?;
+    Ok(ops::subtract(Array::from_int(bits as i32), &length)?.as_dtype(a.dtype())?)
+}
