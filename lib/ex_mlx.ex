@@ -503,6 +503,40 @@ defmodule ExMLX do
   end
 
   @doc """
+  A block of `lengths` starting at `starts`, clamped so it fits (as Nx does).
+  `starts` is a list of integers or an integer tensor (so it can be computed).
+
+      iex> t = ExMLX.iota({:u, 8}, {6})
+      iex> ExMLX.dynamic_slice(t, [4], [3]) |> ExMLX.to_list()
+      [3, 4, 5]
+  """
+  @spec dynamic_slice(Tensor.t(), [integer()] | Tensor.t(), [non_neg_integer()]) :: Tensor.t()
+  def dynamic_slice(%Tensor{ref: ref} = t, starts, lengths) do
+    %Tensor{ref: s} = starts_tensor(starts, t)
+    Call.run(&Native.dynamic_slice(&1, ref, s, lengths)) |> Tensor.wrap()
+  end
+
+  @doc """
+  The tensor with `update` written at `starts` (clamped so it fits), Nx's `put_slice`.
+
+      iex> t = ExMLX.full(0, {:u, 8}, {4})
+      iex> ExMLX.put_slice(t, [1], ExMLX.full(7, {:u, 8}, {2})) |> ExMLX.to_list()
+      [0, 7, 7, 0]
+  """
+  @spec put_slice(Tensor.t(), [integer()] | Tensor.t(), Tensor.t()) :: Tensor.t()
+  def put_slice(%Tensor{ref: ref} = t, starts, %Tensor{ref: update}) do
+    %Tensor{ref: s} = starts_tensor(starts, t)
+    Call.run(&Native.put_slice(&1, ref, s, update)) |> Tensor.wrap()
+  end
+
+  defp starts_tensor(%Tensor{} = starts, _t), do: starts
+
+  defp starts_tensor(starts, %Tensor{device: device}) when is_list(starts) do
+    data = for s <- starts, into: <<>>, do: <<s::64-signed-little>>
+    from_binary(data, {:s, 64}, {length(starts)}, device: device)
+  end
+
+  @doc """
   Joins tensors along an existing axis.
 
       iex> a = ExMLX.iota({:u, 8}, {2})
@@ -551,14 +585,22 @@ defmodule ExMLX do
     do: Call.run(&Native.clip(&1, t, min, max)) |> Tensor.wrap()
 
   @doc """
-  Pads each axis with `{low, high}` copies of `value` (a rank-0 tensor);
-  negative amounts remove elements.
+  Pads each axis with `{low, high}` or `{low, high, interior}` copies of
+  `value` (a rank-0 tensor): interior padding goes between elements first,
+  then the edges; negative edges remove elements.
 
       iex> t = ExMLX.iota({:u, 8}, {3})
       iex> ExMLX.pad(t, [{1, -1}], ExMLX.full(9, {:u, 8}, {})) |> ExMLX.to_list()
       [9, 0, 1]
+      iex> ExMLX.pad(t, [{0, 0, 1}], ExMLX.full(9, {:u, 8}, {})) |> ExMLX.to_list()
+      [0, 9, 1, 9, 2]
   """
-  @spec pad(Tensor.t(), [{integer(), integer()}], Tensor.t()) :: Tensor.t()
+  @spec pad(
+          Tensor.t(),
+          [{integer(), integer()} | {integer(), integer(), non_neg_integer()}],
+          Tensor.t()
+        ) ::
+          Tensor.t()
   def pad(%Tensor{ref: ref}, widths, %Tensor{ref: value}),
     do: Call.run(&Native.pad(&1, ref, widths, value)) |> Tensor.wrap()
 

@@ -88,6 +88,8 @@ defmodule ExMLX.Native do
   def clip(_tag, _tensor, _min, _max), do: not_loaded()
   def pad(_tag, _tensor, _widths, _value), do: not_loaded()
   def slice(_tag, _tensor, _starts, _stops, _strides), do: not_loaded()
+  def dynamic_slice(_tag, _tensor, _starts, _lengths), do: not_loaded()
+  def put_slice(_tag, _tensor, _starts, _update), do: not_loaded()
 
   # Indexing
   def take(_tag, _tensor, _indices, _axis), do: not_loaded()

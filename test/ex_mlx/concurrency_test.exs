@@ -56,14 +56,14 @@ defmodule ExMLX.ConcurrencyTest do
   end
 
   test "a caller waiting for a large matmul holds no scheduler, and others keep running" do
-    n = 1536
-    a = ExMLX.full(1.0, {:f, 32}, {n, n})
+    n = 2048
+    a = ExMLX.full(1.0e-3, {:f, 32}, {n, n})
     ExMLX.eval(ExMLX.add(a, a))
     parent = self()
 
     caller =
       spawn_link(fn ->
-        ExMLX.matmul(a, a) |> ExMLX.matmul(a) |> ExMLX.eval()
+        ExMLX.matmul(a, a) |> ExMLX.matmul(a) |> ExMLX.matmul(a) |> ExMLX.eval()
         send(parent, :done)
       end)
 

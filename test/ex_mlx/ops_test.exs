@@ -344,3 +344,62 @@ defmodule ExMLX.OpsTest do
     end
   end
 end
+
+defmodule ExMLX.OpsSliceTest do
+  use ExUnit.Case, async: true
+
+  import ExMLX.TestHelpers
+
+  # t = [[0, 1, 2], [3, 4, 5], [6, 7, 8]]
+  setup do: %{t: ExMLX.iota({:s, 32}, {3, 3})}
+
+  test "dynamic_slice with list and tensor starts, clamped like Nx", %{t: t} do
+    assert ExMLX.dynamic_slice(t, [1, 1], [2, 2]) |> ExMLX.to_list() == [4, 5, 7, 8]
+    # start (2, 2) with length (2, 2) is clamped to (1, 1)
+    assert ExMLX.dynamic_slice(t, [2, 2], [2, 2]) |> ExMLX.to_list() == [4, 5, 7, 8]
+    # negative starts clamp to 0
+    assert ExMLX.dynamic_slice(t, s64([-5, 0]), [1, 3]) |> ExMLX.to_list() == [0, 1, 2]
+
+    assert_raise ExMLX.Error, "lengths: axis 0: length 4 exceeds the dimension 3", fn ->
+      ExMLX.dynamic_slice(t, [0, 0], [4, 1])
+    end
+  end
+
+  test "put_slice writes a block, clamped to fit", %{t: t} do
+    block = ExMLX.reshape(s32([-1, -2, -3, -4]), {2, 2})
+    assert ExMLX.put_slice(t, [0, 1], block) |> ExMLX.to_list() == [0, -1, -2, 3, -3, -4, 6, 7, 8]
+    # (5, 5) clamps to (1, 1)
+    assert ExMLX.put_slice(t, [5, 5], block) |> ExMLX.to_list() == [0, 1, 2, 3, -1, -2, 6, -3, -4]
+  end
+
+  test "interior padding, then negative edges", %{t: t} do
+    row = ExMLX.slice(t, [0, 0], [1, 3])
+    nine = ExMLX.full(9, {:s, 32}, {})
+    # [0, 1, 2] with 2 between: [0, 9, 9, 1, 9, 9, 2]; then drop 1 in front, add 1 behind
+    padded = ExMLX.pad(row, [{0, 0, 0}, {-1, 1, 2}], nine)
+    assert ExMLX.to_list(padded) == [9, 9, 1, 9, 9, 2, 9]
+    # both axes of a 2×2 with interior 1: [[0, 9, 1], [9, 9, 9], [3, 9, 4]]
+    sq = ExMLX.slice(t, [0, 0], [2, 2])
+
+    assert ExMLX.pad(sq, [{0, 0, 1}, {0, 0, 1}], nine) |> ExMLX.to_list() == [
+             0,
+             9,
+             1,
+             9,
+             9,
+             9,
+             3,
+             9,
+             4
+           ]
+  end
+
+  test "f64 is refused on the gpu with the device named" do
+    unless ExMLX.device_available?(:gpu) do
+      # without a GPU the device error comes first; the type check is in ex_mlx_core
+      assert_raise ExMLX.Error, ~r/(gpu device is not available|not supported on the gpu)/, fn ->
+        ExMLX.full(1.0, {:f, 64}, {1}, device: :gpu)
+      end
+    end
+  end
+end

@@ -27,6 +27,7 @@ fn from_binary<'a>(
         let dtype = decode_type("type", type_)?;
         let shape = decode_shape("shape", shape)?;
         let device = decode_device("device", device)?;
+        ex_mlx_core::device::check_dtype(dtype, device)?;
         host::check_bytes(binary.as_slice(), &shape, dtype)?;
         // The copy into MLX runs on the worker, not on this scheduler; the
         // binary stays alive in an environment of its own until then.

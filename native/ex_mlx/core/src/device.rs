@@ -54,3 +54,36 @@ impl Device {
         Device::ALL.into_iter().find(|d| d.name() == name)
     }
 }
+
+/// Whether `dtype` can live on `device`: MLX computes float64 on the CPU only.
+pub fn check_dtype(dtype: mlx_rs::Dtype, device: Device) -> crate::Result<()> {
+    if dtype == mlx_rs::Dtype::Float64 && device == Device::Gpu {
+        return Err(crate::Error::Type(
+            "{:f, 64} is not supported on the gpu device (MLX computes float64 on the CPU only); \
+             use the cpu device, or {:f, 32}"
+                .into(),
+        ));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn f64_is_cpu_only() {
+        assert!(check_dtype(mlx_rs::Dtype::Float64, Device::Cpu).is_ok());
+        let e = check_dtype(mlx_rs::Dtype::Float64, Device::Gpu).unwrap_err();
+        assert!(e.to_string().starts_with("{:f, 64} is not supported on the gpu device"));
+        assert!(check_dtype(mlx_rs::Dtype::Float32, Device::Gpu).is_ok());
+    }
+
+    #[test]
+    fn names_round_trip() {
+        for d in Device::ALL {
+            assert_eq!(Device::from_name(d.name()), Some(d));
+        }
+        assert_eq!(Device::from_name("tpu"), None);
+    }
+}

@@ -26,6 +26,7 @@ fn full<'a>(
         let dtype = decode_type("type", type_)?;
         let shape = decode_shape("shape", shape)?;
         let device = decode_device("device", device)?;
+        ex_mlx_core::device::check_dtype(dtype, device)?;
         // Checked here so the error names the value before any work is queued.
         creation::scalar_bytes(value, dtype)?;
         submit(env, tag, device, move || {
@@ -51,6 +52,7 @@ fn iota<'a>(
         let shape = decode_shape("shape", shape)?;
         let axis = decode_opt_int("axis", axis)?;
         let device = decode_device("device", device)?;
+        ex_mlx_core::device::check_dtype(dtype, device)?;
         submit(env, tag, device, move || {
             Ok(NewTensor::new(creation::iota(dtype, &shape, axis)?, device))
         })
@@ -88,6 +90,7 @@ fn as_type<'a>(env: Env<'a>, tag: Term<'a>, t: Term<'a>, type_: Term<'a>) -> Nif
         let t = decode_tensor("tensor", t)?;
         let dtype = decode_type("type", type_)?;
         let device = t.device;
+        ex_mlx_core::device::check_dtype(dtype, device)?;
         submit(env, tag, device, move || {
             Ok(NewTensor::new(convert::as_type(&t.array(), dtype)?, device))
         })
@@ -100,6 +103,7 @@ fn bitcast<'a>(env: Env<'a>, tag: Term<'a>, t: Term<'a>, type_: Term<'a>) -> Nif
         let t = decode_tensor("tensor", t)?;
         let dtype = decode_type("type", type_)?;
         let device = t.device;
+        ex_mlx_core::device::check_dtype(dtype, device)?;
         submit(env, tag, device, move || {
             Ok(NewTensor::new(convert::bitcast(&t.array(), dtype)?, device))
         })

@@ -18,6 +18,7 @@ fn transfer<'a>(env: Env<'a>, tag: Term<'a>, t: Term<'a>, device: Term<'a>) -> N
         let t = decode_tensor("tensor", t)?;
         let to = decode_device("device", device)?;
         let from = t.device;
+        ex_mlx_core::device::check_dtype(t.dtype, to)?;
         if from == to {
             return submit(env, tag, from, move || Ok(NewTensor(t)));
         }

@@ -176,7 +176,8 @@ fn clip<'a>(
     ))
 }
 
-/// `pad(tag, t, [{low, high}, ...], value)`: `value` is a rank-0 tensor.
+/// `pad(tag, t, [{low, high} | {low, high, interior}, ...], value)`: `value`
+/// is a rank-0 tensor.
 #[rustler::nif]
 fn pad<'a>(
     env: Env<'a>,
@@ -189,22 +190,74 @@ fn pad<'a>(
         let t = decode_tensor("tensor", t)?;
         let value = decode_tensor("value", value)?;
         let device = common_device(&[&t, &value])?;
-        let widths: Vec<(i64, i64)> = widths.decode().map_err(|_| {
+        let bad = || {
             ex_mlx_core::Error::arg(
                 "widths",
                 format!(
-                    "expected a list of {{low, high}} integer pairs, got: {}",
+                    "expected a list of {{low, high}} or {{low, high, interior}} integers, got: {}",
                     crate::term::show(widths)
                 ),
             )
-        })?;
+        };
+        let items: Vec<Term> = widths.decode().map_err(|_| bad())?;
+        let config = items
+            .iter()
+            .map(|item| {
+                if let Ok((lo, hi)) = item.decode::<(i64, i64)>() {
+                    Ok((lo, hi, 0))
+                } else {
+                    item.decode::<(i64, i64, i64)>().map_err(|_| bad())
+                }
+            })
+            .collect::<Result<Vec<_>>>()?;
         submit(env, tag, device, move || {
             Ok(NewTensor::new(
-                shape::pad(&t.array(), &widths, &value.array())?,
+                shape::pad_general(&t.array(), &config, &value.array())?,
                 device,
             ))
         })
     })())
+}
+
+/// `dynamic_slice(tag, t, starts, lengths)`: `starts` is an integer tensor.
+#[rustler::nif]
+fn dynamic_slice<'a>(
+    env: Env<'a>,
+    tag: Term<'a>,
+    t: Term<'a>,
+    starts: Term<'a>,
+    lengths: Term<'a>,
+) -> NifResult<Atom> {
+    queued((|| {
+        let t = decode_tensor("tensor", t)?;
+        let starts = decode_tensor("starts", starts)?;
+        let lengths = decode_shape("lengths", lengths)?;
+        let device = common_device(&[&t, &starts])?;
+        submit(env, tag, device, move || {
+            Ok(NewTensor::new(
+                shape::dynamic_slice(&t.array(), &starts.array(), &lengths)?,
+                device,
+            ))
+        })
+    })())
+}
+
+/// `put_slice(tag, t, starts, update)`: `starts` is an integer tensor.
+#[rustler::nif]
+fn put_slice<'a>(
+    env: Env<'a>,
+    tag: Term<'a>,
+    t: Term<'a>,
+    starts: Term<'a>,
+    update: Term<'a>,
+) -> NifResult<Atom> {
+    queued(on_three(
+        env,
+        tag,
+        ["tensor", "starts", "update"],
+        [t, starts, update],
+        |a, s, u| shape::put_slice(a, s, u),
+    ))
 }
 
 /// `slice(tag, t, starts, stops, strides)`.

@@ -4,7 +4,7 @@
 //! mlx-sys here. Arguments are checked first (integer types, shapes that
 //! broadcast), so MLX has nothing left to reject in practice.
 
-use mlx_rs::{ops, Array, Dtype, Stream};
+use mlx_rs::{ops, Array, Dtype};
 use mlx_sys::{mlx_array, mlx_stream};
 
 use super::precise::broadcast_shape;
@@ -32,18 +32,6 @@ fn check_integer(name: &'static str, a: &Array) -> Result<()> {
     Ok(())
 }
 
-/// Wraps a freshly created result handle, or frees it on failure.
-fn finish(op: &str, status: i32, res: mlx_array) -> Result<Array> {
-    if status != 0 {
-        // SAFETY: `res` came from mlx_array_new and MLX did not hand it out.
-        unsafe { mlx_sys::mlx_array_free(res) };
-        return Err(Error::Mlx(format!("MLX rejected {op}")));
-    }
-    // SAFETY: on success `res` holds a new array we own; Array takes it over
-    // and frees it when dropped.
-    Ok(unsafe { Array::from_ptr(res) })
-}
-
 /// `a op b` for the ops in [`BINARY`], with broadcasting.
 pub fn binary(op: &str, a: &Array, b: &Array) -> Result<Array> {
     let f: RawBinary = match op {
@@ -62,27 +50,16 @@ pub fn binary(op: &str, a: &Array, b: &Array) -> Result<Array> {
     check_integer("a", a)?;
     check_integer("b", b)?;
     broadcast_shape(a.shape(), b.shape())?;
-    let stream = Stream::thread_local_or_default();
-    // SAFETY: `res` is a fresh handle; `a`, `b` and `stream` are live for the
-    // call; mlx-c catches C++ exceptions and reports them as a status.
-    unsafe {
-        let mut res = mlx_sys::mlx_array_new();
-        let status = f(&mut res, a.as_ptr(), b.as_ptr(), stream.as_ptr());
-        finish(op, status, res)
-    }
+    // SAFETY: one mlx-c call; `a` and `b` are live arrays for its duration.
+    unsafe { super::raw::op(op, |res, s| f(res, a.as_ptr(), b.as_ptr(), s)) }
 }
 
 /// `~a` (logical not for `:bool`).
 pub fn bitwise_not(a: &Array) -> Result<Array> {
     check_integer("tensor", a)?;
     let f: RawUnary = mlx_sys::mlx_bitwise_invert;
-    let stream = Stream::thread_local_or_default();
-    // SAFETY: as in `binary`.
-    unsafe {
-        let mut res = mlx_sys::mlx_array_new();
-        let status = f(&mut res, a.as_ptr(), stream.as_ptr());
-        finish("bitwise_not", status, res)
-    }
+    // SAFETY: one mlx-c call; `a` is a live array for its duration.
+    unsafe { super::raw::op("bitwise_not", |res, s| f(res, a.as_ptr(), s)) }
 }
 
 fn unsigned_of(dtype: Dtype) -> Result<Dtype> {

@@ -11,6 +11,7 @@ pub mod fft;
 pub mod indexing;
 pub mod linalg;
 pub mod precise;
+pub mod raw;
 pub mod reduce;
 pub mod shape;
 pub mod sort;

@@ -189,3 +189,183 @@ pub fn slice(a: &Array, starts: &[i64], stops: &[i64], strides: &[i64]) -> Resul
     }
     Ok(a.try_index(&index[..])?)
 }
+
+/// Nx's pad: `(low, high, interior)` per axis; interior padding first, then
+/// the edges (negative edges remove elements).
+pub fn pad_general(a: &Array, config: &[(i64, i64, i64)], value: &Array) -> Result<Array> {
+    if config.len() != a.ndim() {
+        return Err(Error::arg(
+            "widths",
+            format!(
+                "needs one entry per axis ({}), got {}",
+                a.ndim(),
+                config.len()
+            ),
+        ));
+    }
+    let interior: Vec<i64> = config.iter().map(|c| c.2).collect();
+    let edges: Vec<(i64, i64)> = config.iter().map(|c| (c.0, c.1)).collect();
+    let inner = if interior.iter().all(|&k| k == 0) {
+        a.clone()
+    } else {
+        interior_pad(a, &interior, value)?
+    };
+    pad(&inner, &edges, value)
+}
+
+/// Clamps `starts` (an integer vector, one per axis) so a block of `sizes`
+/// fits inside `shape`, as Nx does for dynamic slices.
+fn clamp_starts(starts: &Array, shape: &[i32], sizes: &[i32]) -> Result<Array> {
+    if starts.ndim() != 1 || starts.shape()[0] as usize != shape.len() {
+        return Err(Error::arg(
+            "starts",
+            format!(
+                "needs one start per axis ({}), got shape {}",
+                shape.len(),
+                display_shape(starts.shape())
+            ),
+        ));
+    }
+    if starts.dtype().is_float() || starts.dtype().is_complex() {
+        return Err(Error::Type("starts: start indices must be integers".into()));
+    }
+    let limits: Vec<i32> = shape.iter().zip(sizes).map(|(&d, &s)| d - s).collect();
+    let limits = Array::from_slice(&limits, &[limits.len() as i32]);
+    let starts = starts.as_dtype(mlx_rs::Dtype::Int32)?;
+    Ok(ops::minimum(
+        ops::maximum(&starts, Array::from_int(0))?,
+        &limits,
+    )?)
+}
+
+/// A block of `sizes` starting at `starts` (a tensor, so it can come from a
+/// computation), clamped to fit (Nx's slice with tensor starts).
+pub fn dynamic_slice(a: &Array, starts: &Array, sizes: &[i32]) -> Result<Array> {
+    if sizes.len() != a.ndim() {
+        return Err(Error::arg(
+            "lengths",
+            format!(
+                "needs one length per axis ({}), got {}",
+                a.ndim(),
+                sizes.len()
+            ),
+        ));
+    }
+    for (axis, (&s, &d)) in sizes.iter().zip(a.shape()).enumerate() {
+        if s > d {
+            return Err(Error::arg(
+                "lengths",
+                format!("axis {axis}: length {s} exceeds the dimension {d}"),
+            ));
+        }
+    }
+    if a.ndim() == 0 {
+        return Ok(a.clone());
+    }
+    let starts = clamp_starts(starts, a.shape(), sizes)?;
+    let axes: Vec<i32> = (0..a.ndim() as i32).collect();
+    // SAFETY: one mlx-c call; arrays and the axes/sizes slices outlive it.
+    unsafe {
+        super::raw::op("slice", |res, s| {
+            mlx_sys::mlx_slice_dynamic(
+                res,
+                a.as_ptr(),
+                starts.as_ptr(),
+                axes.as_ptr(),
+                axes.len(),
+                sizes.as_ptr(),
+                sizes.len(),
+                s,
+            )
+        })
+    }
+}
+
+/// `a` with `update` written at `starts` (clamped to fit), Nx's put_slice.
+pub fn put_slice(a: &Array, starts: &Array, update: &Array) -> Result<Array> {
+    if update.ndim() != a.ndim() {
+        return Err(Error::arg(
+            "update",
+            format!(
+                "needs the tensor's rank ({}), got {}",
+                a.ndim(),
+                update.ndim()
+            ),
+        ));
+    }
+    for (axis, (&u, &d)) in update.shape().iter().zip(a.shape()).enumerate() {
+        if u > d {
+            return Err(Error::arg(
+                "update",
+                format!("axis {axis}: size {u} exceeds the dimension {d}"),
+            ));
+        }
+    }
+    if a.ndim() == 0 {
+        return Ok(update.as_dtype(a.dtype())?);
+    }
+    let starts = clamp_starts(starts, a.shape(), update.shape())?;
+    let update = update.as_dtype(a.dtype())?;
+    let axes: Vec<i32> = (0..a.ndim() as i32).collect();
+    // SAFETY: one mlx-c call; arrays and the axes slice outlive it.
+    unsafe {
+        super::raw::op("put_slice", |res, s| {
+            mlx_sys::mlx_slice_update_dynamic(
+                res,
+                a.as_ptr(),
+                update.as_ptr(),
+                starts.as_ptr(),
+                axes.as_ptr(),
+                axes.len(),
+                s,
+            )
+        })
+    }
+}
+
+/// Inserts `interior[i]` copies of `value` between neighbouring elements of
+/// each axis (the interior part of Nx's pad).
+pub fn interior_pad(a: &Array, interior: &[i64], value: &Array) -> Result<Array> {
+    if interior.len() != a.ndim() {
+        return Err(Error::arg(
+            "interior",
+            format!(
+                "needs one entry per axis ({}), got {}",
+                a.ndim(),
+                interior.len()
+            ),
+        ));
+    }
+    let mut out = a.clone();
+    for (axis, &k) in interior.iter().enumerate() {
+        if k < 0 {
+            return Err(Error::arg(
+                "interior",
+                format!("axis {axis}: {k} is negative"),
+            ));
+        }
+        let n = out.shape()[axis];
+        if k == 0 || n <= 1 {
+            continue;
+        }
+        let k =
+            i32::try_from(k).map_err(|_| Error::arg("interior", format!("{k} is too large")))?;
+        // Stack each element with k fill values after it, along a new axis
+        // right after `axis`, merge the two, then drop the trailing fill.
+        let mut fill_shape = out.shape().to_vec();
+        fill_shape.insert(axis + 1, k);
+        let fill = ops::broadcast_to(value.as_dtype(out.dtype())?, &fill_shape)?;
+        let expanded = ops::expand_dims_axes(&out, &[axis as i32 + 1])?;
+        let joined = ops::concatenate(&[expanded, fill], axis as i32 + 1)?;
+        let mut merged_shape = out.shape().to_vec();
+        merged_shape[axis] = n * (k + 1);
+        let merged = ops::reshape(&joined, &merged_shape)?;
+        let keep = n + (n - 1) * k;
+        let mut starts = vec![0i64; out.ndim()];
+        let mut stops: Vec<i64> = merged_shape.iter().map(|&d| d as i64).collect();
+        stops[axis] = keep as i64;
+        starts[axis] = 0;
+        out = slice(&merged, &starts, &stops, &vec![1; out.ndim()])?;
+    }
+    Ok(out)
+}
