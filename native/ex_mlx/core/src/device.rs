@@ -75,7 +75,9 @@ mod tests {
     fn f64_is_cpu_only() {
         assert!(check_dtype(mlx_rs::Dtype::Float64, Device::Cpu).is_ok());
         let e = check_dtype(mlx_rs::Dtype::Float64, Device::Gpu).unwrap_err();
-        assert!(e.to_string().starts_with("{:f, 64} is not supported on the gpu device"));
+        assert!(e
+            .to_string()
+            .starts_with("{:f, 64} is not supported on the gpu device"));
         assert!(check_dtype(mlx_rs::Dtype::Float32, Device::Gpu).is_ok());
     }
 

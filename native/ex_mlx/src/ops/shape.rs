@@ -256,7 +256,7 @@ fn put_slice<'a>(
         tag,
         ["tensor", "starts", "update"],
         [t, starts, update],
-        |a, s, u| shape::put_slice(a, s, u),
+        shape::put_slice,
     ))
 }
 
