@@ -55,13 +55,32 @@ fn start(device: Device) -> std::result::Result<Worker, String> {
         .spawn(move || {
             let stream = mlx_rs::Stream::new_with_device(&device.to_mlx());
             mlx_rs::with_stream(&stream, || {
-                for job in jobs {
+                while let Some(job) = next_job(&jobs) {
                     job();
                 }
             });
         })
         .map_err(|e| format!("could not start the {} worker thread: {e}", device.name()))?;
     Ok(Worker { queue })
+}
+
+/// How long an idle worker polls its queue before it sleeps. Small ops come
+/// in bursts (one process building a graph op by op); polling briefly saves
+/// the futex wake-up on each of them, at the price of this much CPU per burst.
+const SPIN: std::time::Duration = std::time::Duration::from_micros(50);
+
+/// The next job, polling for [`SPIN`] before blocking; `None` when every
+/// sender is gone.
+fn next_job(jobs: &mpsc::Receiver<Job>) -> Option<Job> {
+    let start = std::time::Instant::now();
+    loop {
+        match jobs.try_recv() {
+            Ok(job) => return Some(job),
+            Err(mpsc::TryRecvError::Disconnected) => return None,
+            Err(mpsc::TryRecvError::Empty) if start.elapsed() < SPIN => std::hint::spin_loop(),
+            Err(mpsc::TryRecvError::Empty) => return jobs.recv().ok(),
+        }
+    }
 }
 
 /// Queues `job` on the worker of `device`.
