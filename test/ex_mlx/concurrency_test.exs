@@ -61,23 +61,50 @@ defmodule ExMLX.ConcurrencyTest do
     ExMLX.eval(ExMLX.add(a, a))
     parent = self()
 
-    caller =
-      spawn_link(fn ->
-        ExMLX.matmul(a, a) |> ExMLX.matmul(a) |> ExMLX.matmul(a) |> ExMLX.eval()
-        send(parent, :done)
-      end)
+    # One scheduler only: if the NIF computed on the caller's scheduler, the
+    # ticker below could not run at all until the matmul finished.
+    online = :erlang.system_flag(:schedulers_online, 1)
 
-    # Sample the caller's state until it is done. A NIF that computed on the
-    # calling thread would show it :running the whole time; here it waits in a
-    # receive (:waiting) while the worker thread computes.
-    samples = sample_until_done(caller, [])
-    waiting = Enum.count(samples, &(&1 == :waiting))
+    try do
+      ticker = spawn_link(fn -> send(parent, {:ticks, tick([])}) end)
+      started = System.monotonic_time(:millisecond)
 
-    assert length(samples) >= 10,
-           "the matmul was too quick to observe (#{length(samples)} samples)"
+      caller =
+        spawn_link(fn ->
+          ExMLX.matmul(a, a) |> ExMLX.matmul(a) |> ExMLX.matmul(a) |> ExMLX.eval()
+          send(parent, :done)
+        end)
 
-    assert waiting / length(samples) >= 0.9,
-           "caller states: #{inspect(Enum.frequencies(samples))}"
+      # Sample the caller's state until it is done: it waits in a receive
+      # (:waiting) while the worker thread computes.
+      samples = sample_until_done(caller, [])
+      elapsed = System.monotonic_time(:millisecond) - started
+      send(ticker, :stop)
+      times = receive do: ({:ticks, times} -> times)
+      waiting = Enum.count(samples, &(&1 == :waiting))
+
+      assert length(samples) >= 5, "the matmul was too quick to observe (#{elapsed} ms)"
+
+      assert waiting / length(samples) >= 0.9,
+             "caller states: #{inspect(Enum.frequencies(samples))}"
+
+      # The ticker asks for a 1 ms timeout each time. BLAS threads share the
+      # cores with the VM, which delays ticks; a blocked scheduler would stop
+      # them for the whole matmul.
+      gaps = times |> Enum.chunk_every(2, 1, :discard) |> Enum.map(fn [l, e] -> l - e end)
+      assert length(times) >= 5, "#{length(times)} ticks in #{elapsed} ms"
+      assert Enum.max(gaps) < elapsed / 2, "longest pause #{Enum.max(gaps)} ms of #{elapsed} ms"
+    after
+      :erlang.system_flag(:schedulers_online, online)
+    end
+  end
+
+  defp tick(times) do
+    receive do
+      :stop -> times
+    after
+      1 -> tick([System.monotonic_time(:millisecond) | times])
+    end
   end
 
   defp sample_until_done(pid, acc) do
