@@ -311,7 +311,7 @@ defmodule ExMLX do
   @unary ~w(abs negate sign floor ceil round sqrt rsqrt exp expm1 log log1p log2 log10
             sin cos tan asin acos atan sinh cosh tanh asinh acosh atanh erf erf_inv
             sigmoid square reciprocal logical_not is_nan is_infinity is_finite real imag
-            conjugate degrees radians bitwise_not population_count count_leading_zeros)a
+            conjugate degrees radians erfc cbrt bitwise_not population_count count_leading_zeros)a
 
   @binary ~w(subtract multiply divide pow remainder quotient atan2 min max equal not_equal
              less less_equal greater greater_equal logical_and logical_or logical_xor
@@ -395,6 +395,29 @@ defmodule ExMLX do
       axes = Keyword.get(opts, :axes)
       keep = Keyword.get(opts, :keep_dims, false)
       Call.run(&Native.reduce(&1, unquote(op), ref, axes, keep)) |> Tensor.wrap()
+    end
+  end
+
+  for op <- [:window_sum, :window_product, :window_max, :window_min] do
+    @doc """
+    `#{op}` over windows of `window` (a tuple or list, one size per axis).
+
+    Options (one entry per axis): `:strides` (1), `:padding` (`{low, high}`,
+    padded with the reduction's identity), `:window_dilations` (1).
+
+        iex> ExMLX.iota({:s, 32}, {5}) |> ExMLX.#{op}({2}) |> ExMLX.shape()
+        {4}
+    """
+    @spec unquote(op)(Tensor.t(), tuple() | [pos_integer()], keyword()) :: Tensor.t()
+    def unquote(op)(%Tensor{ref: ref, shape: shape}, window, opts \\ []) do
+      window = if is_tuple(window), do: Tuple.to_list(window), else: window
+      n = tuple_size(shape)
+      strides = Keyword.get(opts, :strides, List.duplicate(1, n))
+      padding = Keyword.get(opts, :padding, List.duplicate({0, 0}, n))
+      dilations = Keyword.get(opts, :window_dilations, List.duplicate(1, n))
+
+      Call.run(&Native.window(&1, unquote(op), ref, window, strides, padding, dilations))
+      |> Tensor.wrap()
     end
   end
 

@@ -74,6 +74,7 @@ defmodule ExMLX.Native do
   # Reductions
   def reduce(_tag, _op, _tensor, _axes, _keep_dims), do: not_loaded()
   def arg_reduce(_tag, _op, _tensor, _axis, _keep_dims), do: not_loaded()
+  def window(_tag, _op, _tensor, _window, _strides, _padding, _dilations), do: not_loaded()
 
   # Shape
   def reshape(_tag, _tensor, _shape), do: not_loaded()

@@ -52,3 +52,47 @@ fn arg_reduce<'a>(
         })
     })())
 }
+
+/// `window(tag, op, t, window, strides, padding, dilations)` for
+/// :window_sum, :window_product, :window_max, :window_min.
+#[allow(clippy::too_many_arguments)]
+#[rustler::nif]
+fn window<'a>(
+    env: Env<'a>,
+    tag: Term<'a>,
+    op: Term<'a>,
+    t: Term<'a>,
+    window_dims: Term<'a>,
+    strides: Term<'a>,
+    padding: Term<'a>,
+    dilations: Term<'a>,
+) -> NifResult<Atom> {
+    queued((|| -> Result<()> {
+        let op = decode_op(op)?;
+        let t = decode_tensor("tensor", t)?;
+        let window = crate::term::decode_ints("window", window_dims)?;
+        let strides = crate::term::decode_ints("strides", strides)?;
+        let padding: Vec<(i64, i64)> = padding.decode().map_err(|_| {
+            ex_mlx_core::Error::arg(
+                "padding",
+                format!(
+                    "expected a list of {{low, high}} pairs, got: {}",
+                    crate::term::show(padding)
+                ),
+            )
+        })?;
+        let dilations = crate::term::decode_ints("dilations", dilations)?;
+        let device = t.device;
+        submit(env, tag, device, move || {
+            let out = ex_mlx_core::ops::window::window(
+                &op,
+                &t.array(),
+                &window,
+                &strides,
+                &padding,
+                &dilations,
+            )?;
+            Ok(NewTensor::new(out, device))
+        })
+    })())
+}

@@ -15,6 +15,7 @@ pub mod raw;
 pub mod reduce;
 pub mod shape;
 pub mod sort;
+pub mod window;
 
 use crate::error::{Error, Result};
 

@@ -16,9 +16,13 @@ use crate::host::{array_from_bytes, HostBuffer};
 /// The unary ops that need the host path for f64.
 pub const UNARY_F64: &[&str] = &["exp", "sin", "cos", "erf", "erf_inv", "sigmoid"];
 
+/// Ops MLX lacks altogether, computed here for every float type (through f64).
+pub const UNARY_HOST: &[&str] = &["erfc", "cbrt"];
+
 /// Whether `op` on `dtype` must use this module.
 pub fn needs_host(op: &str, dtype: Dtype) -> bool {
-    dtype == Dtype::Float64 && (UNARY_F64.contains(&op) || op == "logaddexp")
+    (dtype == Dtype::Float64 && (UNARY_F64.contains(&op) || op == "logaddexp"))
+        || UNARY_HOST.contains(&op)
 }
 
 fn f64s(a: &Array) -> Result<Vec<f64>> {
@@ -35,9 +39,22 @@ fn from_f64s(values: &[f64], shape: &[i32]) -> Result<Array> {
     array_from_bytes(&bytes, shape, Dtype::Float64)
 }
 
-/// `op(a)` for an f64 array, computed on the host.
+/// `op(a)` computed on the host in f64; the result has `a`'s float type
+/// (integers give f32, as MLX's own float functions do).
 pub fn unary(op: &str, a: &Array) -> Result<Array> {
+    let out_dtype = match a.dtype() {
+        d if d.is_float() => d,
+        Dtype::Complex64 => {
+            return Err(Error::Type(format!(
+                "{op} is not defined for complex tensors in ExMLX"
+            )))
+        }
+        _ => Dtype::Float32,
+    };
+    let a = &a.as_dtype(Dtype::Float64)?;
     let f: fn(f64) -> f64 = match op {
+        "erfc" => libm::erfc,
+        "cbrt" => libm::cbrt,
         "exp" => libm::exp,
         "sin" => libm::sin,
         "cos" => libm::cos,
@@ -47,7 +64,7 @@ pub fn unary(op: &str, a: &Array) -> Result<Array> {
         _ => return Err(Error::Internal(format!("no host f64 path for {op}"))),
     };
     let values: Vec<f64> = f64s(a)?.into_iter().map(f).collect();
-    from_f64s(&values, a.shape())
+    Ok(from_f64s(&values, a.shape())?.as_dtype(out_dtype)?)
 }
 
 /// `logaddexp(a, b)` for f64 arrays (already broadcast to one shape).
