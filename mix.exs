@@ -34,5 +34,30 @@ defmodule ExMLX.MixProject do
   defp elixirc_paths(:test), do: ["lib", "test/support"]
   defp elixirc_paths(_), do: ["lib"]
 
-  defp deps, do: []
+  # Nx is the one dependency, and it is optional for building and testing:
+  #
+  #   * NX_PATH=/path/to/nx/nx  - a local Nx checkout (path dependency)
+  #   * Hex installed           - {:nx, "~> 0.13"} from Hex (what users get)
+  #   * neither                 - no Nx: ExMLX.Backend is not compiled and its
+  #                               tests are skipped (the rest works and is tested)
+  defp deps do
+    case nx_source() do
+      {:path, path} -> [{:nx, path: path}]
+      :hex -> [{:nx, "~> 0.13"}]
+      :none -> []
+    end
+  end
+
+  @doc false
+  def nx_source do
+    case System.get_env("NX_PATH") do
+      path when is_binary(path) and path != "" -> {:path, Path.expand(path)}
+      _ -> if hex_installed?(), do: :hex, else: :none
+    end
+  end
+
+  defp hex_installed? do
+    Code.ensure_loaded?(Hex) or
+      Mix.path_for(:archives) |> Path.join("hex-*") |> Path.wildcard() |> Enum.any?()
+  end
 end

@@ -144,6 +144,21 @@ defmodule ExMLX do
     tensor
   end
 
+  @doc """
+  Frees the tensor's data now rather than when the tensor is garbage
+  collected. Returns `:ok`, or `:already_deallocated`. Using the tensor
+  afterwards raises.
+
+      iex> t = ExMLX.full(1, {:u, 8}, {2})
+      iex> ExMLX.deallocate(t)
+      :ok
+      iex> ExMLX.deallocate(t)
+      :already_deallocated
+  """
+  @spec deallocate(Tensor.t()) :: :ok | :already_deallocated
+  def deallocate(%Tensor{ref: ref}),
+    do: if(Native.deallocate(ref), do: :ok, else: :already_deallocated)
+
   # ---------------------------------------------------------------------------
   # Devices
   # ---------------------------------------------------------------------------

@@ -48,6 +48,7 @@ defmodule ExMLX.Native do
   # Tensor queries (synchronous)
   def tensor_info(_tensor), do: not_loaded()
   def tensor_size(_tensor), do: not_loaded()
+  def deallocate(_tensor), do: not_loaded()
 
   # Data in and out
   def from_binary(_tag, _binary, _type, _shape, _device), do: not_loaded()

@@ -75,3 +75,16 @@ defmodule ExMLX.BitwiseDeviceTest do
     end
   end
 end
+
+defmodule ExMLX.DeallocateTest do
+  use ExUnit.Case, async: true
+
+  test "a deallocated tensor raises an error naming what happened" do
+    t = ExMLX.full(1, {:u, 8}, {2})
+    assert ExMLX.deallocate(t) == :ok
+
+    assert_raise ExMLX.Error, ~r/the tensor was deallocated/, fn -> ExMLX.to_binary(t) end
+    assert_raise ExMLX.Error, ~r/the tensor was deallocated/, fn -> ExMLX.add(t, t) end
+    assert ExMLX.deallocate(t) == :already_deallocated
+  end
+end

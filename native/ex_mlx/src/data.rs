@@ -69,7 +69,7 @@ fn to_binary<'a>(env: Env<'a>, tag: Term<'a>, tensor: Term<'a>) -> NifResult<Ato
     queued((|| -> Result<()> {
         let tensor: TensorRef = decode_tensor("tensor", tensor)?;
         submit(env, tag, tensor.device, move || {
-            let buffer = HostBuffer::new(&tensor.array())?;
+            let buffer = HostBuffer::new(&tensor.array()?)?;
             Ok(HostBinary(ResourceArc::new(HostBufferResource(buffer))))
         })
     })())

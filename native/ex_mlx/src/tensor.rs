@@ -15,7 +15,8 @@ pub struct Tensor {
     // `Array` is `Send` but not `Sync`; the mutex makes the resource shareable.
     // It is held only to clone the handle (a reference-count increment); MLX
     // work on the clone happens on the device's worker thread.
-    array: Mutex<Array>,
+    // `None` once `deallocate` freed the data early.
+    array: Mutex<Option<Array>>,
     pub device: Device,
     pub dtype: Dtype,
     pub shape: Vec<i64>,
@@ -31,19 +32,34 @@ impl Tensor {
         let dtype = array.dtype();
         let shape = array.shape().iter().map(|&d| d as i64).collect();
         ResourceArc::new(Tensor {
-            array: Mutex::new(array),
+            array: Mutex::new(Some(array)),
             device,
             dtype,
             shape,
         })
     }
 
-    /// A handle to the array (shares its data and graph).
-    pub fn array(&self) -> Array {
-        match self.array.lock() {
-            Ok(array) => array.clone(),
-            Err(poisoned) => poisoned.into_inner().clone(),
-        }
+    fn slot(&self) -> std::sync::MutexGuard<'_, Option<Array>> {
+        self.array
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// A handle to the array (shares its data and graph), or an error if the
+    /// tensor was deallocated.
+    pub fn array(&self) -> Result<Array> {
+        self.slot().clone().ok_or_else(|| {
+            Error::arg(
+                "tensor",
+                "the tensor was deallocated (Nx.backend_deallocate/1); it has no data any more",
+            )
+        })
+    }
+
+    /// Drops this tensor's reference to its array now instead of at garbage
+    /// collection; `false` if it was already deallocated.
+    pub fn deallocate(&self) -> bool {
+        self.slot().take().is_some()
     }
 
     pub fn size(&self) -> u64 {
@@ -110,4 +126,11 @@ fn tensor_info<'a>(env: Env<'a>, tensor: TensorRef) -> Term<'a> {
 #[rustler::nif]
 fn tensor_size(tensor: TensorRef) -> (u64, u64) {
     (tensor.size(), tensor.byte_size())
+}
+
+/// `deallocate(t)`: frees the tensor's data now (synchronous: dropping an
+/// array handle only decrements a reference count). `true` if it had data.
+#[rustler::nif]
+fn deallocate(tensor: TensorRef) -> bool {
+    tensor.deallocate()
 }

@@ -92,7 +92,10 @@ fn as_type<'a>(env: Env<'a>, tag: Term<'a>, t: Term<'a>, type_: Term<'a>) -> Nif
         let device = t.device;
         ex_mlx_core::device::check_dtype(dtype, device)?;
         submit(env, tag, device, move || {
-            Ok(NewTensor::new(convert::as_type(&t.array(), dtype)?, device))
+            Ok(NewTensor::new(
+                convert::as_type(&t.array()?, dtype)?,
+                device,
+            ))
         })
     })())
 }
@@ -105,7 +108,10 @@ fn bitcast<'a>(env: Env<'a>, tag: Term<'a>, t: Term<'a>, type_: Term<'a>) -> Nif
         let device = t.device;
         ex_mlx_core::device::check_dtype(dtype, device)?;
         submit(env, tag, device, move || {
-            Ok(NewTensor::new(convert::bitcast(&t.array(), dtype)?, device))
+            Ok(NewTensor::new(
+                convert::bitcast(&t.array()?, dtype)?,
+                device,
+            ))
         })
     })())
 }
@@ -117,7 +123,7 @@ fn item<'a>(env: Env<'a>, tag: Term<'a>, t: Term<'a>) -> NifResult<Atom> {
         let t = decode_tensor("tensor", t)?;
         let device = t.device;
         submit(env, tag, device, move || {
-            Ok(NumberTerm(ex_mlx_core::item::item(&t.array())?))
+            Ok(NumberTerm(ex_mlx_core::item::item(&t.array()?)?))
         })
     })())
 }

@@ -29,7 +29,7 @@ fn transfer<'a>(env: Env<'a>, tag: Term<'a>, t: Term<'a>, device: Term<'a>) -> N
             from,
             Box::new(move || {
                 let evaluated = worker::run_caught(|| {
-                    let array = t.array();
+                    let array = t.array()?;
                     array.eval()?;
                     Ok(array)
                 });

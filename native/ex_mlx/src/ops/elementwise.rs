@@ -16,7 +16,10 @@ fn unary<'a>(env: Env<'a>, tag: Term<'a>, op: Term<'a>, t: Term<'a>) -> NifResul
         let t = decode_tensor("tensor", t)?;
         let device = t.device;
         submit(env, tag, device, move || {
-            Ok(NewTensor::new(elementwise::unary(&op, &t.array())?, device))
+            Ok(NewTensor::new(
+                elementwise::unary(&op, &t.array()?)?,
+                device,
+            ))
         })
     })())
 }
@@ -37,7 +40,7 @@ fn binary<'a>(
         let device = common_device(&[&a, &b])?;
         submit(env, tag, device, move || {
             Ok(NewTensor::new(
-                elementwise::binary(&op, &a.array(), &b.array())?,
+                elementwise::binary(&op, &a.array()?, &b.array()?)?,
                 device,
             ))
         })
@@ -54,7 +57,7 @@ fn add<'a>(env: Env<'a>, tag: Term<'a>, a: Term<'a>, b: Term<'a>) -> NifResult<A
         let device = common_device(&[&a, &b])?;
         submit(env, tag, device, move || {
             Ok(NewTensor::new(
-                mlx_rs::ops::add(a.array(), b.array())?,
+                mlx_rs::ops::add(a.array()?, b.array()?)?,
                 device,
             ))
         })

@@ -12,7 +12,7 @@ fn eval<'a>(env: Env<'a>, tag: Term<'a>, tensor: Term<'a>) -> NifResult<Atom> {
     queued((|| -> Result<()> {
         let tensor = decode_tensor("tensor", tensor)?;
         submit(env, tag, tensor.device, move || {
-            tensor.array().eval()?;
+            tensor.array()?.eval()?;
             Ok(ok())
         })
     })())

@@ -26,7 +26,10 @@ fn fft<'a>(
         let axis = decode_int("axis", axis)?;
         let device = t.device;
         submit(env, tag, device, move || {
-            Ok(NewTensor::new(fft::fft1(&op, &t.array(), n, axis)?, device))
+            Ok(NewTensor::new(
+                fft::fft1(&op, &t.array()?, n, axis)?,
+                device,
+            ))
         })
     })())
 }
@@ -49,7 +52,7 @@ fn fft2<'a>(
         let device = t.device;
         submit(env, tag, device, move || {
             Ok(NewTensor::new(
-                fft::fft2(&op, &t.array(), lengths.as_deref(), &axes)?,
+                fft::fft2(&op, &t.array()?, lengths.as_deref(), &axes)?,
                 device,
             ))
         })

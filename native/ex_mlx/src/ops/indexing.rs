@@ -22,7 +22,7 @@ fn take<'a>(
         let device = common_device(&[&t, &idx])?;
         submit(env, tag, device, move || {
             Ok(NewTensor::new(
-                indexing::take(&t.array(), &idx.array(), axis)?,
+                indexing::take(&t.array()?, &idx.array()?, axis)?,
                 device,
             ))
         })
@@ -44,7 +44,7 @@ fn take_along_axis<'a>(
         let device = common_device(&[&t, &idx])?;
         submit(env, tag, device, move || {
             Ok(NewTensor::new(
-                indexing::take_along_axis(&t.array(), &idx.array(), axis)?,
+                indexing::take_along_axis(&t.array()?, &idx.array()?, axis)?,
                 device,
             ))
         })
@@ -66,7 +66,7 @@ fn gather<'a>(
         let device = common_device(&[&t, &idx])?;
         submit(env, tag, device, move || {
             Ok(NewTensor::new(
-                indexing::gather(&t.array(), &idx.array(), &axes)?,
+                indexing::gather(&t.array()?, &idx.array()?, &axes)?,
                 device,
             ))
         })
@@ -92,7 +92,7 @@ fn scatter<'a>(
         let add = decode_bool("add", add)?;
         let device = common_device(&[&t, &idx, &upd])?;
         submit(env, tag, device, move || {
-            let out = indexing::scatter(&t.array(), &idx.array(), &upd.array(), &axes, add)?;
+            let out = indexing::scatter(&t.array()?, &idx.array()?, &upd.array()?, &axes, add)?;
             Ok(NewTensor::new(out, device))
         })
     })())

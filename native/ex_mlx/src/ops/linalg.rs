@@ -15,7 +15,7 @@ fn matmul<'a>(env: Env<'a>, tag: Term<'a>, a: Term<'a>, b: Term<'a>) -> NifResul
         let device = common_device(&[&a, &b])?;
         submit(env, tag, device, move || {
             Ok(NewTensor::new(
-                linalg::matmul(&a.array(), &b.array())?,
+                linalg::matmul(&a.array()?, &b.array()?)?,
                 device,
             ))
         })
@@ -38,7 +38,7 @@ fn linalg<'a>(
         let upper = crate::term::decode_bool("upper", upper)?;
         let device = t.device;
         submit(env, tag, device, move || {
-            let a = t.array();
+            let a = t.array()?;
             let outs = match op.as_str() {
                 "cholesky" => vec![linalg::cholesky(&a, upper)?],
                 "qr" => {
@@ -104,8 +104,8 @@ fn solve<'a>(
         let device = common_device(&[&a, &b])?;
         submit(env, tag, device, move || {
             let out = match kind {
-                None => linalg::solve(&a.array(), &b.array())?,
-                Some(upper) => linalg::solve_triangular(&a.array(), &b.array(), upper)?,
+                None => linalg::solve(&a.array()?, &b.array()?)?,
+                Some(upper) => linalg::solve_triangular(&a.array()?, &b.array()?, upper)?,
             };
             Ok(NewTensor::new(out, device))
         })
@@ -130,7 +130,7 @@ fn tensordot<'a>(
         let device = common_device(&[&a, &b])?;
         submit(env, tag, device, move || {
             Ok(NewTensor::new(
-                linalg::tensordot(&a.array(), &b.array(), &axes_a, &axes_b)?,
+                linalg::tensordot(&a.array()?, &b.array()?, &axes_a, &axes_b)?,
                 device,
             ))
         })
@@ -162,7 +162,10 @@ fn einsum<'a>(
         }
         let device = common_device(&refs)?;
         submit(env, tag, device, move || {
-            let arrays: Vec<_> = tensors.iter().map(|t| t.array()).collect();
+            let arrays: Vec<_> = tensors
+                .iter()
+                .map(|t| t.array())
+                .collect::<std::result::Result<_, _>>()?;
             Ok(NewTensor::new(
                 linalg::einsum(&subscripts, &arrays)?,
                 device,
@@ -204,8 +207,8 @@ fn conv<'a>(
         let device = common_device(&[&input, &kernel])?;
         submit(env, tag, device, move || {
             let out = ex_mlx_core::ops::conv::conv_general(
-                &input.array(),
-                &kernel.array(),
+                &input.array()?,
+                &kernel.array()?,
                 &strides,
                 &padding,
                 &kernel_dilation,

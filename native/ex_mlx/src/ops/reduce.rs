@@ -25,7 +25,7 @@ fn reduce<'a>(
         let keep_dims = decode_bool("keep_dims", keep_dims)?;
         let device = t.device;
         submit(env, tag, device, move || {
-            let out = reduce::reduce(&op, &t.array(), axes.as_deref(), keep_dims)?;
+            let out = reduce::reduce(&op, &t.array()?, axes.as_deref(), keep_dims)?;
             Ok(NewTensor::new(out, device))
         })
     })())
@@ -47,7 +47,7 @@ fn arg_reduce<'a>(
         let keep_dims = decode_bool("keep_dims", keep_dims)?;
         let device = t.device;
         submit(env, tag, device, move || {
-            let out = reduce::arg_reduce(&op, &t.array(), axis, keep_dims)?;
+            let out = reduce::arg_reduce(&op, &t.array()?, axis, keep_dims)?;
             Ok(NewTensor::new(out, device))
         })
     })())
@@ -86,7 +86,7 @@ fn window<'a>(
         submit(env, tag, device, move || {
             let out = ex_mlx_core::ops::window::window(
                 &op,
-                &t.array(),
+                &t.array()?,
                 &window,
                 &strides,
                 &padding,

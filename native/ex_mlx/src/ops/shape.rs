@@ -19,7 +19,7 @@ where
 {
     let device = t.device;
     submit(env, tag, device, move || {
-        Ok(NewTensor::new(op(&t.array())?, device))
+        Ok(NewTensor::new(op(&t.array()?)?, device))
     })
 }
 
@@ -94,7 +94,10 @@ fn join<'a>(
         common_device(&refs)?
     };
     submit(env, tag, device, move || {
-        let arrays: Vec<Array> = tensors.iter().map(|t| t.array()).collect();
+        let arrays: Vec<Array> = tensors
+            .iter()
+            .map(|t| t.array())
+            .collect::<std::result::Result<_, _>>()?;
         let out = if stack {
             shape::stack(&arrays, axis)?
         } else {
@@ -136,7 +139,7 @@ where
     let device = common_device(&[&a, &b, &c])?;
     submit(env, tag, device, move || {
         Ok(NewTensor::new(
-            op(&a.array(), &b.array(), &c.array())?,
+            op(&a.array()?, &b.array()?, &c.array()?)?,
             device,
         ))
     })
@@ -212,7 +215,7 @@ fn pad<'a>(
             .collect::<Result<Vec<_>>>()?;
         submit(env, tag, device, move || {
             Ok(NewTensor::new(
-                shape::pad_general(&t.array(), &config, &value.array())?,
+                shape::pad_general(&t.array()?, &config, &value.array()?)?,
                 device,
             ))
         })
@@ -235,7 +238,7 @@ fn dynamic_slice<'a>(
         let device = common_device(&[&t, &starts])?;
         submit(env, tag, device, move || {
             Ok(NewTensor::new(
-                shape::dynamic_slice(&t.array(), &starts.array(), &lengths)?,
+                shape::dynamic_slice(&t.array()?, &starts.array()?, &lengths)?,
                 device,
             ))
         })

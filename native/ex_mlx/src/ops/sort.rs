@@ -25,9 +25,9 @@ fn sort<'a>(
         let device = t.device;
         submit(env, tag, device, move || {
             let out = if indices {
-                sort::argsort(&t.array(), axis, descending)?
+                sort::argsort(&t.array()?, axis, descending)?
             } else {
-                sort::sort(&t.array(), axis, descending)?
+                sort::sort(&t.array()?, axis, descending)?
             };
             Ok(NewTensor::new(out, device))
         })
@@ -42,7 +42,7 @@ fn top_k<'a>(env: Env<'a>, tag: Term<'a>, t: Term<'a>, k: Term<'a>) -> NifResult
         let k = decode_int("k", k)?;
         let device = t.device;
         submit(env, tag, device, move || {
-            let (values, indices) = sort::top_k(&t.array(), k)?;
+            let (values, indices) = sort::top_k(&t.array()?, k)?;
             Ok(vec![
                 NewTensor::new(values, device),
                 NewTensor::new(indices, device),
@@ -66,7 +66,7 @@ fn partition<'a>(
         let device = t.device;
         submit(env, tag, device, move || {
             Ok(NewTensor::new(
-                sort::partition(&t.array(), kth, axis)?,
+                sort::partition(&t.array()?, kth, axis)?,
                 device,
             ))
         })
@@ -91,7 +91,7 @@ fn cumulative<'a>(
         let device = t.device;
         submit(env, tag, device, move || {
             Ok(NewTensor::new(
-                cumulative::cumulative(&op, &t.array(), axis, reverse)?,
+                cumulative::cumulative(&op, &t.array()?, axis, reverse)?,
                 device,
             ))
         })

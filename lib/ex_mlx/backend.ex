@@ -1,0 +1,1010 @@
+if Code.ensure_loaded?(Nx) do
+  defmodule ExMLX.Backend do
+    @moduledoc """
+    An `Nx.Backend` running on Apple's MLX.
+
+        Nx.default_backend(ExMLX.Backend)
+        Nx.default_backend({ExMLX.Backend, device: :gpu})
+
+        Nx.iota({3}) |> Nx.add(1) |> Nx.to_list()
+        #=> [1, 2, 3]
+
+    Tensors live on `:cpu` (the default) or `:gpu` (Metal on macOS, CUDA on
+    Linux builds that have it); `Nx.backend_transfer/2` moves them between
+    devices and backends. Operations are lazy MLX graphs, computed when data
+    is read.
+
+    ## Types
+
+    Every Nx type is supported: `{:f, 64}` is real float64 on `:cpu` (MLX
+    has no float64 on the GPU: asking for it there raises). Types MLX lacks
+    are stored widened and converted back exactly when read: `{:u, 2}`,
+    `{:u, 4}` as `{:u, 8}`; `{:s, 2}`, `{:s, 4}` as `{:s, 8}`; `{:f, 8}` and
+    `{:f8_e4m3fn, 8}` as `{:f, 16}` (which holds every f8 value). Results are
+    rounded back to the Nx type when read. `{:c, 128}` is not supported.
+
+    `reduce/5` and `window_reduce/6`, whose reducers are arbitrary Elixir
+    functions, run on `Nx.BinaryBackend` and return to ExMLX.
+    """
+
+    @behaviour Nx.Backend
+
+    @enforce_keys [:ref, :device]
+    defstruct [:ref, :device]
+
+    @type t :: %__MODULE__{ref: reference(), device: :cpu | :gpu}
+
+    alias Nx.Tensor, as: T
+    alias ExMLX.{Call, Native}
+
+    # abs/2, round/2, min/3, max/3 ... are backend callbacks here.
+    import Kernel, except: [abs: 1, round: 1, min: 2, max: 2]
+
+    # -------------------------------------------------------------------------
+    # Types and conversion helpers
+    # -------------------------------------------------------------------------
+
+    @doc false
+    # The MLX type an Nx type is stored as.
+    def storage_type({:u, bits}) when bits in [2, 4], do: {:u, 8}
+    def storage_type({:s, bits}) when bits in [2, 4], do: {:s, 8}
+    def storage_type({:f, 8}), do: {:f, 16}
+    def storage_type({:f8_e4m3fn, 8}), do: {:f, 16}
+
+    def storage_type({:c, 128}),
+      do: raise(ArgumentError, "ExMLX.Backend does not support {:c, 128}: MLX has complex64 only")
+
+    def storage_type(type), do: type
+
+    defp widened?(type), do: storage_type(type) != type
+
+    defp device_of(%T{data: %__MODULE__{device: device}}), do: device
+    defp device_of(_), do: default_device()
+
+    defp default_device, do: ExMLX.default_device()
+
+    defp opts_device(opts), do: Keyword.get(opts, :device, default_device())
+
+    # The native reference of a tensor, transferring it here if it lives on
+    # another backend.
+    defp ref(%T{data: %__MODULE__{ref: ref}}), do: ref
+
+    defp ref(%T{} = t),
+      do: t |> Nx.backend_transfer({__MODULE__, device: default_device()}) |> ref()
+
+    # Wraps a native result as `out`, casting it if MLX produced another type
+    # (comparisons give :bool where Nx wants u8, for instance).
+    defp to_nx({ref, _shape, type, device}, %T{type: out_type} = out) do
+      storage = storage_type(out_type)
+
+      ref =
+        if type == storage,
+          do: ref,
+          else: Call.run(&Native.as_type(&1, ref, storage)) |> elem(0)
+
+      %{out | data: %__MODULE__{ref: ref, device: device}}
+    end
+
+    defp run(fun), do: Call.run(fun)
+
+    # The tensor's native reference, converted to MLX type `type` if needed.
+    defp ref_as(%T{type: type} = t, type), do: ref(t)
+
+    defp ref_as(%T{} = t, type) do
+      r = ref(t)
+      storage = storage_type(type)
+
+      if storage_type(t.type) == storage,
+        do: r,
+        else: run(&Native.as_type(&1, r, storage)) |> elem(0)
+    end
+
+    defp wrap_native({ref, shape, type, device}),
+      do: %ExMLX.Tensor{ref: ref, shape: shape, type: type, device: device}
+
+    defp scalar_ref(value, type, device) do
+      run(&Native.full(&1, scalar_value(value, type), storage_type(type), {}, device)) |> elem(0)
+    end
+
+    # Nx numbers as the NIF takes them; integers wrap to the type's width as
+    # Nx.BinaryBackend does.
+    defp scalar_value(%Complex{re: re, im: im}, _type), do: {re, im}
+    defp scalar_value(value, {:c, _}) when is_number(value), do: {value, 0.0}
+
+    defp scalar_value(value, {kind, bits}) when is_integer(value) and kind in [:s, :u] do
+      <<wrapped::size(bits)>> = <<value::size(bits)>>
+
+      case kind do
+        :u ->
+          wrapped
+
+        :s ->
+          <<signed::signed-size(bits)>> = <<wrapped::size(bits)>>
+          signed
+      end
+    end
+
+    defp scalar_value(value, {kind, _}) when is_float(value) and kind in [:s, :u],
+      do: trunc(value)
+
+    defp scalar_value(value, _type), do: value
+
+    # -------------------------------------------------------------------------
+    # Creation
+    # -------------------------------------------------------------------------
+
+    @impl true
+    def init(opts) do
+      case Keyword.get(opts, :device, :cpu) do
+        device when device in [:cpu, :gpu] ->
+          [device: device]
+
+        other ->
+          raise ArgumentError,
+                "ExMLX.Backend: device must be :cpu or :gpu, got: #{inspect(other)}"
+      end
+    end
+
+    @impl true
+    def constant(%T{shape: shape, type: type} = out, number, opts) do
+      device = opts_device(opts)
+
+      run(&Native.full(&1, scalar_value(number, type), storage_type(type), shape, device))
+      |> to_nx(out)
+    end
+
+    @impl true
+    def from_binary(%T{shape: shape, type: type} = out, binary, opts) do
+      device = opts_device(opts)
+      storage = storage_type(type)
+      binary = if widened?(type), do: convert_binary(binary, shape, type, storage), else: binary
+      run(&Native.from_binary(&1, binary, storage, shape, device)) |> to_nx(out)
+    end
+
+    # Converts element data between an Nx type and its storage type with
+    # Nx.BinaryBackend's own conversion rules (exact widening; rounding back).
+    defp convert_binary(binary, shape, from, to) do
+      binary
+      |> Nx.from_binary(from, backend: Nx.BinaryBackend)
+      |> Nx.reshape(shape)
+      |> Nx.as_type(to)
+      |> Nx.to_binary()
+    end
+
+    @impl true
+    def eye(%T{shape: shape, type: type} = out, opts) do
+      device = opts_device(opts)
+      rank = tuple_size(shape)
+      n = elem(shape, rank - 2)
+      m = elem(shape, rank - 1)
+      eye = run(&Native.eye(&1, n, m, storage_type(type), device))
+
+      if rank == 2,
+        do: to_nx(eye, out),
+        else: run(&Native.broadcast_to(&1, elem(eye, 0), shape)) |> to_nx(out)
+    end
+
+    @impl true
+    def iota(%T{shape: shape, type: type} = out, axis, opts) do
+      device = opts_device(opts)
+      run(&Native.iota(&1, storage_type(type), shape, axis, device)) |> to_nx(out)
+    end
+
+    # -------------------------------------------------------------------------
+    # Memory, devices and other backends
+    # -------------------------------------------------------------------------
+
+    @impl true
+    def backend_deallocate(%T{data: %__MODULE__{ref: ref}}) do
+      if Native.deallocate(ref), do: :ok, else: :already_deallocated
+    end
+
+    @impl true
+    def backend_copy(%T{} = tensor, backend, opts), do: move(tensor, backend, opts)
+
+    @impl true
+    def backend_transfer(%T{} = tensor, backend, opts) do
+      result = move(tensor, backend, opts)
+      if result.data != tensor.data, do: backend_deallocate(tensor)
+      result
+    end
+
+    defp move(%T{} = tensor, __MODULE__, opts) do
+      device = opts_device(opts)
+
+      if device_of(tensor) == device,
+        do: tensor,
+        else: run(&Native.transfer(&1, ref(tensor), device)) |> to_nx(tensor)
+    end
+
+    defp move(%T{} = tensor, backend, opts) do
+      backend.from_binary(tensor, to_binary(tensor, Nx.size(tensor)), opts)
+    end
+
+    @impl true
+    def to_batched(%T{shape: out_shape} = out, %T{shape: shape} = tensor, opts) do
+      batch = elem(out_shape, 0)
+      total = elem(shape, 0)
+      remainder = rem(total, batch)
+      rest = shape |> Tuple.delete_at(0) |> Tuple.to_list()
+
+      tensor =
+        case {remainder, Keyword.get(opts, :leftover, :repeat)} do
+          {0, _} ->
+            tensor
+
+          {_, :discard} ->
+            tensor
+
+          {_, :repeat} ->
+            missing = batch - remainder
+
+            head =
+              slice(
+                %{tensor | shape: List.to_tuple([missing | rest])},
+                tensor,
+                [0 | Enum.map(rest, fn _ -> 0 end)],
+                [missing | rest],
+                Enum.map([missing | rest], fn _ -> 1 end)
+              )
+
+            concatenate(
+              %{tensor | shape: List.to_tuple([total + missing | rest])},
+              [tensor, head],
+              0
+            )
+        end
+
+      count = div(elem(tensor.shape, 0), batch)
+
+      for i <- 0..(count - 1)//1 do
+        starts = [i * batch | Enum.map(rest, fn _ -> 0 end)]
+        slice(out, tensor, starts, Tuple.to_list(out_shape), Enum.map(starts, fn _ -> 1 end))
+      end
+    end
+
+    @impl true
+    def to_binary(%T{type: type, shape: shape} = tensor, limit) do
+      binary = run(&Native.to_binary(&1, ref(tensor)))
+
+      binary =
+        if widened?(type),
+          do: convert_binary(binary, shape, storage_type(type), type),
+          else: binary
+
+      {_, bits} = type
+      bytes = div(limit * bits + 7, 8)
+      if byte_size(binary) > bytes, do: binary_part(binary, 0, bytes), else: binary
+    end
+
+    @impl true
+    def inspect(%T{} = tensor, inspect_opts) do
+      limit = if inspect_opts.limit == :infinity, do: :infinity, else: inspect_opts.limit + 1
+      binary = to_binary(tensor, Kernel.min(limit, Nx.size(tensor)))
+      doc = Nx.Backend.inspect(tensor, binary, inspect_opts)
+
+      if Application.get_env(:ex_mlx, :add_backend_on_inspect, true) do
+        Inspect.Algebra.concat([
+          "ExMLX.Backend<#{device_of(tensor)}>",
+          Inspect.Algebra.line(),
+          doc
+        ])
+      else
+        doc
+      end
+    end
+
+    @impl true
+    def from_pointer(_pointer, _type, _shape, _opts, _backend_opts) do
+      raise ArgumentError,
+            "ExMLX.Backend.from_pointer/5 is not supported: MLX has no API to adopt foreign memory"
+    end
+
+    @impl true
+    def to_pointer(_tensor, _opts) do
+      raise ArgumentError,
+            "ExMLX.Backend.to_pointer/2 is not supported: MLX does not export its buffers"
+    end
+
+    # -------------------------------------------------------------------------
+    # Types
+    # -------------------------------------------------------------------------
+
+    @impl true
+    def as_type(%T{type: out_type} = out, %T{type: in_type} = tensor) do
+      r = ref(tensor)
+      float_in? = Nx.Type.float?(in_type) or Nx.Type.complex?(in_type)
+      int_out? = Nx.Type.integer?(out_type)
+
+      r =
+        if float_in? and int_out? do
+          # Nx: NaN -> 0, ±inf -> the type's extremes, others truncate.
+          safe_float_to_int(r, tensor, out_type)
+        else
+          r
+        end
+
+      run(&Native.as_type(&1, r, storage_type(out_type))) |> to_nx(out)
+    end
+
+    defp safe_float_to_int(r, %T{type: in_type} = tensor, out_type) do
+      device = device_of(tensor)
+      r = if Nx.Type.complex?(in_type), do: run(&Native.unary(&1, :real, r)) |> elem(0), else: r
+      real_type = if Nx.Type.complex?(in_type), do: {:f, 32}, else: storage_type(in_type)
+      zero = scalar_ref(0, real_type, device)
+      nan? = run(&Native.unary(&1, :is_nan, r)) |> elem(0)
+      r = run(&Native.select(&1, nan?, zero, r)) |> elem(0)
+      {min, max} = int_limits(out_type)
+      # clamp in f64 on the CPU (exact for every limit below 2^53; beyond, the
+      # nearest double, which casts to the limit), else in the tensor's type.
+      clamp_type = if device == :cpu, do: {:f, 64}, else: real_type
+      wide = run(&Native.as_type(&1, r, clamp_type)) |> elem(0)
+      lo = scalar_ref(min * 1.0, clamp_type, device)
+      hi = scalar_ref(max * 1.0, clamp_type, device)
+      clipped = run(&Native.clip(&1, wide, lo, hi)) |> elem(0)
+      int_max = scalar_ref(max, storage_type(out_type), device)
+      int_min = scalar_ref(min, storage_type(out_type), device)
+      as_int = run(&Native.as_type(&1, clipped, storage_type(out_type))) |> elem(0)
+      pos_inf? = run(&Native.binary(&1, :greater_equal, wide, hi)) |> elem(0)
+      neg_inf? = run(&Native.binary(&1, :less_equal, wide, lo)) |> elem(0)
+      as_int = run(&Native.select(&1, pos_inf?, int_max, as_int)) |> elem(0)
+      run(&Native.select(&1, neg_inf?, int_min, as_int)) |> elem(0)
+    end
+
+    defp int_limits({:u, bits}), do: {0, Bitwise.bsl(1, bits) - 1}
+    defp int_limits({:s, bits}), do: {-Bitwise.bsl(1, bits - 1), Bitwise.bsl(1, bits - 1) - 1}
+
+    @impl true
+    def bitcast(%T{type: out_type} = out, %T{type: in_type} = tensor) do
+      if widened?(out_type) or widened?(in_type) do
+        binary = to_binary(tensor, Nx.size(tensor))
+        from_binary(out, binary, device: device_of(tensor))
+      else
+        run(&Native.bitcast(&1, ref(tensor), out_type)) |> to_nx(out)
+      end
+    end
+
+    # -------------------------------------------------------------------------
+    # Shape
+    # -------------------------------------------------------------------------
+
+    @impl true
+    def reshape(%T{shape: shape} = out, tensor),
+      do: run(&Native.reshape(&1, ref(tensor), shape)) |> to_nx(out)
+
+    @impl true
+    def squeeze(out, tensor, axes),
+      do: run(&Native.squeeze(&1, ref(tensor), axes)) |> to_nx(out)
+
+    @impl true
+    def broadcast(%T{shape: shape} = out, %T{shape: in_shape} = tensor, shape, axes) do
+      # Put each input axis at its position in `shape` (size 1 elsewhere), then broadcast.
+      rank = tuple_size(shape)
+      positions = Map.new(Enum.with_index(axes), fn {axis, i} -> {axis, elem(in_shape, i)} end)
+      aligned = List.to_tuple(for i <- 0..(rank - 1)//1, do: Map.get(positions, i, 1))
+      r = run(&Native.reshape(&1, ref(tensor), aligned)) |> elem(0)
+      run(&Native.broadcast_to(&1, r, shape)) |> to_nx(out)
+    end
+
+    @impl true
+    def transpose(out, tensor, axes),
+      do: run(&Native.transpose(&1, ref(tensor), axes)) |> to_nx(out)
+
+    @impl true
+    def pad(%T{type: type} = out, tensor, pad_value, config) do
+      t = ref_as(tensor, type)
+      v = ref_as(pad_value, type)
+      run(&Native.pad(&1, t, config, v)) |> to_nx(out)
+    end
+
+    @impl true
+    def reverse(out, tensor, axes), do: run(&Native.flip(&1, ref(tensor), axes)) |> to_nx(out)
+
+    @impl true
+    def slice(out, %T{shape: shape} = tensor, starts, lengths, strides) do
+      r = ref(tensor)
+
+      if Enum.all?(starts, &is_integer/1) do
+        dims = Tuple.to_list(shape)
+
+        starts =
+          Enum.zip_with([starts, lengths, dims], fn [s, l, d] ->
+            s |> Kernel.max(0) |> Kernel.min(d - l)
+          end)
+
+        stops = Enum.zip_with(starts, lengths, &(&1 + &2))
+        run(&Native.slice(&1, r, starts, stops, strides)) |> to_nx(out)
+      else
+        starts_ref = starts_ref(starts, device_of(tensor))
+        block = run(&Native.dynamic_slice(&1, r, starts_ref, lengths)) |> elem(0)
+
+        if Enum.all?(strides, &(&1 == 1)) do
+          run(&Native.reshape(&1, block, List.to_tuple(lengths))) |> to_nx(out)
+        else
+          zeros = Enum.map(lengths, fn _ -> 0 end)
+          run(&Native.slice(&1, block, zeros, lengths, strides)) |> to_nx(out)
+        end
+      end
+    end
+
+    # Start indices (integers or scalar tensors) as one s64 tensor.
+    defp starts_ref(starts, device) do
+      refs =
+        Enum.map(starts, fn
+          i when is_integer(i) -> scalar_ref(i, {:s, 64}, device)
+          %T{} = t -> ref_as(t, {:s, 64})
+        end)
+
+      run(&Native.stack(&1, refs, 0)) |> elem(0)
+    end
+
+    @impl true
+    def put_slice(%T{type: type} = out, tensor, starts, slice) do
+      device = device_of(tensor)
+      s = starts_ref(starts, device)
+      run(&Native.put_slice(&1, ref_as(tensor, type), s, ref_as(slice, type))) |> to_nx(out)
+    end
+
+    @impl true
+    def gather(out, tensor, indices, opts) do
+      axes = Keyword.fetch!(opts, :axes)
+      run(&Native.gather(&1, ref(tensor), ref(indices), axes)) |> to_nx(out)
+    end
+
+    @impl true
+    def concatenate(%T{type: type} = out, tensors, axis) do
+      refs = Enum.map(tensors, &ref_as(&1, type))
+      run(&Native.concatenate(&1, refs, axis)) |> to_nx(out)
+    end
+
+    @impl true
+    def stack(%T{type: type} = out, tensors, axis) do
+      refs = Enum.map(tensors, &ref_as(&1, type))
+      run(&Native.stack(&1, refs, axis)) |> to_nx(out)
+    end
+
+    @impl true
+    def select(%T{type: type} = out, pred, on_true, on_false) do
+      run(&Native.select(&1, ref(pred), ref_as(on_true, type), ref_as(on_false, type)))
+      |> to_nx(out)
+    end
+
+    @impl true
+    def clip(%T{type: type} = out, tensor, min, max) do
+      run(&Native.clip(&1, ref_as(tensor, type), ref_as(min, type), ref_as(max, type)))
+      |> to_nx(out)
+    end
+
+    # -------------------------------------------------------------------------
+    # Element-wise
+    # -------------------------------------------------------------------------
+
+    @arith [:add, :subtract, :multiply, :pow, :remainder, :divide, :atan2, :min, :max, :quotient] ++
+             [:bitwise_and, :bitwise_or, :bitwise_xor, :left_shift, :right_shift]
+
+    for op <- @arith do
+      @impl true
+      def unquote(op)(%T{type: type} = out, a, b) do
+        run(&Native.binary(&1, unquote(op), ref_as(a, type), ref_as(b, type))) |> to_nx(out)
+      end
+    end
+
+    @compare [:equal, :not_equal, :greater, :less, :greater_equal, :less_equal]
+
+    for op <- @compare do
+      @impl true
+      def unquote(op)(out, %T{type: ta} = a, %T{type: tb} = b) do
+        type = Nx.Type.merge(ta, tb)
+        run(&Native.binary(&1, unquote(op), ref_as(a, type), ref_as(b, type))) |> to_nx(out)
+      end
+    end
+
+    for op <- [:logical_and, :logical_or, :logical_xor] do
+      @impl true
+      def unquote(op)(out, a, b),
+        do: run(&Native.binary(&1, unquote(op), ref(a), ref(b))) |> to_nx(out)
+    end
+
+    @float_unary [:exp, :expm1, :log, :log1p, :sigmoid, :cos, :sin, :tan, :cosh, :sinh, :tanh] ++
+                   [
+                     :acos,
+                     :asin,
+                     :atan,
+                     :acosh,
+                     :asinh,
+                     :atanh,
+                     :sqrt,
+                     :rsqrt,
+                     :cbrt,
+                     :erf,
+                     :erfc
+                   ] ++
+                   [:erf_inv]
+
+    for op <- @float_unary do
+      @impl true
+      def unquote(op)(%T{type: type} = out, tensor),
+        do: run(&Native.unary(&1, unquote(op), ref_as(tensor, type))) |> to_nx(out)
+    end
+
+    for op <-
+          [:abs, :bitwise_not, :ceil, :floor, :negate, :round, :sign, :conjugate] ++
+            [:count_leading_zeros, :population_count] do
+      @impl true
+      def unquote(op)(%T{type: type} = out, tensor),
+        do: run(&Native.unary(&1, unquote(op), ref_as(tensor, type))) |> to_nx(out)
+    end
+
+    for op <- [:real, :imag, :is_nan, :is_infinity] do
+      @impl true
+      def unquote(op)(out, tensor),
+        do: run(&Native.unary(&1, unquote(op), ref(tensor))) |> to_nx(out)
+    end
+
+    # -------------------------------------------------------------------------
+    # Reductions
+    # -------------------------------------------------------------------------
+
+    for {callback, op} <-
+          [all: :all, any: :any, sum: :sum, product: :product] ++
+            [reduce_max: :max, reduce_min: :min] do
+      @impl true
+      def unquote(callback)(%T{type: type} = out, tensor, opts) do
+        axes = opts[:axes]
+        keep = Keyword.get(opts, :keep_axes, false)
+        # sum and product accumulate in the output type (Nx's rule)
+        input = if unquote(op) in [:sum, :product], do: ref_as(tensor, type), else: ref(tensor)
+
+        run(&Native.reduce(&1, unquote(op), input, axes, keep)) |> to_nx(out)
+      end
+    end
+
+    for op <- [:argmax, :argmin] do
+      @impl true
+      def unquote(op)(out, %T{shape: shape} = tensor, opts) do
+        axis = opts[:axis]
+        keep = Keyword.get(opts, :keep_axis, false)
+        r = ref(tensor)
+
+        case Keyword.get(opts, :tie_break, :low) do
+          :low ->
+            run(&Native.arg_reduce(&1, unquote(op), r, axis, keep)) |> to_nx(out)
+
+          :high ->
+            # The last of equal elements: search the reversed tensor, map back.
+            {flip_axes, n} =
+              if axis,
+                do: {[axis], elem(shape, axis)},
+                else: {Enum.to_list(0..(tuple_size(shape) - 1)//1), Nx.size(shape)}
+
+            flat = if axis, do: r, else: run(&Native.reshape(&1, r, {Nx.size(shape)})) |> elem(0)
+            flip_axes = if axis, do: flip_axes, else: [0]
+            reversed = run(&Native.flip(&1, flat, flip_axes)) |> elem(0)
+            axis_arg = axis || 0
+
+            idx =
+              run(&Native.arg_reduce(&1, unquote(op), reversed, axis_arg, keep and axis != nil))
+              |> elem(0)
+
+            last = scalar_ref(n - 1, {:u, 32}, device_of(tensor))
+            mapped = run(&Native.binary(&1, :subtract, last, idx)) |> elem(0)
+
+            if axis == nil and keep do
+              run(&Native.reshape(&1, mapped, out.shape)) |> to_nx(out)
+            else
+              run(&Native.reshape(&1, mapped, out.shape)) |> to_nx(out)
+            end
+        end
+      end
+    end
+
+    @impl true
+    def reduce(out, tensor, acc, opts, fun),
+      do: via_binary_backend(out, [tensor, acc], &Nx.BinaryBackend.reduce(out, &1, &2, opts, fun))
+
+    @impl true
+    def window_reduce(out, tensor, acc, window, opts, fun) do
+      via_binary_backend(out, [tensor, acc], fn t, a ->
+        Nx.BinaryBackend.window_reduce(out, t, a, window, opts, fun)
+      end)
+    end
+
+    for op <- [:window_sum, :window_product, :window_max, :window_min] do
+      @impl true
+      def unquote(op)(%T{type: type} = out, tensor, window, opts) do
+        rank = tuple_size(window)
+        strides = opts[:strides] || List.duplicate(1, rank)
+        padding = opts[:padding] || List.duplicate({0, 0}, rank)
+        dilations = opts[:window_dilations] || List.duplicate(1, rank)
+        window = Tuple.to_list(window)
+        t = ref_as(tensor, type)
+
+        run(&Native.window(&1, unquote(op), t, window, strides, padding, dilations))
+        |> to_nx(out)
+      end
+    end
+
+    @impl true
+    def window_scatter_max(out, tensor, source, init, window, opts) do
+      via_binary_backend(out, [tensor, source, init], fn t, s, i ->
+        Nx.BinaryBackend.window_scatter_max(out, t, s, i, window, opts)
+      end)
+    end
+
+    @impl true
+    def window_scatter_min(out, tensor, source, init, window, opts) do
+      via_binary_backend(out, [tensor, source, init], fn t, s, i ->
+        Nx.BinaryBackend.window_scatter_min(out, t, s, i, window, opts)
+      end)
+    end
+
+    # Runs `fun` on Nx.BinaryBackend copies of `tensors` and brings the result back.
+    defp via_binary_backend(out, [first | _] = tensors, fun) do
+      device = device_of(first)
+      copies = Enum.map(tensors, &Nx.backend_copy(&1, Nx.BinaryBackend))
+      result = apply(fun, copies)
+      from_binary(out, Nx.to_binary(result), device: device)
+    end
+
+    # -------------------------------------------------------------------------
+    # Sorting and indexing
+    # -------------------------------------------------------------------------
+
+    @impl true
+    def sort(out, tensor, opts) do
+      axis = Keyword.fetch!(opts, :axis)
+      desc = Keyword.get(opts, :direction, :asc) == :desc
+      run(&Native.sort(&1, ref(tensor), axis, desc, false)) |> to_nx(out)
+    end
+
+    @impl true
+    def argsort(out, tensor, opts) do
+      axis = Keyword.fetch!(opts, :axis)
+      desc = Keyword.get(opts, :direction, :asc) == :desc
+      run(&Native.sort(&1, ref(tensor), axis, desc, true)) |> to_nx(out)
+    end
+
+    @impl true
+    def indexed_add(%T{type: type} = out, tensor, indices, updates, opts),
+      do: scatter(out, ref_as(tensor, type), indices, ref_as(updates, type), opts, true)
+
+    @impl true
+    def indexed_put(%T{type: type} = out, tensor, indices, updates, opts),
+      do: scatter(out, ref_as(tensor, type), indices, ref_as(updates, type), opts, false)
+
+    defp scatter(out, t, indices, updates, opts, add?) do
+      axes = Keyword.fetch!(opts, :axes)
+      run(&Native.scatter(&1, t, ref(indices), updates, axes, add?)) |> to_nx(out)
+    end
+
+    # -------------------------------------------------------------------------
+    # Linear algebra, convolution, FFT
+    # -------------------------------------------------------------------------
+
+    @impl true
+    def dot(
+          %T{type: type, shape: out_shape} = out,
+          a,
+          contract_a,
+          batch_a,
+          b,
+          contract_b,
+          batch_b
+        ) do
+      ra = ref_as(a, type)
+      rb = ref_as(b, type)
+
+      if batch_a == [] and batch_b == [] do
+        run(&Native.tensordot(&1, ra, rb, contract_a, contract_b)) |> to_nx(out)
+      else
+        # [batch, free_a, contract] · [batch, contract, free_b] as batched matmuls.
+        free_a = free_axes(a, contract_a ++ batch_a)
+        free_b = free_axes(b, contract_b ++ batch_b)
+        size = fn t, axes -> Enum.reduce(axes, 1, &(elem(t.shape, &1) * &2)) end
+        batch_shape = Enum.map(batch_a, &elem(a.shape, &1))
+        nb = Enum.product(batch_shape)
+        lhs = run(&Native.transpose(&1, ra, batch_a ++ free_a ++ contract_a)) |> elem(0)
+
+        lhs =
+          run(&Native.reshape(&1, lhs, {nb, size.(a, free_a), size.(a, contract_a)})) |> elem(0)
+
+        rhs = run(&Native.transpose(&1, rb, batch_b ++ contract_b ++ free_b)) |> elem(0)
+
+        rhs =
+          run(&Native.reshape(&1, rhs, {nb, size.(b, contract_b), size.(b, free_b)})) |> elem(0)
+
+        product = run(&Native.matmul(&1, lhs, rhs)) |> elem(0)
+        run(&Native.reshape(&1, product, out_shape)) |> to_nx(out)
+      end
+    end
+
+    defp free_axes(%T{shape: shape}, used),
+      do: Enum.reject(0..(tuple_size(shape) - 1)//1, &(&1 in used))
+
+    @impl true
+    def conv(%T{type: type} = out, input, kernel, opts) do
+      if opts[:batch_group_size] != 1 do
+        via_binary_backend(out, [input, kernel], &Nx.BinaryBackend.conv(out, &1, &2, opts))
+      else
+        conv_native(out, ref_as(input, type), ref_as(kernel, type), input, kernel, type, opts)
+      end
+    end
+
+    defp conv_native(out, ri, rk, input, kernel, _type, opts) do
+      rank = tuple_size(input.shape)
+      spatial = rank - 2
+      in_perm = opts[:input_permutation] || Enum.to_list(0..(rank - 1))
+      k_perm = opts[:kernel_permutation] || Enum.to_list(0..(rank - 1))
+      out_perm = opts[:output_permutation] || Enum.to_list(0..(rank - 1))
+      # Nx: input [batch, channels, spatial...] after input_permutation; MLX
+      # wants [batch, spatial..., channels].
+      spatial_axes = Enum.to_list(2..(rank - 1)//1)
+      to_last = [0] ++ spatial_axes ++ [1]
+      ri = run(&Native.transpose(&1, ri, Enum.map(to_last, &Enum.at(in_perm, &1)))) |> elem(0)
+      rk = run(&Native.transpose(&1, rk, Enum.map(to_last, &Enum.at(k_perm, &1)))) |> elem(0)
+      strides = opts[:strides] || List.duplicate(1, spatial)
+      padding = opts[:padding] || List.duplicate({0, 0}, spatial)
+      kd = opts[:kernel_dilation] || List.duplicate(1, spatial)
+      id = opts[:input_dilation] || List.duplicate(1, spatial)
+      groups = opts[:feature_group_size] || 1
+
+      if Enum.any?(id, &(&1 != 1)) and Enum.any?(padding, &(&1 != {0, 0})) do
+        via_binary_backend(out, [input, kernel], &Nx.BinaryBackend.conv(out, &1, &2, opts))
+      else
+        result = run(&Native.conv(&1, ri, rk, strides, padding, kd, id, groups)) |> elem(0)
+
+        # [batch, spatial..., out_channels] -> [batch, out_channels, spatial...], then output_permutation
+        from_last = [0, rank - 1] ++ Enum.to_list(1..(rank - 2)//1)
+        nchw = run(&Native.transpose(&1, result, from_last)) |> elem(0)
+        inverse = out_perm |> Enum.with_index() |> Enum.sort() |> Enum.map(&elem(&1, 1))
+        _ = inverse
+        run(&Native.transpose(&1, nchw, out_perm_order(out_perm))) |> to_nx(out)
+      end
+    end
+
+    # Nx's output_permutation says where each of [batch, channels, spatial...]
+    # goes; the transpose wants, for each output axis, its source axis.
+    defp out_perm_order(out_perm) do
+      out_perm
+      |> Enum.with_index()
+      |> Enum.sort_by(fn {dest, _src} -> dest end)
+      |> Enum.map(fn {_dest, src} -> src end)
+    end
+
+    @impl true
+    def triangular_solve(%T{type: type} = out, a, b, opts) do
+      lower = Keyword.get(opts, :lower, true)
+      left_side = Keyword.get(opts, :left_side, true)
+      transform = Keyword.get(opts, :transform_a, :none)
+      ra = ref_as(a, type)
+      rb = ref_as(b, type)
+      rank = tuple_size(a.shape)
+      swap = Enum.to_list(0..(rank - 3)//1) ++ [rank - 1, rank - 2]
+
+      {ra, lower} =
+        case transform do
+          :none ->
+            {ra, lower}
+
+          :transpose ->
+            {run(&Native.transpose(&1, ra, swap)) |> elem(0), not lower}
+
+          :conjugate ->
+            {ra
+             |> conj_ref()
+             |> then(&run(fn tag -> Native.transpose(tag, &1, swap) end))
+             |> elem(0), not lower}
+        end
+
+      if left_side do
+        run(&Native.solve(&1, ra, rb, if(lower, do: :lower, else: :upper))) |> to_nx(out)
+      else
+        # x·a = b  <=>  aᵀ·xᵀ = bᵀ
+        rb_rank = tuple_size(b.shape)
+        b_swap = Enum.to_list(0..(rb_rank - 3)//1) ++ [rb_rank - 1, rb_rank - 2]
+        at = run(&Native.transpose(&1, ra, swap)) |> elem(0)
+        bt = run(&Native.transpose(&1, rb, b_swap)) |> elem(0)
+        xt = run(&Native.solve(&1, at, bt, if(lower, do: :upper, else: :lower))) |> elem(0)
+        run(&Native.transpose(&1, xt, b_swap)) |> to_nx(out)
+      end
+    end
+
+    defp conj_ref(r), do: run(&Native.unary(&1, :conjugate, r)) |> elem(0)
+
+    @impl true
+    def fft(out, tensor, opts), do: fft_op(:fft, out, tensor, opts)
+
+    @impl true
+    def ifft(out, tensor, opts), do: fft_op(:ifft, out, tensor, opts)
+
+    defp fft_op(op, %T{type: type} = out, tensor, opts) do
+      length = opts[:length]
+      axis = opts[:axis] || -1
+      r = ref_as(tensor, type)
+      run(&Native.fft(&1, op, r, length, axis)) |> to_nx(out)
+    end
+
+    # -------------------------------------------------------------------------
+    # Nx.block/4: native implementations where MLX has one
+    # -------------------------------------------------------------------------
+
+    @impl true
+    def block(%struct_name{} = struct, output, args, fun) do
+      case {struct_name, args} do
+        {Nx.Block.LogicalNot, [t]} ->
+          run(&Native.unary(&1, :logical_not, ref(t))) |> to_nx(output)
+
+        {Nx.Block.Phase, [t]} ->
+          phase(output, t)
+
+        {Nx.Block.CumulativeSum, [t]} ->
+          cumulative(:cumulative_sum, output, t, struct)
+
+        {Nx.Block.CumulativeProduct, [t]} ->
+          cumulative(:cumulative_product, output, t, struct)
+
+        {Nx.Block.CumulativeMin, [t]} ->
+          cumulative(:cumulative_min, output, t, struct)
+
+        {Nx.Block.CumulativeMax, [t]} ->
+          cumulative(:cumulative_max, output, t, struct)
+
+        {Nx.Block.Take, [t, idx]} ->
+          run(&Native.take(&1, ref(t), ref(idx), struct.axis)) |> to_nx(output)
+
+        {Nx.Block.TakeAlongAxis, [t, idx]} ->
+          run(&Native.take_along_axis(&1, ref(t), ref(idx), struct.axis)) |> to_nx(output)
+
+        {Nx.Block.TopK, [t]} ->
+          {values_out, indices_out} = output
+          [values, indices] = run(&Native.top_k(&1, ref(t), struct.k))
+          {to_nx(values, values_out), to_nx(indices, indices_out)}
+
+        {Nx.Block.FFT2, [t]} ->
+          fft2(:fft2, output, t, struct)
+
+        {Nx.Block.IFFT2, [t]} ->
+          fft2(:ifft2, output, t, struct)
+
+        {Nx.Block.RFFT, [t]} ->
+          r = ref_as(t, real_of(output.type))
+          run(&Native.fft(&1, :rfft, r, struct.length, struct.axis || -1)) |> to_nx(output)
+
+        {Nx.Block.IRFFT, [t]} ->
+          r = ref_as(t, complex_of(output.type))
+          run(&Native.fft(&1, :irfft, r, struct.length, struct.axis || -1)) |> to_nx(output)
+
+        {Nx.Block.AllClose, [a, b]} ->
+          all_close(output, a, b, struct)
+
+        {Nx.Block.LinAlg.Cholesky, [t]} ->
+          [l] = linalg(:cholesky, t, output.type)
+          to_nx(l, output)
+
+        {Nx.Block.LinAlg.QR, [t]} when struct.mode == :reduced ->
+          {q_out, r_out} = output
+          [q, r] = linalg(:qr, t, q_out.type)
+          {to_nx(q, q_out), to_nx(r, r_out)}
+
+        {Nx.Block.LinAlg.Eigh, [t]} ->
+          {w_out, v_out} = output
+          [w, v] = linalg(:eigh, t, v_out.type)
+          {to_nx(w, w_out), to_nx(v, v_out)}
+
+        {Nx.Block.LinAlg.SVD, [t]} when struct.full_matrices? ->
+          {u_out, s_out, vt_out} = output
+          [u, s, vt] = linalg(:svd, t, u_out.type)
+          {to_nx(u, u_out), to_nx(s, s_out), to_nx(vt, vt_out)}
+
+        {Nx.Block.LinAlg.Solve, [a, b]} ->
+          run(&Native.solve(&1, ref_as(a, output.type), ref_as(b, output.type), nil))
+          |> to_nx(output)
+
+        {Nx.Block.LinAlg.Determinant, [t]} ->
+          [det] = linalg(:determinant, t, output.type)
+          to_nx(det, output)
+
+        {Nx.Block.LinAlg.LU, [t]} ->
+          lu(output, t)
+
+        _ ->
+          apply(fun, [struct | args])
+      end
+    end
+
+    defp real_of({:c, 64}), do: {:f, 32}
+    defp real_of(type), do: type
+    defp complex_of({:f, _}), do: {:c, 64}
+    defp complex_of(type), do: type
+
+    defp linalg(op, t, type) do
+      # MLX's linear algebra runs on the CPU only.
+      r = ref_as(t, type)
+      device = device_of(t)
+      r = if device == :cpu, do: r, else: run(&Native.transfer(&1, r, :cpu)) |> elem(0)
+      results = run(&Native.linalg(&1, op, r, false))
+
+      if device == :cpu,
+        do: results,
+        else: Enum.map(results, fn {rr, _, _, _} -> run(&Native.transfer(&1, rr, device)) end)
+    end
+
+    defp lu({p_out, l_out, u_out}, t) do
+      [p, l, u] = linalg(:lu, t, l_out.type)
+      # MLX gives the row order as indices (a = l[p, :] @ u ... as rows p of
+      # a); Nx wants the permutation matrix P with P · a = l · u... built from
+      # the indices with an equality against iota.
+      {pref, _, _, device} = p
+      n = elem(p_out.shape, tuple_size(p_out.shape) - 1)
+      rank = tuple_size(p_out.shape)
+      iota = run(&Native.iota(&1, {:u, 32}, p_out.shape, rank - 1, device)) |> elem(0)
+      pcol = run(&Native.expand_dims(&1, pref, [-1])) |> elem(0)
+      pcol = run(&Native.as_type(&1, pcol, {:u, 32})) |> elem(0)
+      _ = n
+      perm = run(&Native.binary(&1, :equal, pcol, iota)) |> elem(0)
+
+      pt =
+        run(&Native.transpose(&1, perm, Enum.to_list(0..(rank - 3)//1) ++ [rank - 1, rank - 2]))
+
+      {to_nx(pt, p_out), to_nx(l, l_out), to_nx(u, u_out)}
+    end
+
+    defp cumulative(op, output, t, %{axis: axis, reverse: reverse}) do
+      run(&Native.cumulative(&1, op, ref_as(t, output.type), axis, reverse)) |> to_nx(output)
+    end
+
+    defp fft2(op, %T{type: type} = output, t, %{lengths: lengths, axes: axes}) do
+      r = ref_as(t, type)
+      run(&Native.fft2(&1, op, r, lengths, axes || [-2, -1])) |> to_nx(output)
+    end
+
+    defp phase(output, t) do
+      case t.type do
+        {:c, _} ->
+          re = run(&Native.unary(&1, :real, ref(t))) |> elem(0)
+          im = run(&Native.unary(&1, :imag, ref(t))) |> elem(0)
+          run(&Native.binary(&1, :atan2, im, re)) |> to_nx(output)
+
+        _ ->
+          # real numbers: 0 for x >= 0, pi for x < 0
+          x = ref_as(t, output.type)
+          zero = scalar_ref(0, output.type, device_of(t))
+          pi = scalar_ref(:math.pi(), output.type, device_of(t))
+          neg = run(&Native.binary(&1, :less, x, zero)) |> elem(0)
+          run(&Native.select(&1, neg, pi, zero)) |> to_nx(output)
+      end
+    end
+
+    # all_close: |a - b| <= atol + rtol * |b| everywhere (rtol then atol, as Nx defines).
+    defp all_close(output, a, b, %{rtol: rtol, atol: atol, equal_nan: equal_nan}) do
+      type = Nx.Type.merge(Nx.Type.to_floating(a.type), Nx.Type.to_floating(b.type))
+      device = device_of(a)
+      ra = ref_as(a, type)
+      rb = ref_as(b, type)
+      diff = run(&Native.binary(&1, :subtract, ra, rb)) |> elem(0)
+      diff = run(&Native.unary(&1, :abs, diff)) |> elem(0)
+      absb = run(&Native.unary(&1, :abs, rb)) |> elem(0)
+      real = real_of(type)
+      tol = run(&Native.binary(&1, :multiply, scalar_ref(rtol, real, device), absb)) |> elem(0)
+      tol = run(&Native.binary(&1, :add, scalar_ref(atol, real, device), tol)) |> elem(0)
+      close = run(&Native.binary(&1, :less_equal, diff, tol)) |> elem(0)
+      # infinities equal to themselves are close
+      same = run(&Native.binary(&1, :equal, ra, rb)) |> elem(0)
+      close = run(&Native.binary(&1, :logical_or, close, same)) |> elem(0)
+
+      close =
+        if equal_nan do
+          na = run(&Native.unary(&1, :is_nan, ra)) |> elem(0)
+          nb = run(&Native.unary(&1, :is_nan, rb)) |> elem(0)
+          both = run(&Native.binary(&1, :logical_and, na, nb)) |> elem(0)
+          run(&Native.binary(&1, :logical_or, close, both)) |> elem(0)
+        else
+          close
+        end
+
+      run(&Native.reduce(&1, :all, close, nil, false)) |> to_nx(output)
+    end
+
+    _ = &wrap_native/1
+  end
+end
