@@ -28,9 +28,15 @@ defmodule ExMLX.Build do
 
   def crate_dir, do: Path.join(root(), @crate_rel)
 
-  @doc "Cargo target folder, shared by every Mix env so the crate builds once."
+  @doc """
+  Cargo target folder, shared by every Mix env so the crate builds once.
+  `EX_MLX_CARGO_TARGET_DIR` overrides it (to share one build between build roots).
+  """
   def target_dir do
-    Path.join([Path.dirname(Mix.Project.build_path()), "native", "target"])
+    case System.get_env("EX_MLX_CARGO_TARGET_DIR") do
+      dir when is_binary(dir) and dir != "" -> Path.expand(dir)
+      _ -> Path.join([Path.dirname(Mix.Project.build_path()), "native", "target"])
+    end
   end
 
   def priv_native_dir, do: Path.join([root(), "priv", "native"])

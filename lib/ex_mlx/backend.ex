@@ -99,9 +99,6 @@ if Code.ensure_loaded?(Nx) do
         else: run(&Native.as_type(&1, r, storage)) |> elem(0)
     end
 
-    defp wrap_native({ref, shape, type, device}),
-      do: %ExMLX.Tensor{ref: ref, shape: shape, type: type, device: device}
-
     defp scalar_ref(value, type, device) do
       run(&Native.full(&1, scalar_value(value, type), storage_type(type), {}, device)) |> elem(0)
     end
@@ -164,9 +161,11 @@ if Code.ensure_loaded?(Nx) do
     # Converts element data between an Nx type and its storage type with
     # Nx.BinaryBackend's own conversion rules (exact widening; rounding back).
     defp convert_binary(binary, shape, from, to) do
-      binary
-      |> Nx.from_binary(from, backend: Nx.BinaryBackend)
-      |> Nx.reshape(shape)
+      names = List.duplicate(nil, tuple_size(shape))
+      template = %T{type: from, shape: shape, names: names, data: nil}
+
+      template
+      |> Nx.BinaryBackend.from_binary(binary, [])
       |> Nx.as_type(to)
       |> Nx.to_binary()
     end
@@ -273,8 +272,12 @@ if Code.ensure_loaded?(Nx) do
           else: binary
 
       {_, bits} = type
-      bytes = div(limit * bits + 7, 8)
-      if byte_size(binary) > bytes, do: binary_part(binary, 0, bytes), else: binary
+      wanted = limit * bits
+
+      case binary do
+        <<head::bitstring-size(wanted), _::bitstring>> -> head
+        _ -> binary
+      end
     end
 
     @impl true
@@ -551,7 +554,7 @@ if Code.ensure_loaded?(Nx) do
       @impl true
       def unquote(callback)(%T{type: type} = out, tensor, opts) do
         axes = opts[:axes]
-        keep = Keyword.get(opts, :keep_axes, false)
+        keep = opts[:keep_axes] || false
         # sum and product accumulate in the output type (Nx's rule)
         input = if unquote(op) in [:sum, :product], do: ref_as(tensor, type), else: ref(tensor)
 
@@ -563,10 +566,10 @@ if Code.ensure_loaded?(Nx) do
       @impl true
       def unquote(op)(out, %T{shape: shape} = tensor, opts) do
         axis = opts[:axis]
-        keep = Keyword.get(opts, :keep_axis, false)
-        r = ref(tensor)
+        keep = opts[:keep_axis] || false
+        r = nan_first(unquote(op), ref(tensor), tensor, axis)
 
-        case Keyword.get(opts, :tie_break, :low) do
+        case opts[:tie_break] || :low do
           :low ->
             run(&Native.arg_reduce(&1, unquote(op), r, axis, keep)) |> to_nx(out)
 
@@ -595,6 +598,25 @@ if Code.ensure_loaded?(Nx) do
               run(&Native.reshape(&1, mapped, out.shape)) |> to_nx(out)
             end
         end
+      end
+    end
+
+    # Nx: a NaN is both the largest and the smallest element. Where the
+    # reduced range holds a NaN, every element becomes a flag (1 for NaN for
+    # argmax, 0 for NaN for argmin), so the first NaN is found.
+    defp nan_first(op, r, %T{type: type}, axis) do
+      if Nx.Type.float?(type) do
+        nan = run(&Native.unary(&1, :is_nan, r)) |> elem(0)
+        axes = if axis, do: [axis], else: nil
+        any = run(&Native.reduce(&1, :any, nan, axes, true)) |> elem(0)
+
+        flag =
+          if op == :argmax, do: nan, else: run(&Native.unary(&1, :logical_not, nan)) |> elem(0)
+
+        flagged = run(&Native.as_type(&1, flag, {:u, 8})) |> elem(0)
+        run(&Native.select(&1, any, flagged, r)) |> elem(0)
+      else
+        r
       end
     end
 
@@ -642,7 +664,8 @@ if Code.ensure_loaded?(Nx) do
     defp via_binary_backend(out, [first | _] = tensors, fun) do
       device = device_of(first)
       copies = Enum.map(tensors, &Nx.backend_copy(&1, Nx.BinaryBackend))
-      result = apply(fun, copies)
+      # The reducer builds tensors too: keep them on Nx.BinaryBackend.
+      result = Nx.with_default_backend(Nx.BinaryBackend, fn -> apply(fun, copies) end)
       from_binary(out, Nx.to_binary(result), device: device)
     end
 
@@ -723,43 +746,65 @@ if Code.ensure_loaded?(Nx) do
 
     @impl true
     def conv(%T{type: type} = out, input, kernel, opts) do
-      if opts[:batch_group_size] != 1 do
-        via_binary_backend(out, [input, kernel], &Nx.BinaryBackend.conv(out, &1, &2, opts))
-      else
-        conv_native(out, ref_as(input, type), ref_as(kernel, type), input, kernel, type, opts)
+      input_dilated? = Enum.any?(opts[:input_dilation] || [], &(&1 != 1))
+      padded? = Enum.any?(opts[:padding] || [], &(&1 != {0, 0}))
+
+      cond do
+        (opts[:batch_group_size] || 1) != 1 or (input_dilated? and padded?) ->
+          # Not expressible with MLX's convolution: computed by Nx.BinaryBackend.
+          via_binary_backend(out, [input, kernel], &Nx.BinaryBackend.conv(out, &1, &2, opts))
+
+        Nx.Type.complex?(type) ->
+          # (a + bi) * (c + di) = (ac - bd) + (ad + bc)i, with four real convolutions.
+          {ar, ai} = complex_parts(ref_as(input, type))
+          {kr, ki} = complex_parts(ref_as(kernel, type))
+          conv_real = fn x, k -> conv_ref(x, k, tuple_size(input.shape), opts) end
+
+          re =
+            run(&Native.binary(&1, :subtract, conv_real.(ar, kr), conv_real.(ai, ki))) |> elem(0)
+
+          im = run(&Native.binary(&1, :add, conv_real.(ar, ki), conv_real.(ai, kr))) |> elem(0)
+          i = scalar_ref({0.0, 1.0}, {:c, 64}, device_of(input))
+          im = run(&Native.binary(&1, :multiply, im, i)) |> elem(0)
+          run(&Native.binary(&1, :add, re, im)) |> to_nx(out)
+
+        true ->
+          r = conv_ref(ref_as(input, type), ref_as(kernel, type), tuple_size(input.shape), opts)
+          run(&Native.reshape(&1, r, out.shape)) |> to_nx(out)
       end
     end
 
-    defp conv_native(out, ri, rk, input, kernel, _type, opts) do
-      rank = tuple_size(input.shape)
+    defp complex_parts(r) do
+      re = run(&Native.unary(&1, :real, r)) |> elem(0)
+      im = run(&Native.unary(&1, :imag, r)) |> elem(0)
+      {re, im}
+    end
+
+    # Nx's convolution (with its permutations) through MLX's channels-last one.
+    defp conv_ref(ri, rk, rank, opts) do
       spatial = rank - 2
       in_perm = opts[:input_permutation] || Enum.to_list(0..(rank - 1))
       k_perm = opts[:kernel_permutation] || Enum.to_list(0..(rank - 1))
       out_perm = opts[:output_permutation] || Enum.to_list(0..(rank - 1))
-      # Nx: input [batch, channels, spatial...] after input_permutation; MLX
-      # wants [batch, spatial..., channels].
-      spatial_axes = Enum.to_list(2..(rank - 1)//1)
-      to_last = [0] ++ spatial_axes ++ [1]
-      ri = run(&Native.transpose(&1, ri, Enum.map(to_last, &Enum.at(in_perm, &1)))) |> elem(0)
-      rk = run(&Native.transpose(&1, rk, Enum.map(to_last, &Enum.at(k_perm, &1)))) |> elem(0)
+      # Nx: [batch, channels, spatial...] after the input permutation; MLX
+      # wants [batch, spatial..., channels] (kernels likewise).
+      to_last = [0] ++ Enum.to_list(2..(rank - 1)//1) ++ [1]
+      in_order = Enum.map(to_last, fn i -> Enum.at(in_perm, i) end)
+      k_order = Enum.map(to_last, fn i -> Enum.at(k_perm, i) end)
+      ri = run(&Native.transpose(&1, ri, in_order)) |> elem(0)
+      rk = run(&Native.transpose(&1, rk, k_order)) |> elem(0)
       strides = opts[:strides] || List.duplicate(1, spatial)
       padding = opts[:padding] || List.duplicate({0, 0}, spatial)
       kd = opts[:kernel_dilation] || List.duplicate(1, spatial)
       id = opts[:input_dilation] || List.duplicate(1, spatial)
       groups = opts[:feature_group_size] || 1
-
-      if Enum.any?(id, &(&1 != 1)) and Enum.any?(padding, &(&1 != {0, 0})) do
-        via_binary_backend(out, [input, kernel], &Nx.BinaryBackend.conv(out, &1, &2, opts))
-      else
-        result = run(&Native.conv(&1, ri, rk, strides, padding, kd, id, groups)) |> elem(0)
-
-        # [batch, spatial..., out_channels] -> [batch, out_channels, spatial...], then output_permutation
-        from_last = [0, rank - 1] ++ Enum.to_list(1..(rank - 2)//1)
-        nchw = run(&Native.transpose(&1, result, from_last)) |> elem(0)
-        inverse = out_perm |> Enum.with_index() |> Enum.sort() |> Enum.map(&elem(&1, 1))
-        _ = inverse
-        run(&Native.transpose(&1, nchw, out_perm_order(out_perm))) |> to_nx(out)
-      end
+      result = run(&Native.conv(&1, ri, rk, strides, padding, kd, id, groups)) |> elem(0)
+      # [batch, spatial..., out_channels] -> [batch, out_channels, spatial...],
+      # then the output permutation.
+      from_last = [0, rank - 1] ++ Enum.to_list(1..(rank - 2)//1)
+      nchw = run(&Native.transpose(&1, result, from_last)) |> elem(0)
+      order = out_perm_order(out_perm)
+      run(&Native.transpose(&1, nchw, order)) |> elem(0)
     end
 
     # Nx's output_permutation says where each of [batch, channels, spatial...]
@@ -988,9 +1033,12 @@ if Code.ensure_loaded?(Nx) do
       tol = run(&Native.binary(&1, :multiply, scalar_ref(rtol, real, device), absb)) |> elem(0)
       tol = run(&Native.binary(&1, :add, scalar_ref(atol, real, device), tol)) |> elem(0)
       close = run(&Native.binary(&1, :less_equal, diff, tol)) |> elem(0)
-      # infinities equal to themselves are close
+      # where either side is infinite, close means equal
       same = run(&Native.binary(&1, :equal, ra, rb)) |> elem(0)
-      close = run(&Native.binary(&1, :logical_or, close, same)) |> elem(0)
+      inf_a = run(&Native.unary(&1, :is_infinity, ra)) |> elem(0)
+      inf_b = run(&Native.unary(&1, :is_infinity, rb)) |> elem(0)
+      inf = run(&Native.binary(&1, :logical_or, inf_a, inf_b)) |> elem(0)
+      close = run(&Native.select(&1, inf, same, close)) |> elem(0)
 
       close =
         if equal_nan do
@@ -1004,7 +1052,5 @@ if Code.ensure_loaded?(Nx) do
 
       run(&Native.reduce(&1, :all, close, nil, false)) |> to_nx(output)
     end
-
-    _ = &wrap_native/1
   end
 end

@@ -30,16 +30,28 @@ defmodule ExMLX.Native do
   @doc false
   def load_error, do: :persistent_term.get({__MODULE__, :load_error}, nil)
 
+  # Every stub raises through :erlang.nif_error/1 with an ExMLX.Error as the
+  # reason, so callers rescue that error. The condition is opaque to the type
+  # checker (Elixir 1.18+), so it takes a stub's result as dynamic (like the
+  # NIF that replaces it) rather than as "never returns"; it is always true.
   defp not_loaded do
+    if :persistent_term.get({__MODULE__, :stubs_raise}, true),
+      do: :erlang.nif_error(not_loaded_error()),
+      else: :persistent_term.get({__MODULE__, :stubs_raise})
+  end
+
+  @doc false
+  def not_loaded_error do
     {path, reason, text} =
       load_error() ||
         {:filename.join(:code.priv_dir(:ex_mlx), ~c"native/libex_mlx"), :unknown, ""}
 
-    raise ExMLX.Error,
+    %ExMLX.Error{
       kind: :not_loaded,
       message:
         "the ExMLX native library was not loaded from #{path}.so (#{reason}: #{text}). " <>
           "Build it with bin/setup (or mix compile)."
+    }
   end
 
   # Library

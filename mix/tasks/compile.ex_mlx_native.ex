@@ -107,7 +107,7 @@ defmodule Mix.Tasks.Compile.ExMlxNative do
       end)
 
     :erlang.term_to_binary({files, runtime, env, Build.profile()})
-    |> then(&:crypto.hash(:sha256, &1))
+    |> :erlang.md5()
     |> Base.encode16(case: :lower)
   end
 

@@ -12,8 +12,9 @@ defmodule ExMLX.OpsTest do
       assert ExMLX.sign(t) |> ExMLX.to_list() == [-1.0, -1.0, 0.0, 1.0]
       assert ExMLX.floor(t) |> ExMLX.to_list() == [-3.0, -1.0, 0.0, 1.0]
       assert ExMLX.ceil(t) |> ExMLX.to_list() == [-2.0, -0.0, 0.0, 2.0]
-      # round half to even (MLX/NumPy): -2.5 -> -2, -0.5 -> -0, 1.5 -> 2
-      assert ExMLX.round(t) |> ExMLX.to_list() == [-2.0, -0.0, 0.0, 2.0]
+      # round half away from zero (Elixir's round/1): -2.5 -> -3, -0.5 -> -1, 1.5 -> 2
+      assert ExMLX.round(t) |> ExMLX.to_list() == [-3.0, -1.0, 0.0, 2.0]
+      assert ExMLX.round(f32([0.49999997, -0.4, 2.5])) |> ExMLX.to_list() == [0.0, -0.0, 3.0]
       assert ExMLX.square(t) |> ExMLX.to_list() == [6.25, 0.25, 0.0, 2.25]
     end
 

@@ -1,6 +1,6 @@
 //! Element-wise operations: unary and binary (with broadcasting).
 
-use mlx_rs::{ops, Array, Dtype};
+use mlx_rs::{ops, Array};
 
 use crate::error::{Error, Result};
 
@@ -62,7 +62,7 @@ pub fn unary(op: &str, a: &Array) -> Result<Array> {
         "sign" => ops::sign(a),
         "floor" => ops::floor(a),
         "ceil" => ops::ceil(a),
-        "round" => ops::round(a, None),
+        "round" => return round_half_away(a),
         "sqrt" => ops::sqrt(a),
         "rsqrt" => ops::rsqrt(a),
         "exp" => ops::exp(a),
@@ -94,7 +94,7 @@ pub fn unary(op: &str, a: &Array) -> Result<Array> {
         "is_finite" => a.is_finite(),
         "real" => ops::real(a),
         "imag" => ops::imag(a),
-        "conjugate" => conjugate(a),
+        "conjugate" => return conjugate(a),
         "degrees" => ops::degrees(a),
         "radians" => ops::radians(a),
         "bitwise_not" => return super::bitwise::bitwise_not(a),
@@ -115,15 +115,27 @@ fn remainder(a: &Array, b: &Array) -> mlx_rs::error::Result<Array> {
     ops::select(&negative, ops::negative(&r)?, &r)
 }
 
-fn conjugate(a: &Array) -> mlx_rs::error::Result<Array> {
-    if a.dtype() != Dtype::Complex64 {
-        return Ok(a.clone());
+/// Complex conjugate (negates the imaginary part exactly, zeros included).
+fn conjugate(a: &Array) -> Result<Array> {
+    // SAFETY: one mlx-c call; `a` is a live array for its duration.
+    unsafe {
+        super::raw::op("conjugate", |res, s| {
+            mlx_sys::mlx_conjugate(res, a.as_ptr(), s)
+        })
     }
-    let i = Array::from_complex(mlx_rs::complex64::new(0.0, 1.0));
-    let re = ops::real(a)?;
-    let im = ops::imag(a)?;
-    // re - i·im, computed in c64.
-    ops::subtract(re.as_dtype(Dtype::Complex64)?, ops::multiply(&i, im)?)
+}
+
+/// Rounds half away from zero (Elixir's `round/1`, Nx's `round`); MLX's own
+/// `round` goes half to even.
+fn round_half_away(a: &Array) -> Result<Array> {
+    if !a.dtype().is_float() {
+        return Ok(ops::round(a, None)?);
+    }
+    let t = a.trunc()?;
+    let frac = ops::abs(ops::subtract(a, &t)?)?;
+    let half = Array::from_f32(0.5).as_dtype(a.dtype())?;
+    let bump = ops::multiply(ops::ge(&frac, &half)?.as_dtype(a.dtype())?, ops::sign(a)?)?;
+    Ok(ops::add(&t, &bump)?)
 }
 
 /// Names of the binary ops.

@@ -3,10 +3,12 @@
 //! MLX 0.32's CPU backend evaluates `exp`, `sin`, `cos`, `erf`, `erfinv`,
 //! `sigmoid` and `logaddexp` on float64 arrays with float32-accurate
 //! approximations (measured here: `exp(0.1)` came back as 1.1051709651947021,
-//! the true value being 1.1051709180756477). ExMLX never narrows f64 silently,
-//! so for f64 these run here instead, element by element, with libm (a port
-//! of musl's libm, accurate to about one ulp). This evaluates the input: the
-//! result is a fresh array, not part of a lazy graph.
+//! the true value being 1.1051709180756477), and `expm1`/`log1p` an ulp off.
+//! ExMLX never narrows f64 silently, so for f64 these run here instead,
+//! element by element, with the platform's C math library (the same one
+//! Erlang's `:math` uses, so results match Nx.BinaryBackend bit for bit).
+//! `erfc` and `cbrt`, which MLX lacks, run here for every float type. This
+//! evaluates the input: the result is a fresh array, not a lazy graph node.
 
 use mlx_rs::{Array, Dtype};
 
@@ -14,7 +16,27 @@ use crate::error::{Error, Result};
 use crate::host::{array_from_bytes, HostBuffer};
 
 /// The unary ops that need the host path for f64.
-pub const UNARY_F64: &[&str] = &["exp", "sin", "cos", "erf", "erf_inv", "sigmoid"];
+pub const UNARY_F64: &[&str] = &[
+    "exp", "expm1", "log1p", "sin", "cos", "erf", "erf_inv", "sigmoid",
+];
+
+// The C library's functions Rust's std does not expose.
+extern "C" {
+    #[link_name = "erf"]
+    fn c_erf(x: f64) -> f64;
+    #[link_name = "erfc"]
+    fn c_erfc(x: f64) -> f64;
+}
+
+fn erf(x: f64) -> f64 {
+    // SAFETY: erf is a pure C function of one double, defined for every input.
+    unsafe { c_erf(x) }
+}
+
+fn erfc(x: f64) -> f64 {
+    // SAFETY: erfc is a pure C function of one double, defined for every input.
+    unsafe { c_erfc(x) }
+}
 
 /// Ops MLX lacks altogether, computed here for every float type (through f64).
 pub const UNARY_HOST: &[&str] = &["erfc", "cbrt"];
@@ -53,12 +75,14 @@ pub fn unary(op: &str, a: &Array) -> Result<Array> {
     };
     let a = &a.as_dtype(Dtype::Float64)?;
     let f: fn(f64) -> f64 = match op {
-        "erfc" => libm::erfc,
-        "cbrt" => libm::cbrt,
-        "exp" => libm::exp,
-        "sin" => libm::sin,
-        "cos" => libm::cos,
-        "erf" => libm::erf,
+        "erfc" => erfc,
+        "cbrt" => f64::cbrt,
+        "exp" => f64::exp,
+        "expm1" => f64::exp_m1,
+        "log1p" => f64::ln_1p,
+        "sin" => f64::sin,
+        "cos" => f64::cos,
+        "erf" => erf,
         "erf_inv" => erf_inv,
         "sigmoid" => sigmoid,
         _ => return Err(Error::Internal(format!("no host f64 path for {op}"))),
@@ -83,7 +107,7 @@ pub fn logaddexp(a: &Array, b: &Array) -> Result<Array> {
             if m.is_nan() {
                 return f64::NAN;
             }
-            m + libm::log1p(libm::exp(-(x - y).abs()))
+            m + (-(x - y).abs()).exp().ln_1p()
         })
         .collect();
     from_f64s(&values, &shape)
@@ -119,9 +143,9 @@ pub fn broadcast_shape(a: &[i32], b: &[i32]) -> Result<Vec<i32>> {
 
 fn sigmoid(x: f64) -> f64 {
     if x >= 0.0 {
-        1.0 / (1.0 + libm::exp(-x))
+        1.0 / (1.0 + (-x).exp())
     } else {
-        let e = libm::exp(x);
+        let e = x.exp();
         e / (1.0 + e)
     }
 }
@@ -139,7 +163,7 @@ fn erf_inv(y: f64) -> f64 {
         return f64::NEG_INFINITY;
     }
     // Giles' single-precision approximation as the starting point.
-    let w = -libm::log((1.0 - y) * (1.0 + y));
+    let w = -((1.0 - y) * (1.0 + y)).ln();
     let mut x = if w < 5.0 {
         let w = w - 2.5;
         let mut p = 2.810_226_36e-08;
@@ -175,8 +199,8 @@ fn erf_inv(y: f64) -> f64 {
     };
     let two_over_sqrt_pi = std::f64::consts::FRAC_2_SQRT_PI;
     for _ in 0..4 {
-        let err = libm::erf(x) - y;
-        let slope = two_over_sqrt_pi * libm::exp(-x * x);
+        let err = erf(x) - y;
+        let slope = two_over_sqrt_pi * (-x * x).exp();
         if slope == 0.0 {
             break;
         }
@@ -197,7 +221,7 @@ mod tests {
     fn erf_inv_inverts_erf() {
         // Round trips where erf_inv is well conditioned...
         for &x in &[-1.2, -0.1, 0.0, 1e-8, 0.3, 0.9] {
-            let back = erf_inv(libm::erf(x));
+            let back = erf_inv(erf(x));
             assert!((back - x).abs() <= 1e-14 * x.abs().max(1.0), "{x}: {back}");
         }
         // ...and the forward residual near ±1, where erf_inv's slope
@@ -205,9 +229,9 @@ mod tests {
         for &y in &[-0.9999779095030014, 0.99, 0.999999, -0.5] {
             let x = erf_inv(y);
             assert!(
-                (libm::erf(x) - y).abs() <= 4.0 * f64::EPSILON,
+                (erf(x) - y).abs() <= 4.0 * f64::EPSILON,
                 "{y}: erf({x}) = {}",
-                libm::erf(x)
+                erf(x)
             );
         }
         assert_eq!(erf_inv(1.0), f64::INFINITY);
