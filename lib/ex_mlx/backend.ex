@@ -74,6 +74,11 @@ if Code.ensure_loaded?(Nx) do
 
     # Wraps a native result as `out`, casting it if MLX produced another type
     # (comparisons give :bool where Nx wants u8, for instance).
+    defp to_nx(ref, out) when is_reference(ref) do
+      {shape, type, device} = Native.tensor_info(ref)
+      to_nx({ref, shape, type, device}, out)
+    end
+
     defp to_nx({ref, _shape, type, device}, %T{type: out_type} = out) do
       storage = storage_type(out_type)
 
@@ -530,8 +535,15 @@ if Code.ensure_loaded?(Nx) do
         do: run(&Native.unary(&1, unquote(op), ref_as(tensor, type))) |> to_nx(out)
     end
 
+    @impl true
+    def abs(out, %T{type: {:c, _}} = tensor),
+      do: run(&Native.unary(&1, :abs, ref(tensor))) |> to_nx(out)
+
+    def abs(%T{type: type} = out, tensor),
+      do: run(&Native.unary(&1, :abs, ref_as(tensor, type))) |> to_nx(out)
+
     for op <-
-          [:abs, :bitwise_not, :ceil, :floor, :negate, :round, :sign, :conjugate] ++
+          [:bitwise_not, :ceil, :floor, :negate, :round, :sign, :conjugate] ++
             [:count_leading_zeros, :population_count] do
       @impl true
       def unquote(op)(%T{type: type} = out, tensor),
@@ -817,7 +829,32 @@ if Code.ensure_loaded?(Nx) do
     end
 
     @impl true
+    def triangular_solve(out, %T{type: {:c, _}} = a, b, opts),
+      do: via_binary_backend(out, [a, b], &Nx.BinaryBackend.triangular_solve(out, &1, &2, opts))
+
+    def triangular_solve(out, a, %T{type: {:c, _}} = b, opts),
+      do: via_binary_backend(out, [a, b], &Nx.BinaryBackend.triangular_solve(out, &1, &2, opts))
+
     def triangular_solve(%T{type: type} = out, a, b, opts) do
+      # Nx raises for a singular triangular matrix (a zero on the diagonal);
+      # LAPACK would return infinities.
+      if singular_triangular?(a), do: raise(ArgumentError, "can't solve for singular matrix")
+      triangular_solve_native(out, a, b, opts, type)
+    end
+
+    defp singular_triangular?(%T{shape: shape} = a) do
+      rank = tuple_size(shape)
+      n = elem(shape, rank - 1)
+      device = device_of(a)
+      eye = run(&Native.eye(&1, n, n, {:u, 8}, device)) |> elem(0)
+      zero = scalar_ref(0, a.type, device)
+      is_zero = run(&Native.binary(&1, :equal, ref(a), zero)) |> elem(0)
+      on_diag = run(&Native.binary(&1, :logical_and, is_zero, eye)) |> elem(0)
+      any = run(&Native.reduce(&1, :any, on_diag, nil, false)) |> elem(0)
+      Call.run(&Native.item(&1, any))
+    end
+
+    defp triangular_solve_native(out, a, b, opts, type) do
       lower = Keyword.get(opts, :lower, true)
       left_side = Keyword.get(opts, :left_side, true)
       transform = Keyword.get(opts, :transform_a, :none)
@@ -834,15 +871,13 @@ if Code.ensure_loaded?(Nx) do
           :transpose ->
             {run(&Native.transpose(&1, ra, swap)) |> elem(0), not lower}
 
+          # element-wise conjugate, no transpose (the identity for real a)
           :conjugate ->
-            {ra
-             |> conj_ref()
-             |> then(&run(fn tag -> Native.transpose(tag, &1, swap) end))
-             |> elem(0), not lower}
+            {conj_ref(ra), lower}
         end
 
       if left_side do
-        run(&Native.solve(&1, ra, rb, if(lower, do: :lower, else: :upper))) |> to_nx(out)
+        solve_ref(ra, rb, a, b, if(lower, do: :lower, else: :upper)) |> to_nx(out)
       else
         # x·a = b  <=>  aᵀ·xᵀ = bᵀ
         rb_rank = tuple_size(b.shape)
@@ -851,6 +886,18 @@ if Code.ensure_loaded?(Nx) do
         bt = run(&Native.transpose(&1, rb, b_swap)) |> elem(0)
         xt = run(&Native.solve(&1, at, bt, if(lower, do: :upper, else: :lower))) |> elem(0)
         run(&Native.transpose(&1, xt, b_swap)) |> to_nx(out)
+      end
+    end
+
+    # Nx solves a batch of vectors when b has one axis less than a; MLX would
+    # broadcast b as a matrix, so give it a trailing axis of 1 and drop it after.
+    defp solve_ref(ra, rb, %T{shape: a_shape}, %T{shape: b_shape}, kind) do
+      if tuple_size(b_shape) == tuple_size(a_shape) - 1 and tuple_size(a_shape) > 2 do
+        col = run(&Native.expand_dims(&1, rb, [-1])) |> elem(0)
+        x = run(&Native.solve(&1, ra, col, kind)) |> elem(0)
+        run(&Native.squeeze(&1, x, [-1]))
+      else
+        run(&Native.solve(&1, ra, rb, kind))
       end
     end
 
@@ -875,6 +922,19 @@ if Code.ensure_loaded?(Nx) do
 
     @impl true
     def block(%struct_name{} = struct, output, args, fun) do
+      linalg? = String.starts_with?(Atom.to_string(struct_name), "Elixir.Nx.Block.LinAlg.")
+      complex? = Enum.any?(args, &match?(%T{type: {:c, _}}, &1))
+
+      # MLX's linear algebra is real-only: complex inputs take Nx's own
+      # implementation (in terms of the other callbacks).
+      if linalg? and complex? do
+        apply(fun, [struct | args])
+      else
+        native_block(struct_name, struct, output, args, fun)
+      end
+    end
+
+    defp native_block(struct_name, struct, output, args, fun) do
       case {struct_name, args} do
         {Nx.Block.LogicalNot, [t]} ->
           run(&Native.unary(&1, :logical_not, ref(t))) |> to_nx(output)
@@ -928,12 +988,16 @@ if Code.ensure_loaded?(Nx) do
 
         {Nx.Block.LinAlg.QR, [t]} when struct.mode == :reduced ->
           {q_out, r_out} = output
-          [q, r] = linalg(:qr, t, q_out.type)
+          [{q, _, _, _}, {r, _, _, _}] = linalg(:qr, t, q_out.type)
+          {q, r} = positive_r_diagonal(q, r, r_out)
           {to_nx(q, q_out), to_nx(r, r_out)}
 
         {Nx.Block.LinAlg.Eigh, [t]} ->
+          # MLX orders eigenvalues ascending, Nx descending.
           {w_out, v_out} = output
-          [w, v] = linalg(:eigh, t, v_out.type)
+          [{w, _, _, _}, {v, _, _, _}] = linalg(:eigh, t, v_out.type)
+          w = run(&Native.flip(&1, w, [-1]))
+          v = run(&Native.flip(&1, v, [-1]))
           {to_nx(w, w_out), to_nx(v, v_out)}
 
         {Nx.Block.LinAlg.SVD, [t]} when struct.full_matrices? ->
@@ -942,8 +1006,8 @@ if Code.ensure_loaded?(Nx) do
           {to_nx(u, u_out), to_nx(s, s_out), to_nx(vt, vt_out)}
 
         {Nx.Block.LinAlg.Solve, [a, b]} ->
-          run(&Native.solve(&1, ref_as(a, output.type), ref_as(b, output.type), nil))
-          |> to_nx(output)
+          type = if output.type in [{:f, 16}, {:bf, 16}], do: {:f, 32}, else: output.type
+          solve_ref(ref_as(a, type), ref_as(b, type), a, b, nil) |> to_nx(output)
 
         {Nx.Block.LinAlg.Determinant, [t]} ->
           [det] = linalg(:determinant, t, output.type)
@@ -963,7 +1027,9 @@ if Code.ensure_loaded?(Nx) do
     defp complex_of(type), do: type
 
     defp linalg(op, t, type) do
-      # MLX's linear algebra runs on the CPU only.
+      # MLX's linear algebra runs on the CPU only, in f32 or f64: half types
+      # are computed in f32 (results are cast back by to_nx).
+      type = if type in [{:f, 16}, {:bf, 16}], do: {:f, 32}, else: type
       r = ref_as(t, type)
       device = device_of(t)
       r = if device == :cpu, do: r, else: run(&Native.transfer(&1, r, :cpu)) |> elem(0)
@@ -972,6 +1038,34 @@ if Code.ensure_loaded?(Nx) do
       if device == :cpu,
         do: results,
         else: Enum.map(results, fn {rr, _, _, _} -> run(&Native.transfer(&1, rr, device)) end)
+    end
+
+    # QR is unique up to the signs of R's diagonal; Nx's has them non-negative.
+    defp positive_r_diagonal(q, r, %T{shape: r_shape}) do
+      rank = tuple_size(r_shape)
+      k = elem(r_shape, rank - 2)
+      n = elem(r_shape, rank - 1)
+      {_, r_type, device} = Native.tensor_info(r)
+      eye = run(&Native.eye(&1, k, n, r_type, device)) |> elem(0)
+      diag = run(&Native.binary(&1, :multiply, r, eye)) |> elem(0)
+      diag = run(&Native.reduce(&1, :sum, diag, [rank - 1], false)) |> elem(0)
+      zero = run(&Native.binary(&1, :subtract, diag, diag)) |> elem(0)
+      negative = run(&Native.binary(&1, :less, diag, zero)) |> elem(0)
+      one = run(&Native.full(&1, 1, r_type, {}, device)) |> elem(0)
+      minus_one = run(&Native.unary(&1, :negate, one)) |> elem(0)
+      signs = run(&Native.select(&1, negative, minus_one, one)) |> elem(0)
+      # q columns and r rows times the signs
+      q_scale = run(&Native.expand_dims(&1, signs, [rank - 2])) |> elem(0)
+      r_scale = run(&Native.expand_dims(&1, signs, [rank - 1])) |> elem(0)
+      q = run(&Native.binary(&1, :multiply, q, q_scale)) |> elem(0)
+      r = run(&Native.binary(&1, :multiply, r, r_scale)) |> elem(0)
+      {positive_zero(q), positive_zero(r)}
+    end
+
+    # x + 0.0 turns -0.0 into 0.0 and leaves every other value as it is.
+    defp positive_zero(r) do
+      {_, type, device} = Native.tensor_info(r)
+      run(&Native.binary(&1, :add, r, scalar_ref(0.0, type, device))) |> elem(0)
     end
 
     defp lu({p_out, l_out, u_out}, t) do
@@ -986,12 +1080,9 @@ if Code.ensure_loaded?(Nx) do
       pcol = run(&Native.expand_dims(&1, pref, [-1])) |> elem(0)
       pcol = run(&Native.as_type(&1, pcol, {:u, 32})) |> elem(0)
       _ = n
-      perm = run(&Native.binary(&1, :equal, pcol, iota)) |> elem(0)
-
-      pt =
-        run(&Native.transpose(&1, perm, Enum.to_list(0..(rank - 3)//1) ++ [rank - 1, rank - 2]))
-
-      {to_nx(pt, p_out), to_nx(l, l_out), to_nx(u, u_out)}
+      # a = P · l · u with P[i][j] = (j == p[i])
+      perm = run(&Native.binary(&1, :equal, pcol, iota))
+      {to_nx(perm, p_out), to_nx(l, l_out), to_nx(u, u_out)}
     end
 
     defp cumulative(op, output, t, %{axis: axis, reverse: reverse}) do

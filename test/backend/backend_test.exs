@@ -1,0 +1,238 @@
+if Code.ensure_loaded?(Nx) do
+  defmodule ExMLX.Backend.TestHelpers do
+    @moduledoc false
+    import ExUnit.Assertions
+
+    def on_binary(fun), do: Nx.with_default_backend(Nx.BinaryBackend, fun)
+    def on_mlx(fun), do: Nx.with_default_backend(ExMLX.Backend, fun)
+
+    def assert_all_close(left, right, opts \\ []) do
+      left = Nx.backend_copy(left, Nx.BinaryBackend)
+      right = Nx.backend_copy(right, Nx.BinaryBackend)
+      atol = Keyword.get(opts, :atol, 1.0e-4)
+      rtol = Keyword.get(opts, :rtol, 1.0e-4)
+      close = Nx.all_close(left, right, atol: atol, rtol: rtol) |> Nx.to_number()
+      assert close == 1, "not close:\n#{inspect(left)}\n#{inspect(right)}"
+    end
+  end
+
+  defmodule ExMLX.Backend.RoundingTest do
+    @moduledoc """
+    Numerical re-checks of the doctests excluded for rounding or sign
+    conventions: the same inputs on ExMLX.Backend and Nx.BinaryBackend agree
+    within tolerance, and factorisations reconstruct their input.
+    """
+    use ExUnit.Case, async: false
+    import ExMLX.Backend.TestHelpers
+
+    @square Nx.tensor([[4.0, 1.0, 2.0], [1.0, 5.0, 3.0], [2.0, 3.0, 6.0]])
+    @lower Nx.tensor([[3.0, 0.0, 0.0], [2.0, 1.0, 0.0], [1.0, 0.5, 2.0]])
+
+    defp both(fun) do
+      {on_mlx(fn -> fun.(Nx.backend_copy(@square, ExMLX.Backend)) end),
+       on_binary(fn -> fun.(@square) end)}
+    end
+
+    test "erf_inv, log1p and Random.normal agree with Nx.BinaryBackend" do
+      x = Nx.tensor([0.1, 0.5, 0.9, -0.7], type: :f64)
+
+      for f <- [&Nx.erf_inv/1, &Nx.log1p/1] do
+        assert_all_close(
+          on_mlx(fn -> f.(Nx.backend_copy(x, ExMLX.Backend)) end),
+          on_binary(fn -> f.(x) end),
+          atol: 1.0e-7
+        )
+      end
+
+      key = Nx.Random.key(42)
+      {a, _} = on_mlx(fn -> Nx.Random.normal(Nx.backend_copy(key, ExMLX.Backend), shape: {4}) end)
+      {b, _} = on_binary(fn -> Nx.Random.normal(key, shape: {4}) end)
+      assert_all_close(a, b, atol: 1.0e-5)
+    end
+
+    test "cholesky, determinant, solve, inverse-based ops agree within rounding" do
+      for f <- [
+            &Nx.LinAlg.cholesky/1,
+            &Nx.LinAlg.determinant/1,
+            &Nx.LinAlg.solve(&1, Nx.tensor([1.0, 2.0, 3.0])),
+            &Nx.LinAlg.pinv/1,
+            &Nx.LinAlg.matrix_power(&1, -2),
+            &Nx.LinAlg.least_squares(&1, Nx.tensor([1.0, -1.0, 2.0])),
+            &Nx.LinAlg.triangular_solve(Nx.tril(&1), Nx.tensor([1.0, 2.0, 3.0])),
+            &Nx.LinAlg.triangular_solve(Nx.triu(&1), Nx.tensor([1.0, 2.0, 3.0]), lower: false),
+            &Nx.LinAlg.triangular_solve(Nx.tril(&1), Nx.tensor([[1.0, 2.0, 3.0]]),
+              left_side: false
+            )
+          ] do
+        {a, b} = both(f)
+        assert_all_close(a, b)
+      end
+    end
+
+    test "lu reconstructs its input (a = p · l · u)" do
+      on_mlx(fn ->
+        a = Nx.backend_copy(@square, ExMLX.Backend)
+        {p, l, u} = Nx.LinAlg.lu(a)
+        assert_all_close(p |> Nx.dot(l) |> Nx.dot(u), a)
+      end)
+    end
+
+    test "qr, eigh and svd reconstruct their input" do
+      on_mlx(fn ->
+        a = Nx.backend_copy(@square, ExMLX.Backend)
+        {q, r} = Nx.LinAlg.qr(a)
+        assert_all_close(Nx.dot(q, r), a)
+        assert_all_close(Nx.dot(Nx.transpose(q), q), Nx.eye(3))
+        assert_all_close(Nx.triu(r), r)
+
+        {w, v} = Nx.LinAlg.eigh(a)
+        assert_all_close(v |> Nx.multiply(w) |> Nx.dot(Nx.transpose(v)), a)
+
+        {u, s, vt} = Nx.LinAlg.svd(a)
+        assert_all_close(u |> Nx.multiply(s) |> Nx.dot(vt), a)
+      end)
+
+      # the eigenvalues themselves (no sign ambiguity) match Nx's, in Nx's order
+      {w_mlx, _} = on_mlx(fn -> Nx.LinAlg.eigh(Nx.backend_copy(@square, ExMLX.Backend)) end)
+      {w_bin, _} = on_binary(fn -> Nx.LinAlg.eigh(@square) end)
+      assert_all_close(w_mlx, w_bin)
+      _ = @lower
+    end
+  end
+
+  defmodule ExMLX.Backend.TypesTest do
+    @moduledoc "Every Nx type through a set of operations, against Nx.BinaryBackend."
+    use ExUnit.Case, async: false
+    import ExMLX.Backend.TestHelpers
+
+    @types [
+      {:u, 2},
+      {:u, 4},
+      {:u, 8},
+      {:u, 16},
+      {:u, 32},
+      {:u, 64},
+      {:s, 2},
+      {:s, 4},
+      {:s, 8},
+      {:s, 16},
+      {:s, 32},
+      {:s, 64},
+      {:f, 8},
+      {:f8_e4m3fn, 8},
+      {:f, 16},
+      {:bf, 16},
+      {:f, 32},
+      {:f, 64},
+      {:c, 64}
+    ]
+
+    defp ops do
+      [
+        {"identity", & &1},
+        {"add", &Nx.add(&1, &1)},
+        {"multiply", &Nx.multiply(&1, Nx.reverse(&1))},
+        {"sum", &Nx.sum(&1, axes: [1])},
+        {"reduce_max",
+         fn t -> if Nx.Type.complex?(t.type), do: t, else: Nx.reduce_max(t, axes: [0]) end},
+        {"transpose", &Nx.transpose/1},
+        {"slice", &Nx.slice(&1, [0, 1], [2, 2])},
+        {"concatenate", &Nx.concatenate([&1, &1], axis: 1)},
+        {"as_type f32", &Nx.as_type(&1, :f32)},
+        {"equal", &Nx.equal(&1, Nx.reverse(&1))},
+        {"negate", &Nx.negate/1},
+        {"dot", fn t -> Nx.dot(t, Nx.transpose(t)) end}
+      ]
+    end
+
+    defp values({:u, 2}), do: [[0, 1, 2], [3, 2, 1]]
+    defp values({:s, 2}), do: [[-2, -1, 0], [1, 0, -1]]
+    defp values({:u, _}), do: [[1, 2, 3], [4, 5, 6]]
+    defp values({:s, _}), do: [[-3, 2, -1], [4, -5, 6]]
+
+    defp values({:c, _}),
+      do: [[Complex.new(1, -1), 2, Complex.new(0, 3)], [4, -5, Complex.new(-1.5, 0.5)]]
+
+    defp values(_), do: [[1.5, -2.0, 0.25], [4.0, -0.5, 3.0]]
+
+    for type <- @types do
+      test "#{inspect(type)} matches Nx.BinaryBackend exactly" do
+        type = unquote(Macro.escape(type))
+        source = Nx.tensor(values(type), type: type, backend: Nx.BinaryBackend)
+
+        for {name, op} <- ops() do
+          expected = on_binary(fn -> op.(source) end)
+          got = on_mlx(fn -> op.(Nx.backend_copy(source, ExMLX.Backend)) end)
+          assert got.type == expected.type, "#{name}: type"
+          assert got.shape == expected.shape, "#{name}: shape"
+
+          assert Nx.to_binary(got) == Nx.to_binary(expected),
+                 "#{name} on #{inspect(type)}:\n#{inspect(Nx.backend_copy(got, Nx.BinaryBackend))}\n#{inspect(expected)}"
+        end
+      end
+    end
+
+    test "f64 stays f64 (no narrowing)" do
+      t = Nx.tensor([0.1], type: :f64, backend: ExMLX.Backend)
+
+      assert Nx.to_number(Nx.add(t, Nx.tensor([0.2], type: :f64, backend: ExMLX.Backend))[0]) ==
+               0.30000000000000004
+    end
+  end
+
+  defmodule ExMLX.Backend.IntegrationTest do
+    use ExUnit.Case, async: false
+
+    test "the issue's example: iota, add, to_list" do
+      Nx.default_backend(ExMLX.Backend)
+      assert Nx.iota({3}) |> Nx.add(1) |> Nx.to_list() == [1, 2, 3]
+    after
+      Nx.default_backend(Nx.BinaryBackend)
+    end
+
+    test "inspect shows the backend and device" do
+      t = Nx.tensor([1, 2], backend: ExMLX.Backend)
+      assert inspect(t) =~ "ExMLX.Backend<cpu>"
+    end
+
+    test "backend_copy and backend_transfer to and from Nx.BinaryBackend" do
+      t = Nx.tensor([[1, 2], [3, 4]], type: :s16, backend: Nx.BinaryBackend)
+      m = Nx.backend_transfer(t, ExMLX.Backend)
+      assert %ExMLX.Backend{} = m.data
+      back = Nx.backend_copy(m, Nx.BinaryBackend)
+      assert back.data.__struct__ == Nx.BinaryBackend
+      assert Nx.to_binary(back) == Nx.to_binary(t)
+      assert Nx.backend_deallocate(m) == :ok
+      assert Nx.backend_deallocate(m) == :already_deallocated
+    end
+
+    test "to_batched with :repeat and :discard" do
+      t = Nx.iota({5, 2}, backend: ExMLX.Backend)
+      batches = Nx.to_batched(t, 2) |> Enum.map(&Nx.to_flat_list/1)
+      assert batches == [[0, 1, 2, 3], [4, 5, 6, 7], [8, 9, 0, 1]]
+      batches = Nx.to_batched(t, 2, leftover: :discard) |> Enum.map(&Nx.to_flat_list/1)
+      assert batches == [[0, 1, 2, 3], [4, 5, 6, 7]]
+    end
+
+    test "a small MLP forward pass matches Nx.BinaryBackend" do
+      key = Nx.Random.key(7)
+      {w1, key} = Nx.Random.normal(key, shape: {8, 16})
+      {w2, key} = Nx.Random.normal(key, shape: {16, 4})
+      {x, _} = Nx.Random.uniform(key, shape: {5, 8})
+
+      forward = fn x, w1, w2 ->
+        x
+        |> Nx.dot(w1)
+        |> Nx.max(0)
+        |> Nx.dot(w2)
+        |> Nx.exp()
+        |> then(&Nx.divide(&1, Nx.sum(&1, axes: [1], keep_axes: true)))
+      end
+
+      expected = forward.(x, w1, w2)
+      [x, w1, w2] = Enum.map([x, w1, w2], &Nx.backend_copy(&1, ExMLX.Backend))
+      got = forward.(x, w1, w2)
+      ExMLX.Backend.TestHelpers.assert_all_close(got, expected, atol: 1.0e-5)
+    end
+  end
+end
