@@ -1000,9 +1000,19 @@ if Code.ensure_loaded?(Nx) do
           v = run(&Native.flip(&1, v, [-1]))
           {to_nx(w, w_out), to_nx(v, v_out)}
 
-        {Nx.Block.LinAlg.SVD, [t]} when struct.full_matrices? ->
+        {Nx.Block.LinAlg.SVD, [t]} ->
           {u_out, s_out, vt_out} = output
-          [u, s, vt] = linalg(:svd, t, u_out.type)
+          [{u, _, _, _}, s, {vt, _, _, _}] = linalg(:svd, t, u_out.type)
+
+          # MLX computes full matrices; the thin SVD keeps the first k columns
+          # of u and rows of vt (k = min(m, n), the shapes Nx asks for).
+          {u, vt} =
+            if struct.full_matrices? do
+              {u, vt}
+            else
+              {keep_block(u, u_out.shape), keep_block(vt, vt_out.shape)}
+            end
+
           {to_nx(u, u_out), to_nx(s, s_out), to_nx(vt, vt_out)}
 
         {Nx.Block.LinAlg.Solve, [a, b]} ->
@@ -1060,6 +1070,13 @@ if Code.ensure_loaded?(Nx) do
       q = run(&Native.binary(&1, :multiply, q, q_scale)) |> elem(0)
       r = run(&Native.binary(&1, :multiply, r, r_scale)) |> elem(0)
       {positive_zero(q), positive_zero(r)}
+    end
+
+    defp keep_block(r, shape) do
+      stops = Tuple.to_list(shape)
+      starts = Enum.map(stops, fn _ -> 0 end)
+      strides = Enum.map(stops, fn _ -> 1 end)
+      run(&Native.slice(&1, r, starts, stops, strides)) |> elem(0)
     end
 
     # x + 0.0 turns -0.0 into 0.0 and leaves every other value as it is.

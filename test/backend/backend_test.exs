@@ -90,6 +90,12 @@ if Code.ensure_loaded?(Nx) do
 
         {u, s, vt} = Nx.LinAlg.svd(a)
         assert_all_close(u |> Nx.multiply(s) |> Nx.dot(vt), a)
+
+        # thin SVD of a tall matrix: u {4, 2}, s {2}, vt {2, 2}
+        tall = Nx.iota({4, 2}, type: :f32, backend: ExMLX.Backend)
+        {u, s, vt} = Nx.LinAlg.svd(tall, full_matrices?: false)
+        assert {u.shape, s.shape, vt.shape} == {{4, 2}, {2}, {2, 2}}
+        assert_all_close(u |> Nx.multiply(s) |> Nx.dot(vt), tall)
       end)
 
       # the eigenvalues themselves (no sign ambiguity) match Nx's, in Nx's order
