@@ -694,9 +694,23 @@ defmodule ExMLX do
       [2.0, 0.0, 1.0, 2.0]
   """
   @spec linalg(atom(), Tensor.t(), keyword()) :: [Tensor.t()]
-  def linalg(op, %Tensor{ref: ref}, opts \\ []) do
+  def linalg(op, %Tensor{} = t, opts \\ []) do
     upper = Keyword.get(opts, :upper, false)
-    Call.run(&Native.linalg(&1, op, ref, upper)) |> Enum.map(&Tensor.wrap/1)
+
+    # MLX's linear algebra runs on the CPU stream only.
+    on_cpu(t, fn %Tensor{ref: ref} ->
+      Call.run(&Native.linalg(&1, op, ref, upper)) |> Enum.map(&Tensor.wrap/1)
+    end)
+  end
+
+  # Runs `fun` on a CPU copy of `t` and brings the results back to `t`'s device.
+  defp on_cpu(%Tensor{device: :cpu} = t, fun), do: fun.(t)
+
+  defp on_cpu(%Tensor{device: device} = t, fun) do
+    case fun.(transfer(t, :cpu)) do
+      list when is_list(list) -> Enum.map(list, &transfer(&1, device))
+      %Tensor{} = result -> transfer(result, device)
+    end
   end
 
   @doc """
@@ -708,8 +722,11 @@ defmodule ExMLX do
       [1.0, 0.5]
   """
   @spec solve(Tensor.t(), Tensor.t(), keyword()) :: Tensor.t()
-  def solve(%Tensor{ref: a}, %Tensor{ref: b}, opts \\ []) do
-    Call.run(&Native.solve(&1, a, b, opts[:triangular])) |> Tensor.wrap()
+  def solve(%Tensor{} = a, %Tensor{} = b, opts \\ []) do
+    on_cpu(a, fn %Tensor{ref: a} ->
+      %Tensor{ref: b} = if b.device == :cpu, do: b, else: transfer(b, :cpu)
+      Call.run(&Native.solve(&1, a, b, opts[:triangular])) |> Tensor.wrap()
+    end)
   end
 
   @doc """

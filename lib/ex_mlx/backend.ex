@@ -758,11 +758,8 @@ if Code.ensure_loaded?(Nx) do
 
     @impl true
     def conv(%T{type: type} = out, input, kernel, opts) do
-      input_dilated? = Enum.any?(opts[:input_dilation] || [], &(&1 != 1))
-      padded? = Enum.any?(opts[:padding] || [], &(&1 != {0, 0}))
-
       cond do
-        (opts[:batch_group_size] || 1) != 1 or (input_dilated? and padded?) ->
+        (opts[:batch_group_size] || 1) != 1 ->
           # Not expressible with MLX's convolution: computed by Nx.BinaryBackend.
           via_binary_backend(out, [input, kernel], &Nx.BinaryBackend.conv(out, &1, &2, opts))
 
@@ -986,9 +983,9 @@ if Code.ensure_loaded?(Nx) do
           [l] = linalg(:cholesky, t, output.type)
           to_nx(l, output)
 
-        {Nx.Block.LinAlg.QR, [t]} when struct.mode == :reduced ->
+        {Nx.Block.LinAlg.QR, [t]} ->
           {q_out, r_out} = output
-          [{q, _, _, _}, {r, _, _, _}] = linalg(:qr, t, q_out.type)
+          {q, r} = qr(t, q_out, struct.mode)
           {q, r} = positive_r_diagonal(q, r, r_out)
           {to_nx(q, q_out), to_nx(r, r_out)}
 
@@ -1048,6 +1045,37 @@ if Code.ensure_loaded?(Nx) do
       if device == :cpu,
         do: results,
         else: Enum.map(results, fn {rr, _, _, _} -> run(&Native.transfer(&1, rr, device)) end)
+    end
+
+    # Reduced mode is MLX's own. Complete mode (m > n): the QR of [a | I]
+    # proceeds column by column like a's own, and has a full m × m q; its
+    # first n columns of r are a's r.
+    defp qr(t, q_out, :reduced) do
+      [{q, _, _, _}, {r, _, _, _}] = linalg(:qr, t, q_out.type)
+      {q, r}
+    end
+
+    defp qr(%T{shape: shape} = t, q_out, :complete) do
+      rank = tuple_size(shape)
+      m = elem(shape, rank - 2)
+      n = elem(shape, rank - 1)
+      device = device_of(t)
+      type = if q_out.type in [{:f, 16}, {:bf, 16}], do: {:f, 32}, else: q_out.type
+      eye = run(&Native.eye(&1, m, m, type, device)) |> elem(0)
+      eye = run(&Native.broadcast_to(&1, eye, put_elem(shape, rank - 1, m))) |> elem(0)
+      augmented = run(&Native.concatenate(&1, [ref_as(t, type), eye], rank - 1)) |> elem(0)
+      {aug_shape, _, _} = Native.tensor_info(augmented)
+
+      aug = %T{
+        t
+        | shape: aug_shape,
+          type: type,
+          data: %__MODULE__{ref: augmented, device: device}
+      }
+
+      [{q, _, _, _}, {r, _, _, _}] = linalg(:qr, aug, type)
+      r = keep_block(r, put_elem(shape, rank - 2, m) |> put_elem(rank - 1, n))
+      {q, r}
     end
 
     # QR is unique up to the signs of R's diagonal; Nx's has them non-negative.

@@ -85,6 +85,13 @@ if Code.ensure_loaded?(Nx) do
         assert_all_close(Nx.dot(Nx.transpose(q), q), Nx.eye(3))
         assert_all_close(Nx.triu(r), r)
 
+        # complete mode of a tall matrix: q {4, 4} orthonormal, r {4, 2}
+        tall = Nx.tensor([[1.0, 2.0], [3.0, 4.0], [5.0, 6.0], [7.0, 9.0]], backend: ExMLX.Backend)
+        {q, r} = Nx.LinAlg.qr(tall, mode: :complete)
+        assert {q.shape, r.shape} == {{4, 4}, {4, 2}}
+        assert_all_close(Nx.dot(q, r), tall)
+        assert_all_close(Nx.dot(Nx.transpose(q), q), Nx.eye(4))
+
         {w, v} = Nx.LinAlg.eigh(a)
         assert_all_close(v |> Nx.multiply(w) |> Nx.dot(Nx.transpose(v)), a)
 

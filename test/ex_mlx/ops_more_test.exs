@@ -258,6 +258,10 @@ defmodule ExMLX.OpsMoreTest do
 
       # kernel dilation 2: x[i] - x[i+2] = -2
       assert ExMLX.conv(x, k, kernel_dilation: [2]) |> ExMLX.to_list() == [-2.0, -2.0, -2.0]
+      # input dilation 2 then one zero on each side: [0, 1, 0, 2, 0, 3, 0, 4, 0, 5, 0]
+      # minus its shift: [-1, 1, -2, 2, -3, 3, -4, 4, -5, 5]
+      assert ExMLX.conv(x, k, input_dilation: [2], padding: [{1, 1}]) |> ExMLX.to_list() ==
+               [-1.0, 1.0, -2.0, 2.0, -3.0, 3.0, -4.0, 4.0, -5.0, 5.0]
     end
 
     test "2-d with two channels" do

@@ -58,31 +58,29 @@ pub fn conv_general(
         .ok()
         .filter(|&g| g >= 1)
         .ok_or_else(|| Error::arg("groups", format!("{groups} must be at least 1")))?;
-    // Asymmetric (and negative) padding: pad or crop the input up front,
-    // then convolve without padding. Zero padding of the spatial axes only.
-    let mut widths = vec![(0i64, 0i64); input.ndim()];
-    widths[1..=spatial].copy_from_slice(padding);
+    // Input dilation is interior padding with zeros (d - 1 between elements);
+    // then asymmetric (and negative) edge padding; then a plain convolution.
+    // Done here so every combination works, in the order Nx defines.
     let zero = Array::from_int(0).as_dtype(input.dtype())?;
-    let padded = if widths.iter().all(|&w| w == (0, 0)) {
+    let mut config = vec![(0i64, 0i64, 0i64); input.ndim()];
+    for axis in 0..spatial {
+        let (lo, hi) = padding[axis];
+        config[axis + 1] = (lo, hi, input_dilation[axis] as i64 - 1);
+    }
+    let prepared = if config.iter().all(|&c| c == (0, 0, 0)) {
         input.clone()
-    } else if input_dilation.iter().all(|&d| d == 1) {
-        super::shape::pad(input, &widths, &zero)?
     } else {
-        // Padding applies after input dilation: dilate with a strided scatter
-        // first is not needed if we let MLX pad symmetric amounts only.
-        return Err(Error::arg(
-            "padding",
-            "padding together with input dilation is not supported yet",
-        ));
+        super::shape::pad_general(input, &config, &zero)?
     };
     let zeros = vec![0; spatial];
+    let ones = vec![1; spatial];
     Ok(ops::conv_general(
-        &padded,
+        &prepared,
         kernel,
         &strides[..],
         &zeros[..],
         &kernel_dilation[..],
-        &input_dilation[..],
+        &ones[..],
         groups,
         false,
     )?)
