@@ -28,7 +28,7 @@ defmodule ExMLX.MixProject do
   end
 
   def application do
-    [extra_applications: [:logger]]
+    [extra_applications: [:logger], mod: {ExMLX.Application, []}]
   end
 
   defp elixirc_paths(:test), do: ["lib", "test/support"]

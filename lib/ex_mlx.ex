@@ -85,7 +85,8 @@ defmodule ExMLX do
       <<7, 8>>
   """
   @spec to_binary(Tensor.t()) :: binary()
-  def to_binary(%Tensor{ref: ref}), do: Call.run(&Native.to_binary(&1, ref))
+  def to_binary(%Tensor{ref: ref}),
+    do: ExMLX.Telemetry.span(:to_binary, fn -> Call.run(&Native.to_binary(&1, ref)) end)
 
   # ---------------------------------------------------------------------------
   # Queries
@@ -140,7 +141,7 @@ defmodule ExMLX do
   """
   @spec eval(Tensor.t()) :: Tensor.t()
   def eval(%Tensor{ref: ref} = tensor) do
-    Call.run(&Native.eval(&1, ref))
+    ExMLX.Telemetry.span(:eval, fn -> Call.run(&Native.eval(&1, ref)) end)
     tensor
   end
 
@@ -273,7 +274,8 @@ defmodule ExMLX do
   """
   @spec item(Tensor.t()) ::
           number() | boolean() | :nan | :infinity | :neg_infinity | {term(), term()}
-  def item(%Tensor{ref: ref}), do: Call.run(&Native.item(&1, ref))
+  def item(%Tensor{ref: ref}),
+    do: ExMLX.Telemetry.span(:item, fn -> Call.run(&Native.item(&1, ref)) end)
 
   @doc """
   The elements as a flat list of numbers (row-major), decoded from

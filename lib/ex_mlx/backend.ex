@@ -269,7 +269,8 @@ if Code.ensure_loaded?(Nx) do
 
     @impl true
     def to_binary(%T{type: type, shape: shape} = tensor, limit) do
-      binary = run(&Native.to_binary(&1, ref(tensor)))
+      r = ref(tensor)
+      binary = ExMLX.Telemetry.span(:to_binary, fn -> run(&Native.to_binary(&1, r)) end)
 
       binary =
         if widened?(type),

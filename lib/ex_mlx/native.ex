@@ -66,6 +66,13 @@ defmodule ExMLX.Native do
   def from_binary(_tag, _binary, _type, _shape, _device), do: not_loaded()
   def to_binary(_tag, _tensor), do: not_loaded()
 
+  # Memory (synchronous)
+  def memory_stats, do: not_loaded()
+  def memory_reset_peak, do: not_loaded()
+  def memory_clear_cache, do: not_loaded()
+  def memory_set_limit(_which, _bytes), do: not_loaded()
+  def device_info(_device), do: not_loaded()
+
   # Evaluation and devices
   def eval(_tag, _tensor), do: not_loaded()
   def transfer(_tag, _tensor, _device), do: not_loaded()

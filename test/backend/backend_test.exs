@@ -249,3 +249,36 @@ if Code.ensure_loaded?(Nx) do
     end
   end
 end
+
+if Code.ensure_loaded?(:telemetry) do
+  defmodule ExMLX.TelemetryTest do
+    use ExUnit.Case, async: false
+
+    test "eval spans and monitor samples are emitted as telemetry events" do
+      parent = self()
+      id = "ex_mlx-test-#{inspect(make_ref())}"
+
+      :telemetry.attach_many(
+        id,
+        [[:ex_mlx, :eval, :start], [:ex_mlx, :eval, :stop], [:ex_mlx, :memory, :stats]],
+        fn event, measurements, metadata, _ -> send(parent, {event, measurements, metadata}) end,
+        nil
+      )
+
+      try do
+        ExMLX.iota({:s, 32}, {4}) |> ExMLX.eval()
+        assert_receive {[:ex_mlx, :eval, :start], %{system_time: _}, %{operation: :eval}}
+        assert_receive {[:ex_mlx, :eval, :stop], %{duration: d}, %{operation: :eval}} when d >= 0
+
+        {:ok, monitor} = ExMLX.Memory.start_monitor(5)
+
+        assert_receive {[:ex_mlx, :memory, :stats], %{active: _, peak: _}, %{monitor: ^monitor}},
+                       1000
+
+        ExMLX.Memory.stop_monitor(monitor)
+      after
+        :telemetry.detach(id)
+      end
+    end
+  end
+end

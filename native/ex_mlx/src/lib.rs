@@ -6,6 +6,7 @@
 //! in and out), [`ops`] (MLX operations by family).
 
 pub mod data;
+pub mod memory;
 pub mod ops;
 pub mod reply;
 pub mod tensor;

@@ -9,6 +9,7 @@ pub mod dtype;
 pub mod error;
 pub mod host;
 pub mod item;
+pub mod memory;
 pub mod ops;
 pub mod worker;
 

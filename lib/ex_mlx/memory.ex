@@ -1,0 +1,342 @@
+defmodule ExMLX.Memory do
+  @moduledoc """
+  MLX's memory figures and levers, for Elixir callers.
+
+  MLX allocates tensors from its own allocator and keeps freed buffers in a
+  cache for reuse, so a process's memory can grow well past what its live
+  tensors need. This module reports the numbers and sets the limits:
+
+    * `stats/0` - active, peak and cached bytes, and the limits;
+    * `profile/2` - the time and memory a block of work used;
+    * `start_monitor/1`, `stop_monitor/1` - sample `stats/0` periodically;
+    * `summary/1` - a readable table of samples or profile reports;
+    * `set_memory_limit/1`, `set_cache_limit/1`, `clear_cache/0`,
+      `reset_peak/0`, `device_info/1`.
+
+  Figures are bytes. MLX's allocator is process-wide: the figures cover every
+  tensor of the VM, not one Elixir process's.
+
+      iex> stats = ExMLX.Memory.stats()
+      iex> Enum.sort(Map.keys(stats))
+      [:active, :cache, :cache_limit, :memory_limit, :peak]
+  """
+
+  alias ExMLX.Native
+
+  @type stats :: %{
+          active: non_neg_integer(),
+          peak: non_neg_integer(),
+          cache: non_neg_integer(),
+          memory_limit: non_neg_integer(),
+          cache_limit: non_neg_integer()
+        }
+
+  @type report :: %{
+          label: term(),
+          wall_us: non_neg_integer(),
+          active_before: non_neg_integer(),
+          active_after: non_neg_integer(),
+          peak: non_neg_integer(),
+          cache_delta: integer()
+        }
+
+  # ---------------------------------------------------------------------------
+  # Figures
+  # ---------------------------------------------------------------------------
+
+  @doc """
+  The current figures, in bytes: `:active` (held by live tensors), `:peak`
+  (the most active memory since the last `reset_peak/0`), `:cache` (freed
+  buffers kept for reuse), `:memory_limit` and `:cache_limit`.
+
+      iex> %{active: active, peak: peak} = ExMLX.Memory.stats()
+      iex> peak >= 0 and active >= 0
+      true
+  """
+  @spec stats() :: stats()
+  def stats do
+    stats = Native.memory_stats() |> ExMLX.Call.value()
+    # The peak carried over from profile/2 calls that reset MLX's own.
+    %{stats | peak: max(stats.peak, carried_peak())}
+  end
+
+  @doc """
+  Resets the peak to the current active memory.
+
+      iex> ExMLX.Memory.reset_peak()
+      :ok
+  """
+  @spec reset_peak() :: :ok
+  def reset_peak do
+    :atomics.put(peak_counter(), 1, 0)
+    Native.memory_reset_peak() |> ExMLX.Call.value()
+  end
+
+  @doc """
+  Frees MLX's cache of unused buffers (safe at any time, also when empty).
+
+      iex> ExMLX.Memory.clear_cache()
+      :ok
+  """
+  @spec clear_cache() :: :ok
+  def clear_cache, do: Native.memory_clear_cache() |> ExMLX.Call.value()
+
+  @doc """
+  Sets MLX's memory limit in bytes; returns the previous limit.
+
+  The limit is a guideline for MLX's allocator: when it is reached MLX frees
+  its cache and waits for running work before allocating more. A limit below
+  the memory in use is accepted; work goes on, with the cache kept empty.
+
+      iex> previous = ExMLX.Memory.set_memory_limit(2_000_000_000)
+      iex> ExMLX.Memory.set_memory_limit(previous)
+      2_000_000_000
+  """
+  @spec set_memory_limit(non_neg_integer()) :: non_neg_integer()
+  def set_memory_limit(bytes), do: set_limit(:memory_limit, bytes)
+
+  @doc """
+  Sets the cache limit in bytes (`0` disables the cache); returns the
+  previous limit.
+
+      iex> previous = ExMLX.Memory.set_cache_limit(0)
+      iex> ExMLX.Memory.stats().cache_limit
+      0
+      iex> ExMLX.Memory.set_cache_limit(previous)
+      0
+  """
+  @spec set_cache_limit(non_neg_integer()) :: non_neg_integer()
+  def set_cache_limit(bytes), do: set_limit(:cache_limit, bytes)
+
+  defp set_limit(which, bytes) when is_integer(bytes) and bytes >= 0,
+    do: Native.memory_set_limit(which, bytes) |> ExMLX.Call.value()
+
+  defp set_limit(which, bytes) do
+    raise ArgumentError,
+          "#{which} must be a non-negative integer (bytes), got: #{inspect(bytes)}"
+  end
+
+  @doc """
+  What MLX (and the OS, for the host's memory) report about a device: keys
+  such as `:device_name`, `:architecture`, `:memory_size`.
+
+      iex> %{memory_size: bytes} = ExMLX.Memory.device_info(:cpu)
+      iex> bytes > 0
+      true
+  """
+  @spec device_info(ExMLX.device()) :: map()
+  def device_info(device \\ :cpu), do: Native.device_info(device) |> ExMLX.Call.value()
+
+  # ---------------------------------------------------------------------------
+  # Profiling
+  # ---------------------------------------------------------------------------
+
+  @doc """
+  Runs `fun` and returns `{result, report}`: wall time, active memory before
+  and after, the peak during the call, and how much the cache grew.
+
+  The peak is reset before `fun` runs; afterwards the higher of the earlier
+  peak and this call's is kept, so profiles can nest and `stats/0` stays
+  truthful.
+
+      iex> {sum, report} =
+      ...>   ExMLX.Memory.profile(:sum, fn ->
+      ...>     ExMLX.iota({:s, 64}, {1024, 1024}) |> ExMLX.sum() |> ExMLX.item()
+      ...>   end)
+      iex> {sum, report.label, report.peak >= 8 * 1024 * 1024}
+      {549_755_289_600, :sum, true}
+  """
+  @spec profile(term(), (() -> result)) :: {result, report()} when result: term()
+  def profile(label \\ nil, fun) when is_function(fun, 0) do
+    before = stats()
+    Native.memory_reset_peak() |> ExMLX.Call.value()
+    started = System.monotonic_time(:microsecond)
+    result = fun.()
+    wall = System.monotonic_time(:microsecond) - started
+    raw = Native.memory_stats() |> ExMLX.Call.value()
+    during = raw.peak
+    carry_peak(max(before.peak, during))
+
+    report = %{
+      label: label,
+      wall_us: wall,
+      active_before: before.active,
+      active_after: raw.active,
+      peak: during,
+      cache_delta: raw.cache - before.cache
+    }
+
+    {result, report}
+  end
+
+  defp peak_counter do
+    case :persistent_term.get({__MODULE__, :peak}, nil) do
+      nil ->
+        counter = :atomics.new(1, signed: false)
+        :persistent_term.put({__MODULE__, :peak}, counter)
+        counter
+
+      counter ->
+        counter
+    end
+  end
+
+  defp carried_peak, do: :atomics.get(peak_counter(), 1)
+
+  defp carry_peak(value) do
+    counter = peak_counter()
+    current = :atomics.get(counter, 1)
+
+    if value > current and :atomics.compare_exchange(counter, 1, current, value) != :ok,
+      do: carry_peak(value),
+      else: :ok
+  end
+
+  # ---------------------------------------------------------------------------
+  # Monitor
+  # ---------------------------------------------------------------------------
+
+  @doc """
+  Starts a supervised process that samples `stats/0` every `interval_ms`
+  (and emits `[:ex_mlx, :memory, :stats]` telemetry with each sample).
+
+      iex> {:ok, monitor} = ExMLX.Memory.start_monitor(5)
+      iex> Process.sleep(30)
+      iex> samples = ExMLX.Memory.stop_monitor(monitor)
+      iex> length(samples) >= 3
+      true
+  """
+  @spec start_monitor(pos_integer()) :: {:ok, pid()}
+  def start_monitor(interval_ms) when is_integer(interval_ms) and interval_ms > 0 do
+    DynamicSupervisor.start_child(ExMLX.MonitorSupervisor, {ExMLX.Memory.Monitor, interval_ms})
+  end
+
+  def start_monitor(interval_ms),
+    do:
+      raise(ArgumentError, "interval_ms must be a positive integer, got: #{inspect(interval_ms)}")
+
+  @doc """
+  Stops a monitor and returns its samples, oldest first: maps of `stats/0`
+  with `:at_ms` (milliseconds since the monitor started).
+  """
+  @spec stop_monitor(pid()) :: [map()]
+  def stop_monitor(monitor) when is_pid(monitor) do
+    samples = GenServer.call(monitor, :samples)
+    DynamicSupervisor.terminate_child(ExMLX.MonitorSupervisor, monitor)
+    samples
+  end
+
+  # ---------------------------------------------------------------------------
+  # Presentation
+  # ---------------------------------------------------------------------------
+
+  @doc """
+  Bytes in human units (powers of 1024).
+
+      iex> ExMLX.Memory.format_bytes(512)
+      "512 B"
+      iex> ExMLX.Memory.format_bytes(64 * 1024 * 1024)
+      "64.0 MB"
+      iex> ExMLX.Memory.format_bytes(3_221_225_472)
+      "3.0 GB"
+      iex> ExMLX.Memory.format_bytes(-2048)
+      "-2.0 KB"
+  """
+  @spec format_bytes(integer()) :: String.t()
+  def format_bytes(bytes) when is_integer(bytes) and bytes < 0, do: "-" <> format_bytes(-bytes)
+  def format_bytes(bytes) when is_integer(bytes) and bytes < 1024, do: "#{bytes} B"
+
+  def format_bytes(bytes) when is_integer(bytes) do
+    {value, unit} =
+      Enum.reduce_while(["KB", "MB", "GB", "TB"], {bytes / 1, "B"}, fn unit, {value, _} ->
+        next = value / 1024
+        if next < 1024 or unit == "TB", do: {:halt, {next, unit}}, else: {:cont, {next, unit}}
+      end)
+
+    "#{Float.round(value, 1)} #{unit}"
+  end
+
+  @doc """
+  A readable table of monitor samples or profile reports.
+
+      iex> {_, report} = ExMLX.Memory.profile(:noop, fn -> :ok end)
+      iex> ExMLX.Memory.summary([report]) =~ "noop"
+      true
+  """
+  @spec summary([map()]) :: String.t()
+  def summary([]), do: "(no samples)\n"
+
+  def summary([%{wall_us: _} | _] = reports) do
+    rows =
+      for r <- reports do
+        [
+          inspect(r.label),
+          "#{Float.round(r.wall_us / 1000, 2)} ms",
+          format_bytes(r.active_before),
+          format_bytes(r.active_after),
+          format_bytes(r.peak),
+          format_bytes(r.cache_delta)
+        ]
+      end
+
+    table(["label", "wall", "active before", "active after", "peak", "cache Δ"], rows)
+  end
+
+  def summary([%{active: _} | _] = samples) do
+    rows =
+      for s <- samples do
+        [
+          "#{Map.get(s, :at_ms, "")}",
+          format_bytes(s.active),
+          format_bytes(s.peak),
+          format_bytes(s.cache)
+        ]
+      end
+
+    table(["at ms", "active", "peak", "cache"], rows)
+  end
+
+  defp table(header, rows) do
+    widths =
+      [header | rows]
+      |> Enum.zip_with(& &1)
+      |> Enum.map(fn column -> column |> Enum.map(&String.length/1) |> Enum.max() end)
+
+    line = fn cells ->
+      cells
+      |> Enum.zip(widths)
+      |> Enum.map_join(" | ", fn {cell, w} -> String.pad_leading(cell, w) end)
+    end
+
+    rule = Enum.map_join(widths, "-+-", &String.duplicate("-", &1))
+    Enum.join([line.(header), rule | Enum.map(rows, line)], "\n") <> "\n"
+  end
+end
+
+defmodule ExMLX.Memory.Monitor do
+  @moduledoc false
+  # Samples ExMLX.Memory.stats/0 every interval; started by
+  # ExMLX.Memory.start_monitor/1 under ExMLX.MonitorSupervisor.
+  use GenServer, restart: :temporary
+
+  def start_link(interval_ms), do: GenServer.start_link(__MODULE__, interval_ms)
+
+  @impl true
+  def init(interval_ms) do
+    started = System.monotonic_time(:millisecond)
+    send(self(), :sample)
+    {:ok, %{interval: interval_ms, started: started, samples: []}}
+  end
+
+  @impl true
+  def handle_info(:sample, state) do
+    stats = ExMLX.Memory.stats()
+    sample = Map.put(stats, :at_ms, System.monotonic_time(:millisecond) - state.started)
+    ExMLX.Telemetry.execute([:ex_mlx, :memory, :stats], stats, %{monitor: self()})
+    Process.send_after(self(), :sample, state.interval)
+    {:noreply, %{state | samples: [sample | state.samples]}}
+  end
+
+  @impl true
+  def handle_call(:samples, _from, state), do: {:reply, Enum.reverse(state.samples), state}
+end

@@ -1,0 +1,167 @@
+//! MLX's memory statistics and limits (global to the process, thread-safe in
+//! MLX: the allocator takes its own lock).
+
+use crate::device::Device;
+use crate::error::{Error, Result};
+
+/// Memory figures in bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Stats {
+    pub active: usize,
+    pub peak: usize,
+    pub cache: usize,
+    pub memory_limit: usize,
+}
+
+pub fn stats() -> Result<Stats> {
+    Ok(Stats {
+        active: mlx_rs::memory::active_memory()?,
+        peak: mlx_rs::memory::peak_memory()?,
+        cache: mlx_rs::memory::cache_memory()?,
+        memory_limit: mlx_rs::memory::memory_limit()?,
+    })
+}
+
+pub fn reset_peak() -> Result<()> {
+    Ok(mlx_rs::memory::reset_peak_memory()?)
+}
+
+pub fn clear_cache() -> Result<()> {
+    Ok(mlx_rs::memory::clear_cache()?)
+}
+
+/// Sets the memory limit; returns the previous one.
+pub fn set_memory_limit(bytes: usize) -> Result<usize> {
+    Ok(mlx_rs::memory::set_memory_limit(bytes)?)
+}
+
+/// Sets the cache limit; returns the previous one.
+pub fn set_cache_limit(bytes: usize) -> Result<usize> {
+    Ok(mlx_rs::memory::set_cache_limit(bytes)?)
+}
+
+/// The cache limit (MLX has no getter: set and restore).
+pub fn cache_limit() -> Result<usize> {
+    let current = set_cache_limit(usize::MAX)?;
+    set_cache_limit(current)?;
+    Ok(current)
+}
+
+/// A device fact: a number or a string.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Fact {
+    Size(usize),
+    Text(String),
+}
+
+/// What MLX reports about `device` (keys such as "device_name",
+/// "architecture", "memory_size", depending on the backend).
+pub fn device_info(device: Device) -> Result<Vec<(String, Fact)>> {
+    use std::ffi::{CStr, CString};
+    if !device.is_available() {
+        return Err(Error::Device(format!(
+            "the {} device is not available in this MLX build",
+            device.name()
+        )));
+    }
+    let kind = match device {
+        Device::Cpu => mlx_sys::mlx_device_type__MLX_CPU,
+        Device::Gpu => mlx_sys::mlx_device_type__MLX_GPU,
+    };
+    let mut facts = Vec::new();
+    // SAFETY: every handle is created here and freed before returning; the
+    // strings MLX hands out are copied while `info` is alive.
+    unsafe {
+        let dev = mlx_sys::mlx_device_new_type(kind, 0);
+        let mut info = mlx_sys::mlx_device_info_new();
+        let status = mlx_sys::mlx_device_info_get(&mut info, dev);
+        if status == 0 {
+            let mut keys = mlx_sys::mlx_vector_string_new();
+            if mlx_sys::mlx_device_info_get_keys(&mut keys, info) == 0 {
+                let n = mlx_sys::mlx_vector_string_size(keys);
+                for i in 0..n {
+                    let mut key_ptr: *mut std::os::raw::c_char = std::ptr::null_mut();
+                    if mlx_sys::mlx_vector_string_get(&mut key_ptr, keys, i) != 0
+                        || key_ptr.is_null()
+                    {
+                        continue;
+                    }
+                    let key = CStr::from_ptr(key_ptr).to_string_lossy().into_owned();
+                    let c_key = match CString::new(key.clone()) {
+                        Ok(k) => k,
+                        Err(_) => continue,
+                    };
+                    let mut is_string = false;
+                    mlx_sys::mlx_device_info_is_string(&mut is_string, info, c_key.as_ptr());
+                    if is_string {
+                        let mut value: *const std::os::raw::c_char = std::ptr::null();
+                        if mlx_sys::mlx_device_info_get_string(&mut value, info, c_key.as_ptr())
+                            == 0
+                            && !value.is_null()
+                        {
+                            facts.push((
+                                key,
+                                Fact::Text(CStr::from_ptr(value).to_string_lossy().into_owned()),
+                            ));
+                        }
+                    } else {
+                        let mut value = 0usize;
+                        if mlx_sys::mlx_device_info_get_size(&mut value, info, c_key.as_ptr()) == 0
+                        {
+                            facts.push((key, Fact::Size(value)));
+                        }
+                    }
+                }
+                mlx_sys::mlx_vector_string_free(keys);
+            }
+        }
+        mlx_sys::mlx_device_info_free(info);
+        mlx_sys::mlx_device_free(dev);
+        if status != 0 {
+            return Err(Error::Mlx(format!(
+                "MLX could not describe the {} device",
+                device.name()
+            )));
+        }
+    }
+    if device == Device::Cpu && !facts.iter().any(|(k, _)| k == "memory_size") {
+        // MLX does not report the host's memory; the OS does.
+        // SAFETY: sysconf only reads system configuration values.
+        let (pages, page_size) = unsafe {
+            (
+                libc::sysconf(libc::_SC_PHYS_PAGES),
+                libc::sysconf(libc::_SC_PAGESIZE),
+            )
+        };
+        if pages > 0 && page_size > 0 {
+            facts.push((
+                "memory_size".into(),
+                Fact::Size(pages as usize * page_size as usize),
+            ));
+        }
+    }
+    Ok(facts)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn limits_read_back() {
+        let before = set_cache_limit(1 << 20).unwrap();
+        assert_eq!(cache_limit().unwrap(), 1 << 20);
+        set_cache_limit(before).unwrap();
+        assert_eq!(cache_limit().unwrap(), before);
+    }
+
+    #[test]
+    fn cpu_facts_include_its_memory() {
+        let facts = device_info(Device::Cpu).unwrap();
+        let memory = facts.iter().find(|(k, _)| k == "memory_size");
+        assert!(
+            matches!(memory, Some((_, Fact::Size(n))) if *n > 0),
+            "{facts:?}"
+        );
+    }
+}

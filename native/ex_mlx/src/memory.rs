@@ -1,0 +1,88 @@
+//! Memory statistics, limits and device facts (synchronous NIFs: MLX's
+//! allocator is global and takes its own lock; none of this needs a stream).
+
+use ex_mlx_core::memory::{self, Fact};
+use rustler::{Encoder, Env, NifResult, Term};
+
+use crate::term::{decode_device, ErrorTerm};
+
+rustler::atoms! { active, peak, cache, memory_limit, cache_limit }
+
+fn or_error<T>(r: ex_mlx_core::Result<T>) -> NifResult<T> {
+    r.map_err(|e| rustler::Error::Term(Box::new(ErrorTerm(e))))
+}
+
+/// `memory_stats()`: `%{active:, peak:, cache:, memory_limit:, cache_limit:}` in bytes.
+#[rustler::nif]
+fn memory_stats(env: Env) -> NifResult<Term> {
+    let s = or_error(memory::stats())?;
+    let cache_limit_value = or_error(memory::cache_limit())?;
+    let pairs = [
+        (active().encode(env), s.active.encode(env)),
+        (peak().encode(env), s.peak.encode(env)),
+        (cache().encode(env), s.cache.encode(env)),
+        (memory_limit().encode(env), s.memory_limit.encode(env)),
+        (cache_limit().encode(env), cache_limit_value.encode(env)),
+    ];
+    Term::map_from_pairs(env, &pairs).map_err(|_| rustler::Error::BadArg)
+}
+
+#[rustler::nif]
+fn memory_reset_peak() -> NifResult<rustler::Atom> {
+    or_error(memory::reset_peak())?;
+    Ok(rustler::types::atom::ok())
+}
+
+/// Freeing a large cache can take a while: off the normal schedulers.
+#[rustler::nif(schedule = "DirtyCpu")]
+fn memory_clear_cache() -> NifResult<rustler::Atom> {
+    or_error(memory::clear_cache())?;
+    Ok(rustler::types::atom::ok())
+}
+
+/// `memory_set_limit(:memory_limit | :cache_limit, bytes)`: the previous limit.
+#[rustler::nif]
+fn memory_set_limit(which: Term, bytes: Term) -> NifResult<usize> {
+    let bytes: u64 = bytes.decode().map_err(|_| {
+        rustler::Error::Term(Box::new(ErrorTerm(ex_mlx_core::Error::arg(
+            "bytes",
+            format!(
+                "expected a non-negative integer, got: {}",
+                crate::term::show(bytes)
+            ),
+        ))))
+    })?;
+    let bytes = usize::try_from(bytes).unwrap_or(usize::MAX);
+    match which.atom_to_string().ok().as_deref() {
+        Some("memory_limit") => or_error(memory::set_memory_limit(bytes)),
+        Some("cache_limit") => or_error(memory::set_cache_limit(bytes)),
+        _ => or_error(Err(ex_mlx_core::Error::arg(
+            "limit",
+            format!(
+                "expected :memory_limit or :cache_limit, got: {}",
+                crate::term::show(which)
+            ),
+        ))),
+    }
+}
+
+/// `device_info(device)`: a map of what MLX (and the OS) report about it.
+#[rustler::nif]
+fn device_info<'a>(env: Env<'a>, device: Term<'a>) -> NifResult<Term<'a>> {
+    let device = or_error(decode_device("device", device))?;
+    let facts = or_error(memory::device_info(device))?;
+    let pairs: Vec<(Term, Term)> = facts
+        .into_iter()
+        .map(|(k, v)| {
+            let key = rustler::Atom::from_str(env, &k)
+                .map(|a| a.encode(env))
+                .unwrap_or_else(|_| k.encode(env));
+            let value = match v {
+                Fact::Size(n) => n.encode(env),
+                Fact::Text(s) => s.encode(env),
+            };
+            (key, value)
+        })
+        .collect();
+    Term::map_from_pairs(env, &pairs).map_err(|_| rustler::Error::BadArg)
+}

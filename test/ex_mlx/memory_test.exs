@@ -1,0 +1,160 @@
+defmodule ExMLX.MemoryTest do
+  # Not async: MLX's figures are process-wide.
+  use ExUnit.Case, async: false
+  doctest ExMLX.Memory
+
+  alias ExMLX.Memory
+
+  @mb 1024 * 1024
+
+  # Evaluated 64 MB tensor owned by a fresh process; returns {pid, active while alive}.
+  defp allocate_in_process(bytes) do
+    parent = self()
+
+    pid =
+      spawn(fn ->
+        # iota materialises every element (a full of one value stays a broadcast)
+        t = ExMLX.iota({:f, 32}, {div(bytes, 4)})
+        ExMLX.eval(t)
+        send(parent, {:allocated, Memory.stats().active})
+
+        receive do
+          :drop -> :ok
+        end
+      end)
+
+    active = receive do: ({:allocated, a} -> a)
+    {pid, active}
+  end
+
+  defp settle do
+    # Let garbage collection of dropped resources finish.
+    for _ <- 1..3 do
+      :erlang.garbage_collect()
+      Process.sleep(20)
+    end
+  end
+
+  test "a 64 MB tensor raises active memory by 64 MB, and dropping it gives it back" do
+    settle()
+    baseline = Memory.stats().active
+    {pid, active} = allocate_in_process(64 * @mb)
+    assert active - baseline >= 64 * @mb
+
+    ref = Process.monitor(pid)
+    send(pid, :drop)
+    receive do: ({:DOWN, ^ref, _, _, _} -> :ok)
+    settle()
+
+    assert abs(Memory.stats().active - baseline) <= @mb
+  end
+
+  test "reset_peak brings the peak down to the current active memory" do
+    {pid, _} = allocate_in_process(16 * @mb)
+    send(pid, :drop)
+    settle()
+    assert Memory.stats().peak >= 16 * @mb
+    :ok = Memory.reset_peak()
+    stats = Memory.stats()
+    assert stats.peak <= stats.active + @mb
+  end
+
+  test "limits read back what was set and return the previous value" do
+    old_memory = Memory.set_memory_limit(3_000_000_000)
+    assert Memory.stats().memory_limit == 3_000_000_000
+    assert Memory.set_memory_limit(old_memory) == 3_000_000_000
+
+    old_cache = Memory.set_cache_limit(123 * @mb)
+    assert Memory.stats().cache_limit == 123 * @mb
+    assert Memory.set_cache_limit(old_cache) == 123 * @mb
+  end
+
+  test "a memory limit below current use is accepted; work goes on with the cache emptied" do
+    {pid, _} = allocate_in_process(8 * @mb)
+    old = Memory.set_memory_limit(1024)
+
+    try do
+      t = ExMLX.full(2.0, {:f, 32}, {1000}) |> ExMLX.multiply(ExMLX.full(3.0, {:f, 32}, {}))
+      assert ExMLX.sum(t) |> ExMLX.item() == 6000.0
+    after
+      Memory.set_memory_limit(old)
+      send(pid, :drop)
+    end
+  end
+
+  test "clear_cache works with and without anything cached" do
+    :ok = Memory.clear_cache()
+    :ok = Memory.clear_cache()
+    assert Memory.stats().cache == 0
+  end
+
+  test "bad arguments are errors that name them" do
+    assert_raise ArgumentError, ~r/memory_limit must be a non-negative integer/, fn ->
+      Memory.set_memory_limit(-1)
+    end
+
+    assert_raise ArgumentError, ~r/cache_limit must be a non-negative integer/, fn ->
+      Memory.set_cache_limit(1.5)
+    end
+
+    assert_raise ArgumentError, ~r/interval_ms must be a positive integer/, fn ->
+      Memory.start_monitor(0)
+    end
+
+    assert {:error, {:argument, "limit: expected :memory_limit or :cache_limit, got: :other"}} =
+             ExMLX.Native.memory_set_limit(:other, 1)
+  end
+
+  test "profile reports a peak at least the allocation inside it, and nests" do
+    {result, outer} =
+      Memory.profile(:outer, fn ->
+        {_, inner} =
+          Memory.profile(:inner, fn ->
+            ExMLX.iota({:f, 32}, {4 * @mb}) |> ExMLX.eval()
+          end)
+
+        assert inner.peak >= 16 * @mb
+        :done
+      end)
+
+    assert result == :done
+    assert outer.label == :outer
+    # the inner profile reset MLX's peak; the outer still sees the allocation
+    assert Memory.stats().peak >= 16 * @mb
+    assert outer.wall_us > 0
+  end
+
+  test "the monitor returns at least N samples for N intervals" do
+    {:ok, monitor} = Memory.start_monitor(10)
+    Process.sleep(105)
+    samples = Memory.stop_monitor(monitor)
+    assert length(samples) >= 10
+    assert Enum.all?(samples, &match?(%{active: _, peak: _, cache: _, at_ms: _}, &1))
+    assert Memory.summary(samples) =~ "active"
+    refute Process.alive?(monitor)
+  end
+
+  test "creating and dropping 10,000 small tensors leaks nothing" do
+    settle()
+    baseline = Memory.stats().active
+
+    task =
+      Task.async(fn ->
+        for i <- 1..10_000 do
+          t = ExMLX.iota({:s, 32}, {16}) |> ExMLX.add(ExMLX.full(i, {:s, 32}, {}))
+          ExMLX.eval(t)
+        end
+
+        :ok
+      end)
+
+    assert Task.await(task, 60_000) == :ok
+    settle()
+    assert abs(Memory.stats().active - baseline) <= @mb
+  end
+
+  test "device_info reports the host's memory for :cpu" do
+    info = Memory.device_info(:cpu)
+    assert info.memory_size > 0
+  end
+end
