@@ -73,6 +73,13 @@ defmodule ExMLX.Native do
   def memory_set_limit(_which, _bytes), do: not_loaded()
   def device_info(_device), do: not_loaded()
 
+  # Wire format
+  def wire_encode(_tag, _tensor), do: not_loaded()
+  def wire_decode(_tag, _frame, _device), do: not_loaded()
+  def bundle_header(_tensors, _metadata), do: not_loaded()
+  def bundle_header_length(_prefix, _total), do: not_loaded()
+  def bundle_parse_header(_json, _data_len), do: not_loaded()
+
   # Evaluation and devices
   def eval(_tag, _tensor), do: not_loaded()
   def transfer(_tag, _tensor, _device), do: not_loaded()

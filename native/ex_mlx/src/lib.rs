@@ -11,6 +11,7 @@ pub mod ops;
 pub mod reply;
 pub mod tensor;
 pub mod term;
+pub mod wire;
 
 #[rustler::nif]
 fn mlx_version() -> &'static str {

@@ -25,6 +25,10 @@ pub enum Error {
     /// A bug in ExMLX (e.g. a caught panic); the message says where.
     #[error("{0}")]
     Internal(String),
+
+    /// Malformed wire-format input; the kind names the defect (`bad_magic`, ...).
+    #[error("{0}")]
+    Wire(#[from] crate::wire::WireError),
 }
 
 pub type Result<T> = std::result::Result<T, Error>;
@@ -45,6 +49,7 @@ impl Error {
             Error::Type(_) => "type",
             Error::Device(_) => "device",
             Error::Internal(_) => "internal",
+            Error::Wire(e) => e.kind,
         }
     }
 }

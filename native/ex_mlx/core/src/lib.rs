@@ -11,6 +11,7 @@ pub mod host;
 pub mod item;
 pub mod memory;
 pub mod ops;
+pub mod wire;
 pub mod worker;
 
 pub use error::{Error, Result};

@@ -1,0 +1,284 @@
+defmodule ExMLX.Wire do
+  @moduledoc """
+  The ExMLX wire format: tensors as bytes, bit for bit, for sending between
+  nodes and storing. The layout is specified in `docs/wire-format.md`.
+
+    * a **frame** holds one tensor: magic, version, type code, shape, byte
+      length, CRC-32, data;
+    * a **bundle** holds named tensors in the safetensors file layout, so
+      Python's `safetensors` and Hugging Face checkpoints read and write it.
+
+  Every ExMLX type has a code (bool, u8–u64, s8–s64, f16, bf16, f32, f64,
+  c64); nothing is converted on the way, NaN payloads and `-0.0` included.
+  Decoders check everything and return `{:error, {kind, message}}` for
+  malformed input (`:bad_magic`, `:checksum_mismatch`, ...).
+
+  Functions take `ExMLX.Tensor`s and, when Nx is available, `Nx.Tensor`s on
+  any backend; pass `as: :nx` to decode into Nx tensors (on `ExMLX.Backend`).
+
+      iex> t = ExMLX.iota({:s, 16}, {2, 3})
+      iex> frame = ExMLX.Wire.encode(t)
+      iex> byte_size(frame)
+      48
+      iex> {:ok, back} = ExMLX.Wire.decode(frame)
+      iex> {back.shape, back.type, ExMLX.to_list(back)}
+      {{2, 3}, {:s, 16}, [0, 1, 2, 3, 4, 5]}
+  """
+
+  alias ExMLX.{Call, Native, Tensor}
+
+  @type tensor :: Tensor.t() | struct()
+  @type error :: {atom(), String.t()}
+
+  # ---------------------------------------------------------------------------
+  # Frames
+  # ---------------------------------------------------------------------------
+
+  @doc """
+  One tensor as a frame (its graph is computed first; views are written in
+  logical order).
+  """
+  @spec encode(tensor()) :: binary()
+  def encode(tensor) do
+    %Tensor{ref: ref} = to_ex_mlx(tensor)
+    Call.run(&Native.wire_encode(&1, ref))
+  end
+
+  @doc """
+  A tensor from a frame, or `{:error, {kind, message}}`.
+
+  Options: `:device` (default `ExMLX.default_device/0`), `as: :nx` for an
+  `Nx.Tensor`.
+
+      iex> ExMLX.Wire.decode("nope")
+      {:error, {:bad_magic, "not an ExMLX frame: it does not start with \\"EXMX\\""}}
+  """
+  @spec decode(binary(), keyword()) :: {:ok, tensor()} | {:error, error()}
+  def decode(frame, opts \\ [])
+
+  def decode(frame, opts) when is_binary(frame) do
+    device = Keyword.get(opts, :device, ExMLX.default_device())
+    tag = make_ref()
+
+    case Native.wire_decode(tag, frame, device) do
+      :ok ->
+        receive do
+          {^tag, {:ok, native}} -> {:ok, native |> Tensor.wrap() |> output(opts)}
+          {^tag, {:error, reason}} -> {:error, reason}
+        end
+
+      {:error, reason} ->
+        {:error, reason}
+    end
+  end
+
+  def decode(other, _opts),
+    do: {:error, {:argument, "frame: expected a binary, got: #{inspect(other)}"}}
+
+  @doc """
+  Like `decode/2`, raising `ExMLX.Error` on malformed input.
+
+      iex> ExMLX.Wire.decode!(<<"EXMX", 9, 12, 0, 0>>)
+      ** (ExMLX.Error) frame format version 9 is not supported (this ExMLX reads version 1)
+  """
+  @spec decode!(binary(), keyword()) :: tensor()
+  def decode!(frame, opts \\ []) do
+    case decode(frame, opts) do
+      {:ok, tensor} -> tensor
+      {:error, reason} -> raise ExMLX.Error.from_reason(reason)
+    end
+  end
+
+  # ---------------------------------------------------------------------------
+  # Bundles
+  # ---------------------------------------------------------------------------
+
+  @doc """
+  Named tensors as a bundle (the safetensors layout). `metadata` is a map of
+  strings to strings, stored under `__metadata__`.
+
+      iex> bundle = ExMLX.Wire.encode_bundle(%{"w" => ExMLX.iota({:f, 32}, {2})})
+      iex> {:ok, %{"w" => w}} = ExMLX.Wire.decode_bundle(bundle)
+      iex> ExMLX.to_list(w)
+      [0.0, 1.0]
+  """
+  @spec encode_bundle(%{optional(String.t()) => tensor()}, %{optional(String.t()) => String.t()}) ::
+          binary()
+  def encode_bundle(tensors, metadata \\ %{}) when is_map(tensors) do
+    {header, parts} = bundle_parts(tensors, metadata)
+    IO.iodata_to_binary([header | Enum.map(parts, fn {_name, t} -> ExMLX.to_binary(t) end)])
+  end
+
+  @doc """
+  Named tensors from a bundle, or `{:error, {kind, message}}`.
+
+  Options: `:device`, `as: :nx`.
+  """
+  @spec decode_bundle(binary(), keyword()) :: {:ok, map()} | {:error, error()}
+  def decode_bundle(bundle, opts \\ []) when is_binary(bundle) do
+    size = byte_size(bundle)
+
+    with {:ok, h} <- header_length(binary_part(bundle, 0, min(8, size)), size),
+         {:ok, {entries, _metadata}} <- parse_header(binary_part(bundle, 8, h), size - 8 - h) do
+      data_at = 8 + h
+
+      read_entries(entries, opts, fn begin, len ->
+        {:ok, binary_part(bundle, data_at + begin, len)}
+      end)
+    end
+  end
+
+  @doc """
+  Writes named tensors to a file in the safetensors layout, one tensor at a
+  time (memory use is one tensor's bytes, not the file's).
+  """
+  @spec write_bundle(Path.t(), map(), map()) :: :ok | {:error, term()}
+  def write_bundle(path, tensors, metadata \\ %{}) when is_map(tensors) do
+    {header, parts} = bundle_parts(tensors, metadata)
+
+    File.open(path, [:write, :binary, :raw], fn file ->
+      :ok = IO.binwrite(file, header)
+      Enum.each(parts, fn {_name, t} -> :ok = :file.write(file, ExMLX.to_binary(t)) end)
+    end)
+    |> case do
+      {:ok, :ok} -> :ok
+      {:ok, other} -> other
+      error -> error
+    end
+  end
+
+  @doc """
+  Reads a safetensors file (written by ExMLX, Python's `safetensors`, or a
+  Hugging Face checkpoint), one tensor at a time: memory use is the
+  tensors' size once, plus one tensor's bytes while it is copied into MLX.
+
+  Options: `:device`, `as: :nx`.
+  """
+  @spec read_bundle(Path.t(), keyword()) :: {:ok, map()} | {:error, term()}
+  def read_bundle(path, opts \\ []) do
+    with {:ok, %File.Stat{size: size}} <- File.stat(path),
+         {:ok, file} <- :file.open(path, [:read, :binary, :raw]) do
+      try do
+        with {:ok, prefix} <- pread(file, 0, min(8, size)),
+             {:ok, h} <- header_length(prefix, size),
+             {:ok, json} <- pread(file, 8, h),
+             {:ok, {entries, _metadata}} <- parse_header(json, size - 8 - h) do
+          read_entries(entries, opts, fn begin, len -> pread(file, 8 + h + begin, len) end)
+        end
+      after
+        :file.close(file)
+      end
+    end
+  end
+
+  defp pread(_file, _at, 0), do: {:ok, <<>>}
+
+  defp pread(file, at, len) do
+    case :file.pread(file, at, len) do
+      {:ok, data} when byte_size(data) == len -> {:ok, data}
+      {:ok, _short} -> {:error, {:truncated, "the file ends inside a tensor"}}
+      :eof -> {:error, {:truncated, "the file ends inside a tensor"}}
+      {:error, reason} -> {:error, reason}
+    end
+  end
+
+  defp header_length(prefix, size) do
+    case Native.bundle_header_length(prefix, size) do
+      {:error, reason} -> {:error, reason}
+      h when is_integer(h) -> {:ok, h}
+    end
+  end
+
+  defp parse_header(json, data_len) do
+    case Native.bundle_parse_header(json, data_len) do
+      {:error, reason} -> {:error, reason}
+      {entries, metadata} -> {:ok, {entries, metadata}}
+    end
+  end
+
+  defp read_entries(entries, opts, read) do
+    device = Keyword.get(opts, :device, ExMLX.default_device())
+
+    Enum.reduce_while(entries, {:ok, %{}}, fn {name, type, shape, begin, stop}, {:ok, acc} ->
+      with {:ok, data} <- read.(begin, stop - begin),
+           {:ok, tensor} <- from_bytes(data, type, shape, device) do
+        {:cont, {:ok, Map.put(acc, name, output(tensor, opts))}}
+      else
+        error -> {:halt, error}
+      end
+    end)
+  end
+
+  defp from_bytes(data, type, shape, device) do
+    {:ok, ExMLX.from_binary(data, type, shape, device: device)}
+  rescue
+    e in ExMLX.Error -> {:error, {e.kind, e.message}}
+  end
+
+  defp bundle_parts(tensors, metadata) do
+    parts =
+      tensors
+      |> Enum.map(fn {name, t} -> {to_string(name), to_ex_mlx(t)} end)
+      |> Enum.sort_by(&elem(&1, 0))
+
+    specs =
+      Enum.map(parts, fn {name, %Tensor{type: type, shape: shape}} -> {name, type, shape} end)
+
+    meta = Enum.map(metadata, fn {k, v} -> {to_string(k), to_string(v)} end)
+
+    case Native.bundle_header(specs, meta) do
+      {:error, reason} -> raise ExMLX.Error.from_reason(reason)
+      {header, _offsets} -> {header, parts}
+    end
+  end
+
+  # ---------------------------------------------------------------------------
+  # Nx interplay
+  # ---------------------------------------------------------------------------
+
+  defp to_ex_mlx(%Tensor{} = t), do: t
+
+  if Code.ensure_loaded?(Nx) do
+    defp to_ex_mlx(%Nx.Tensor{data: %ExMLX.Backend{ref: ref}} = t) do
+      {shape, type, device} = Native.tensor_info(ref)
+      check_nx_type!(t.type)
+      %Tensor{ref: ref, shape: shape, type: type, device: device}
+    end
+
+    defp to_ex_mlx(%Nx.Tensor{type: type, shape: shape} = t) do
+      check_nx_type!(type)
+      ExMLX.from_binary(Nx.to_binary(t), type, shape)
+    end
+
+    defp check_nx_type!(type) do
+      if ExMLX.Backend.storage_type(type) != type do
+        raise ExMLX.Error,
+          kind: :type,
+          message: "#{inspect(type)} has no wire-format code (see docs/wire-format.md)"
+      end
+    end
+
+    defp output(%Tensor{} = t, opts) do
+      case Keyword.get(opts, :as, :ex_mlx) do
+        :nx -> to_nx(t)
+        _ -> t
+      end
+    end
+
+    defp to_nx(%Tensor{type: :bool} = t), do: to_nx(ExMLX.as_type(t, {:u, 8}))
+
+    defp to_nx(%Tensor{ref: ref, shape: shape, type: type, device: device}) do
+      %Nx.Tensor{
+        data: %ExMLX.Backend{ref: ref, device: device},
+        shape: shape,
+        type: type,
+        names: List.duplicate(nil, tuple_size(shape))
+      }
+    end
+  else
+    defp to_ex_mlx(other),
+      do: raise(ArgumentError, "expected an ExMLX.Tensor, got: #{inspect(other)}")
+
+    defp output(t, _opts), do: t
+  end
+end

@@ -1,0 +1,143 @@
+//! Wire-format NIFs (docs/wire-format.md): frames encode and decode on the
+//! tensor's worker (they touch every byte); bundle headers are parsed here.
+
+use std::sync::Mutex;
+
+use ex_mlx_core::error::{Error, Result};
+use ex_mlx_core::host::{self, HostBuffer};
+use ex_mlx_core::wire;
+use rustler::env::OwnedEnv;
+use rustler::{Atom, Binary, Encoder, Env, NifResult, OwnedBinary, Term};
+
+use crate::reply::{queued, submit};
+use crate::tensor::NewTensor;
+use crate::term::{
+    decode_device, decode_shape, decode_tensor, decode_type, show, ErrorTerm, TypeTerm,
+};
+
+/// A binary built on a worker, handed to the reply exactly once.
+struct BinaryReply(Mutex<Option<OwnedBinary>>);
+
+impl Encoder for BinaryReply {
+    fn encode<'a>(&self, env: Env<'a>) -> Term<'a> {
+        let taken = self.0.lock().ok().and_then(|mut slot| slot.take());
+        match taken {
+            Some(owned) => Binary::from_owned(owned, env).encode(env),
+            None => "".encode(env),
+        }
+    }
+}
+
+/// `wire_encode(tag, t)`: the tensor as one frame.
+#[rustler::nif]
+fn wire_encode<'a>(env: Env<'a>, tag: Term<'a>, t: Term<'a>) -> NifResult<Atom> {
+    queued((|| -> Result<()> {
+        let t = decode_tensor("tensor", t)?;
+        let device = t.device;
+        submit(env, tag, device, move || {
+            let buffer = HostBuffer::new(&t.array()?)?;
+            let data = buffer.bytes();
+            let shape = buffer.shape().to_vec();
+            let len = wire::header_len(shape.len()) + data.len();
+            let mut owned = OwnedBinary::new(len);
+            wire::write_frame(owned.as_mut_slice(), buffer.dtype(), &shape, data);
+            Ok(BinaryReply(Mutex::new(Some(owned))))
+        })
+    })())
+}
+
+/// `wire_decode(tag, frame, device)`: a tensor from one frame.
+#[rustler::nif]
+fn wire_decode<'a>(
+    env: Env<'a>,
+    tag: Term<'a>,
+    frame: Term<'a>,
+    device: Term<'a>,
+) -> NifResult<Atom> {
+    queued((|| -> Result<()> {
+        let _: Binary = frame
+            .decode()
+            .map_err(|_| Error::arg("frame", format!("expected a binary, got: {}", show(frame))))?;
+        let device = decode_device("device", device)?;
+        let keep = OwnedEnv::new();
+        let saved = keep.save(frame);
+        submit(env, tag, device, move || {
+            keep.run(|env| {
+                let binary: Binary = saved
+                    .load(env)
+                    .decode()
+                    .map_err(|_| Error::Internal("the saved frame vanished".into()))?;
+                let frame = wire::decode_frame(binary.as_slice())?;
+                ex_mlx_core::device::check_dtype(frame.dtype, device)?;
+                let array = host::array_from_bytes(frame.data, &frame.shape, frame.dtype)?;
+                Ok(NewTensor::new(array, device))
+            })
+        })
+    })())
+}
+
+/// `bundle_header(tensors, metadata)`: the 8-byte length and JSON header for
+/// `[{name, type, shape}]` laid out in order; returns `{header, [{begin, end}]}`.
+#[rustler::nif]
+fn bundle_header<'a>(env: Env<'a>, tensors: Term<'a>, metadata: Term<'a>) -> NifResult<Term<'a>> {
+    let or_error = |e: Error| rustler::Error::Term(Box::new(ErrorTerm(e)));
+    let items: Vec<(String, Term, Term)> = tensors.decode().map_err(|_| {
+        or_error(Error::arg(
+            "tensors",
+            format!(
+                "expected a list of {{name, type, shape}}, got: {}",
+                show(tensors)
+            ),
+        ))
+    })?;
+    let mut specs = Vec::with_capacity(items.len());
+    for (name, type_, shape) in items {
+        let dtype = decode_type("type", type_).map_err(or_error)?;
+        let shape = decode_shape("shape", shape).map_err(or_error)?;
+        specs.push((name, dtype, shape));
+    }
+    let metadata: Vec<(String, String)> = metadata.decode().map_err(|_| {
+        or_error(Error::arg(
+            "metadata",
+            format!(
+                "expected a list of {{string, string}}, got: {}",
+                show(metadata)
+            ),
+        ))
+    })?;
+    let (header, offsets) = wire::build_bundle_header(&specs, &metadata);
+    let mut owned = OwnedBinary::new(header.len());
+    owned.as_mut_slice().copy_from_slice(&header);
+    Ok((Binary::from_owned(owned, env), offsets).encode(env))
+}
+
+/// `bundle_header_length(first_8_bytes, total_size)`: the JSON header's length.
+#[rustler::nif]
+fn bundle_header_length(prefix: Binary, total: u64) -> NifResult<u64> {
+    wire::bundle_header_len(prefix.as_slice(), total)
+        .map_err(|e| rustler::Error::Term(Box::new(ErrorTerm(e.into()))))
+}
+
+/// `bundle_parse_header(json, data_len)`: `{[{name, type, shape, begin, end}], [{key, value}]}`.
+/// A header can be up to 100 MB of JSON: parsed off the normal schedulers.
+#[rustler::nif(schedule = "DirtyCpu")]
+fn bundle_parse_header<'a>(env: Env<'a>, json: Binary<'a>, data_len: u64) -> NifResult<Term<'a>> {
+    let header = wire::parse_bundle_header(json.as_slice(), data_len)
+        .map_err(|e| rustler::Error::Term(Box::new(ErrorTerm(e.into()))))?;
+    let entries: Vec<Term> = header
+        .entries
+        .iter()
+        .map(|e| {
+            let shape: Vec<i64> = e.shape.iter().map(|&d| d as i64).collect();
+            (
+                e.name.as_str(),
+                TypeTerm(e.dtype),
+                crate::term::shape_term(env, &shape),
+                e.begin,
+                e.end,
+            )
+                .encode(env)
+        })
+        .collect();
+    Ok((entries, header.metadata).encode(env))
+}
