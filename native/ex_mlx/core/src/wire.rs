@@ -115,11 +115,19 @@ pub fn checksum(header: &[u8], data: &[u8]) -> u32 {
 /// `header_len(rank) + data.len()` bytes).
 pub fn write_frame(out: &mut [u8], dtype: Dtype, shape: &[i32], data: &[u8]) {
     let header = frame_header(dtype, shape, data.len());
-    let crc = checksum(&header, data);
     let h = header.len();
     out[..h].copy_from_slice(&header);
-    out[h..h + 4].copy_from_slice(&crc.to_le_bytes());
-    out[h + 4..].copy_from_slice(data);
+    // Copy and checksum in one pass, a cache-sized chunk at a time: the CRC
+    // reads each chunk while it is still in cache from the copy.
+    const CHUNK: usize = 128 * 1024;
+    let mut hasher = crc32fast::Hasher::new();
+    hasher.update(&header);
+    let body = &mut out[h + 4..];
+    for (dst, src) in body.chunks_mut(CHUNK).zip(data.chunks(CHUNK)) {
+        dst.copy_from_slice(src);
+        hasher.update(dst);
+    }
+    out[h..h + 4].copy_from_slice(&hasher.finalize().to_le_bytes());
 }
 
 /// A frame as a vector (tests and small tensors).
