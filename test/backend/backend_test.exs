@@ -282,3 +282,34 @@ if Code.ensure_loaded?(:telemetry) do
     end
   end
 end
+
+if Code.ensure_loaded?(Nx) do
+  defmodule ExMLX.Backend.WireTest do
+    use ExUnit.Case, async: false
+
+    test "Nx tensors on any backend encode; as: :nx decodes into Nx tensors" do
+      on_binary = Nx.tensor([[1.5, -2.0], [0.25, 8.0]], type: :bf16, backend: Nx.BinaryBackend)
+      on_mlx = Nx.iota({3}, type: :s64, backend: ExMLX.Backend)
+
+      for t <- [on_binary, on_mlx] do
+        back = t |> ExMLX.Wire.encode() |> ExMLX.Wire.decode!(as: :nx)
+        assert %Nx.Tensor{data: %ExMLX.Backend{}} = back
+        assert back.type == t.type and back.shape == t.shape
+        assert Nx.to_binary(back) == Nx.to_binary(t)
+      end
+
+      bundle = ExMLX.Wire.encode_bundle(%{"a" => on_binary, "b" => on_mlx})
+      {:ok, %{"a" => a, "b" => b}} = ExMLX.Wire.decode_bundle(bundle, as: :nx)
+      assert Nx.to_binary(a) == Nx.to_binary(on_binary)
+      assert Nx.to_list(b) == [0, 1, 2]
+    end
+
+    test "types without a wire code are refused by name" do
+      t = Nx.tensor([1, 2], type: :u4, backend: Nx.BinaryBackend)
+
+      assert_raise ExMLX.Error, ~r/\{:u, 4\} has no wire-format code/, fn ->
+        ExMLX.Wire.encode(t)
+      end
+    end
+  end
+end
