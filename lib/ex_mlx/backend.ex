@@ -306,13 +306,23 @@ if Code.ensure_loaded?(Nx) do
     @impl true
     def from_pointer(_pointer, _type, _shape, _opts, _backend_opts) do
       raise ArgumentError,
-            "ExMLX.Backend.from_pointer/5 is not supported: MLX has no API to adopt foreign memory"
+            "ExMLX.Backend.from_pointer/5 is not supported: reading a caller-given address " <>
+              "could crash the VM if it is wrong, and MLX has no IPC handles; " <>
+              "use Nx.backend_transfer/2 or ExMLX.Wire instead"
     end
 
     @impl true
-    def to_pointer(_tensor, _opts) do
-      raise ArgumentError,
-            "ExMLX.Backend.to_pointer/2 is not supported: MLX does not export its buffers"
+    def to_pointer(%T{} = tensor, opts) do
+      case Keyword.get(opts, :mode, :local) do
+        :local ->
+          r = ref(tensor)
+          {address, size} = run(&Native.data_pointer(&1, r))
+          %Nx.Pointer{kind: :local, address: address, data_size: size}
+
+        mode ->
+          raise ArgumentError,
+                "ExMLX.Backend.to_pointer/2 supports mode: :local only (MLX has no IPC handles), got: #{inspect(mode)}"
+      end
     end
 
     # -------------------------------------------------------------------------

@@ -65,6 +65,7 @@ defmodule ExMLX.Native do
   # Data in and out
   def from_binary(_tag, _binary, _type, _shape, _device), do: not_loaded()
   def to_binary(_tag, _tensor), do: not_loaded()
+  def data_pointer(_tag, _tensor), do: not_loaded()
 
   # Memory (synchronous)
   def memory_stats, do: not_loaded()

@@ -219,6 +219,24 @@ if Code.ensure_loaded?(Nx) do
       assert Nx.backend_deallocate(m) == :already_deallocated
     end
 
+    test "to_pointer gives the address of the tensor's contiguous data" do
+      t = Nx.iota({2, 3}, type: :s32, backend: ExMLX.Backend) |> Nx.transpose()
+      %Nx.Pointer{kind: :local, address: address, data_size: 24} = Nx.to_pointer(t, mode: :local)
+      assert is_integer(address) and address > 0
+      # the tensor is unchanged (now backed by that contiguous buffer)
+      assert Nx.to_flat_list(t) == [0, 3, 1, 4, 2, 5]
+      assert_raise ArgumentError, ~r/mode: :local only/, fn -> Nx.to_pointer(t, mode: :ipc) end
+
+      assert_raise ArgumentError, ~r/from_pointer\/5 is not supported/, fn ->
+        Nx.from_pointer(
+          ExMLX.Backend,
+          %Nx.Pointer{kind: :local, address: address, data_size: 24},
+          {:s, 32},
+          {6}
+        )
+      end
+    end
+
     test "to_batched with :repeat and :discard" do
       t = Nx.iota({5, 2}, backend: ExMLX.Backend)
       batches = Nx.to_batched(t, 2) |> Enum.map(&Nx.to_flat_list/1)

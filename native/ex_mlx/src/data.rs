@@ -74,3 +74,24 @@ fn to_binary<'a>(env: Env<'a>, tag: Term<'a>, tensor: Term<'a>) -> NifResult<Ato
         })
     })())
 }
+
+/// `data_pointer(tag, t)`: `{address, byte_size}` of the tensor's data in
+/// host memory. The tensor is evaluated and, if it was a view, replaced by a
+/// contiguous copy, so the address stays valid for as long as the tensor
+/// lives (and is not deallocated).
+#[rustler::nif]
+fn data_pointer<'a>(env: Env<'a>, tag: Term<'a>, tensor: Term<'a>) -> NifResult<Atom> {
+    queued((|| -> Result<()> {
+        let tensor: TensorRef = decode_tensor("tensor", tensor)?;
+        submit(env, tag, tensor.device, move || {
+            let array = tensor.array()?.contiguous()?;
+            array.eval()?;
+            let buffer = HostBuffer::new(&array)?;
+            let bytes = buffer.bytes();
+            let address = bytes.as_ptr() as u64;
+            let len = bytes.len() as u64;
+            tensor.replace(array)?;
+            Ok((address, len))
+        })
+    })())
+}

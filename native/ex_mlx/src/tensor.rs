@@ -56,6 +56,19 @@ impl Tensor {
         })
     }
 
+    /// Replaces the array by an equal one (e.g. its evaluated, contiguous
+    /// copy), unless the tensor was deallocated meanwhile.
+    pub fn replace(&self, array: Array) -> Result<()> {
+        let mut slot = self.slot();
+        match slot.as_mut() {
+            Some(current) => {
+                *current = array;
+                Ok(())
+            }
+            None => Err(Error::arg("tensor", "the tensor was deallocated")),
+        }
+    }
+
     /// Drops this tensor's reference to its array now instead of at garbage
     /// collection; `false` if it was already deallocated.
     pub fn deallocate(&self) -> bool {
