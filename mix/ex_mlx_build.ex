@@ -155,7 +155,7 @@ defmodule ExMLX.Build do
   # The wheel's libmlx.so links a bundled reference BLAS/LAPACK that runs a
   # 1024² f32 matmul at ~6 GFLOPS. Pointing it at the system's threaded
   # OpenBLAS gives 100-190 GFLOPS on the same machine (shared/design.md §3).
-  defp relink_blas(libmlx) do
+  def relink_blas(libmlx) do
     patchelf = System.find_executable("patchelf")
     openblas = Enum.find(@openblas_dirs, &File.exists?(Path.join(&1, "libopenblas.so.0")))
 
@@ -183,6 +183,38 @@ defmodule ExMLX.Build do
           {_, 0} -> :ok
           {out, status} -> {:error, "patchelf failed (exit #{status}): #{out}"}
         end
+    end
+  end
+
+  @doc """
+  A folder with Python's `mlx` and `mlx-cpu` (both #{@mlx_version}, relinked to
+  OpenBLAS like ExMLX's runtime) for the benchmarks' reference; installed once.
+  """
+  def bench_python do
+    dir = Path.join(Path.dirname(Mix.Project.build_path()), "bench-python")
+    ready = Path.join(dir, ".ready")
+
+    if File.exists?(ready) do
+      {:ok, dir}
+    else
+      File.rm_rf!(dir)
+      python = System.find_executable("python3") || "python3"
+
+      args =
+        ~w(-m pip install --quiet --disable-pip-version-check --no-deps --target) ++
+          [dir, "mlx==#{@mlx_version}", "mlx-cpu==#{@mlx_version}"]
+
+      with {_, 0} <- System.cmd(python, args, stderr_to_stdout: true),
+           :ok <- relink_blas(Path.join(dir, "mlx/lib/libmlx.so")) do
+        File.write!(ready, "mlx==#{@mlx_version}\n")
+        {:ok, dir}
+      else
+        {out, status} when is_integer(status) ->
+          {:error, "pip install failed (#{status}): #{out}"}
+
+        {:error, message} ->
+          {:error, message}
+      end
     end
   end
 

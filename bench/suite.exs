@@ -1,0 +1,356 @@
+# The benchmark suite (run through bin/bench): ExMLX beside Python mlx (the
+# same libmlx build), numpy (OpenBLAS) and memcpy, measured in one run.
+# `--quick` shrinks sizes and repetitions (CI uses it so the scripts cannot
+# rot; it asserts nothing about speed). Writes bench/results/latest.md and
+# latest.json, and prints the Markdown.
+
+defmodule Bench.Suite do
+  @mb 1024 * 1024
+
+  def main(args) do
+    quick = "--quick" in args
+    cfg = config(quick)
+    python = python_reference(quick)
+
+    sections = [
+      dispatch(cfg, python),
+      matmul(cfg, python),
+      transfers(cfg),
+      nx_section(cfg)
+    ]
+
+    markdown = render(sections, quick, python)
+
+    json =
+      encode_json(%{
+        quick: quick,
+        sections: Enum.map(sections, &Map.delete(&1, :notes)),
+        python: python
+      })
+
+    File.mkdir_p!("bench/results")
+    File.write!("bench/results/latest.md", markdown)
+    File.write!("bench/results/latest.json", json)
+    IO.puts(markdown)
+    IO.puts(json)
+  end
+
+  defp config(true), do: %{reps: 5, graph: 200, sizes: [256, 512], bytes: [1 * @mb, 8 * @mb]}
+
+  defp config(false),
+    do: %{reps: 15, graph: 1000, sizes: [512, 1024, 2048], bytes: [1 * @mb, 64 * @mb]}
+
+  # -- measurement ------------------------------------------------------------
+
+  defp timed(fun, reps) do
+    fun.()
+    fun.()
+
+    samples =
+      for _ <- 1..reps do
+        :erlang.garbage_collect()
+        {us, _} = :timer.tc(fun)
+        us / 1.0e6
+      end
+      |> Enum.sort()
+
+    n = length(samples)
+
+    %{
+      median: Enum.at(samples, div(n, 2)),
+      p10: Enum.at(samples, max(0, trunc(0.1 * n))),
+      p90: Enum.at(samples, min(n - 1, trunc(0.9 * n)))
+    }
+  end
+
+  defp python_reference(quick) do
+    with {:ok, dir} <- ExMLX.Build.bench_python(),
+         {out, 0} <-
+           System.cmd(
+             "python3",
+             ["bench/python_reference.py" | if(quick, do: ["--quick"], else: [])],
+             env: [{"PYTHONPATH", dir}],
+             stderr_to_stdout: true
+           ),
+         {:ok, parsed} <- decode_json(out |> String.split("\n", trim: true) |> List.last()) do
+      parsed
+    else
+      other -> %{"error" => inspect(other)}
+    end
+  end
+
+  # -- sections ------------------------------------------------------------------
+
+  defp dispatch(%{reps: reps, graph: graph}, py) do
+    one = ExMLX.full(1.0, {:f, 32}, {}) |> ExMLX.eval()
+
+    lazy =
+      timed(
+        fn ->
+          Enum.reduce(1..graph, one, fn _, acc -> ExMLX.add(acc, one) end) |> ExMLX.eval()
+        end,
+        reps
+      )
+
+    build =
+      timed(fn -> Enum.reduce(1..graph, one, fn _, acc -> ExMLX.add(acc, one) end) end, reps)
+
+    eager_n = div(graph, 10)
+    eager = timed(fn -> for _ <- 1..eager_n, do: ExMLX.add(one, one) |> ExMLX.item() end, reps)
+
+    per = fn t, n -> t.median / n * 1.0e6 end
+    py_per = fn key -> get_in(py, [key, "median"]) end
+
+    rows = [
+      row(
+        "lazy op (graph of #{graph} adds + one eval), µs/op",
+        per.(lazy, graph),
+        scale(py_per.("lazy_graph_s_per_op"), 1.0e6)
+      ),
+      row(
+        "lazy op, graph building only, µs/op",
+        per.(build, graph),
+        scale(py_per.("lazy_build_s_per_op"), 1.0e6)
+      ),
+      row(
+        "eager op (add + eval + item), µs/op",
+        per.(eager, eager_n),
+        scale(py_per.("eager_s_per_op"), 1.0e6)
+      )
+    ]
+
+    %{
+      title: "Op dispatch (lower is better; ratio = ExMLX / Python mlx)",
+      columns: ["ExMLX", "Python mlx", "ratio"],
+      rows: rows
+    }
+  end
+
+  defp matmul(%{reps: reps, sizes: sizes}, py) do
+    rows =
+      for n <- sizes do
+        a =
+          ExMLX.iota({:f, 32}, {n, n})
+          |> ExMLX.multiply(ExMLX.full(1.0e-6, {:f, 32}, {}))
+          |> ExMLX.eval()
+
+        t = timed(fn -> ExMLX.matmul(a, a) |> ExMLX.eval() end, reps)
+        gflops = 2 * n * n * n / t.median / 1.0e9
+        mlx = get_in(py, ["mlx_matmul_gflops", "#{n}"])
+        np = get_in(py, ["numpy_matmul_gflops", "#{n}"])
+        ["f32 #{n}²", fmt(gflops), fmt(mlx), fmt(np), ratio(gflops, np)]
+      end
+
+    %{
+      title: "Matmul, GFLOPS (higher is better; ratio = ExMLX / numpy)",
+      columns: ["ExMLX", "Python mlx", "numpy", "ratio"],
+      rows: rows
+    }
+  end
+
+  defp transfers(%{reps: reps, bytes: sizes}) do
+    rows =
+      for bytes <- sizes, {name, fun} <- transfer_cases(bytes) do
+        data = :binary.copy(<<0::size(bytes * 8)>>)
+        ref = timed(fn -> :binary.copy(data) end, reps)
+        t = timed(fun, reps)
+        gbps = fn s -> bytes / s / 1.0e9 end
+
+        [
+          "#{name} #{div(bytes, @mb)} MB",
+          fmt(gbps.(t.median)),
+          fmt(gbps.(ref.median)),
+          ratio(ref.median, t.median)
+        ]
+      end
+
+    %{
+      title: "Transfers, GB/s (ratio = ExMLX / memcpy of the same bytes, :binary.copy/1)",
+      columns: ["ExMLX", "memcpy", "ratio"],
+      rows: rows
+    }
+  end
+
+  defp transfer_cases(bytes) do
+    n = div(bytes, 4)
+    tensor = ExMLX.iota({:f, 32}, {n}) |> ExMLX.eval()
+    data = ExMLX.to_binary(tensor)
+    frame = ExMLX.Wire.encode(tensor)
+
+    [
+      {"from_binary", fn -> ExMLX.from_binary(data, {:f, 32}, {n}) |> ExMLX.eval() end},
+      {"to_binary", fn -> ExMLX.to_binary(tensor) end},
+      {"wire encode", fn -> ExMLX.Wire.encode(tensor) end},
+      {"wire decode", fn -> ExMLX.Wire.decode!(frame) end}
+    ]
+  end
+
+  defp nx_section(%{reps: reps}) do
+    if Code.ensure_loaded?(Nx) do
+      nx_rows(reps)
+    else
+      %{
+        title: "With Nx",
+        columns: [],
+        rows: [],
+        notes: "skipped: Nx is not available (set NX_PATH or install Hex)"
+      }
+    end
+  end
+
+  defp nx_rows(reps) do
+    # Through variables, so this script compiles where Nx is absent.
+    nx = Nx
+    random = Nx.Random
+    key = random.key(1)
+    {w1, key} = random.normal(key, 0.0, 0.05, shape: {784, 512})
+    {w2, key} = random.normal(key, 0.0, 0.05, shape: {512, 10})
+    {x, _} = random.uniform(key, shape: {64, 784})
+
+    mlp = fn x, w1, w2 -> x |> nx.dot(w1) |> nx.max(0) |> nx.dot(w2) |> nx.to_binary() end
+
+    softmax = fn x ->
+      e = nx.exp(nx.subtract(x, nx.reduce_max(x, axes: [1], keep_axes: true)))
+      nx.divide(e, nx.sum(e, axes: [1], keep_axes: true)) |> nx.to_binary()
+    end
+
+    on = fn backend -> Enum.map([x, w1, w2], &nx.backend_copy(&1, backend)) end
+    [xm, w1m, w2m] = on.(ExMLX.Backend)
+    [xb, w1b, w2b] = on.(Nx.BinaryBackend)
+    mlx_mlp = timed(fn -> mlp.(xm, w1m, w2m) end, reps)
+    bin_mlp = timed(fn -> mlp.(xb, w1b, w2b) end, max(2, div(reps, 5)))
+    mlx_sm = timed(fn -> softmax.(xm) end, reps)
+    bin_sm = timed(fn -> softmax.(xb) end, max(2, div(reps, 5)))
+
+    rows = [
+      [
+        "MLP forward 64×784→512→10, ms",
+        fmt(mlx_mlp.median * 1000),
+        fmt(bin_mlp.median * 1000),
+        ratio(bin_mlp.median, mlx_mlp.median)
+      ],
+      [
+        "softmax 64×784, ms",
+        fmt(mlx_sm.median * 1000),
+        fmt(bin_sm.median * 1000),
+        ratio(bin_sm.median, mlx_sm.median)
+      ]
+    ]
+
+    %{
+      title: "With Nx (ratio = BinaryBackend / ExMLX: speed-up)",
+      columns: ["ExMLX.Backend", "Nx.BinaryBackend", "speed-up"],
+      rows: rows
+    }
+  end
+
+  # -- formatting ---------------------------------------------------------------
+
+  defp row(label, ours, theirs), do: [label, fmt(ours), fmt(theirs), ratio(ours, theirs)]
+  defp scale(nil, _), do: nil
+  defp scale(x, k), do: x * k
+  defp fmt(nil), do: "—"
+  defp fmt(x) when is_float(x) and x >= 100, do: :erlang.float_to_binary(x, decimals: 0)
+  defp fmt(x) when is_float(x), do: :erlang.float_to_binary(x, decimals: 2)
+  defp fmt(x), do: to_string(x)
+  defp ratio(_, nil), do: "—"
+  defp ratio(nil, _), do: "—"
+  defp ratio(a, b), do: :erlang.float_to_binary(a / b, decimals: 2) <> "×"
+
+  defp render(sections, quick, python) do
+    header = """
+    # ExMLX benchmarks#{if quick, do: " (quick mode: small sizes, not for claims)", else: ""}
+
+    Measured #{DateTime.utc_now() |> DateTime.truncate(:second)} on #{:erlang.system_info(:logical_processors)} cores; \
+    medians. Python mlx #{python["mlx"] || "unavailable"}, numpy #{python["numpy"] || "unavailable"}.
+    """
+
+    body =
+      for %{title: title, columns: columns, rows: rows} = s <- sections do
+        table =
+          if rows == [] do
+            ""
+          else
+            head = "| | " <> Enum.join(columns, " | ") <> " |\n"
+            rule = "|---|" <> Enum.map_join(columns, "", fn _ -> "---:|" end) <> "\n"
+
+            head <>
+              rule <> Enum.map_join(rows, "", fn r -> "| " <> Enum.join(r, " | ") <> " |\n" end)
+          end
+
+        "\n## #{title}\n\n" <> table <> if(s[:notes], do: "\n#{s.notes}\n", else: "")
+      end
+
+    header <> Enum.join(body)
+  end
+
+  # Minimal JSON (no dependencies): maps, lists, strings, numbers, atoms.
+  defp encode_json(map) when is_map(map),
+    do:
+      "{" <>
+        Enum.map_join(map, ",", fn {k, v} ->
+          encode_json(to_string(k)) <> ":" <> encode_json(v)
+        end) <> "}"
+
+  defp encode_json(list) when is_list(list),
+    do: "[" <> Enum.map_join(list, ",", &encode_json/1) <> "]"
+
+  defp encode_json(s) when is_binary(s), do: inspect(s, printable_limit: :infinity)
+  defp encode_json(nil), do: "null"
+  defp encode_json(b) when is_boolean(b), do: to_string(b)
+  defp encode_json(a) when is_atom(a), do: encode_json(Atom.to_string(a))
+  defp encode_json(n) when is_number(n), do: to_string(n)
+
+  # JSON from Python's json.dumps of numbers, strings and nested objects.
+  defp decode_json(nil), do: {:error, :no_output}
+
+  defp decode_json(text) do
+    {value, _rest} = parse_value(String.trim(text))
+    {:ok, value}
+  rescue
+    _ -> {:error, {:bad_json, text}}
+  end
+
+  defp parse_value("{" <> rest), do: parse_object(skip(rest), %{})
+  defp parse_value("\"" <> rest), do: parse_string(rest, "")
+  defp parse_value("null" <> rest), do: {nil, rest}
+
+  defp parse_value(text) do
+    [number] = Regex.run(~r/^-?[0-9.eE+-]+/, text)
+    rest = binary_part(text, byte_size(number), byte_size(text) - byte_size(number))
+
+    value =
+      if String.contains?(number, [".", "e", "E"]),
+        do: String.to_float(normalize(number)),
+        else: String.to_integer(number)
+
+    {value, rest}
+  end
+
+  defp normalize(n),
+    do: if(String.contains?(n, "."), do: n, else: String.replace(n, ~r/e/i, ".0e"))
+
+  defp parse_object("}" <> rest, acc), do: {acc, rest}
+
+  defp parse_object(text, acc) do
+    {key, rest} = parse_value(text)
+    ":" <> rest = skip(rest)
+    {value, rest} = parse_value(skip(rest))
+
+    case skip(rest) do
+      "," <> rest -> parse_object(skip(rest), Map.put(acc, key, value))
+      "}" <> rest -> {Map.put(acc, key, value), rest}
+    end
+  end
+
+  defp parse_string("\"" <> rest, acc), do: {acc, rest}
+
+  defp parse_string("\\" <> <<c::utf8, rest::binary>>, acc),
+    do: parse_string(rest, acc <> <<c::utf8>>)
+
+  defp parse_string(<<c::utf8, rest::binary>>, acc), do: parse_string(rest, acc <> <<c::utf8>>)
+
+  defp skip(text), do: String.trim_leading(text)
+end
+
+Bench.Suite.main(System.argv())
