@@ -16,7 +16,7 @@ defmodule Bench.Suite do
       dispatch(cfg, python),
       matmul(cfg, python),
       transfers(cfg),
-      nx_section(cfg)
+      nx_section(cfg, python)
     ]
 
     markdown = render(sections, quick, python)
@@ -185,9 +185,9 @@ defmodule Bench.Suite do
     ]
   end
 
-  defp nx_section(%{reps: reps}) do
+  defp nx_section(%{reps: reps, graph: graph}, py) do
     if Code.ensure_loaded?(Nx) do
-      nx_rows(reps)
+      nx_rows(reps, graph, py)
     else
       %{
         title: "With Nx",
@@ -198,7 +198,7 @@ defmodule Bench.Suite do
     end
   end
 
-  defp nx_rows(reps) do
+  defp nx_rows(reps, graph, py) do
     # Through variables, so this script compiles where Nx is absent.
     nx = Nx
     random = Nx.Random
@@ -222,7 +222,24 @@ defmodule Bench.Suite do
     mlx_sm = timed(fn -> softmax.(xm) end, reps)
     bin_sm = timed(fn -> softmax.(xb) end, max(2, div(reps, 5)))
 
+    one = nx.tensor(1.0, backend: ExMLX.Backend)
+    chain = fn -> Enum.reduce(1..graph, one, fn _, acc -> nx.add(acc, one) end) end
+    lazy = timed(fn -> chain.() |> nx.to_binary() end, reps)
+    build = timed(chain, reps)
+    py_lazy = get_in(py, ["lazy_graph_s_per_op", "median"])
+    py_build = get_in(py, ["lazy_build_s_per_op", "median"])
+
     rows = [
+      row(
+        "Nx.add lazy op (graph of #{graph} + read), µs/op, vs Python mlx",
+        lazy.median / graph * 1.0e6,
+        scale(py_lazy, 1.0e6)
+      ),
+      row(
+        "Nx.add graph building only, µs/op, vs Python mlx",
+        build.median / graph * 1.0e6,
+        scale(py_build, 1.0e6)
+      ),
       [
         "MLP forward 64×784→512→10, ms",
         fmt(mlx_mlp.median * 1000),
@@ -238,8 +255,9 @@ defmodule Bench.Suite do
     ]
 
     %{
-      title: "With Nx (ratio = BinaryBackend / ExMLX: speed-up)",
-      columns: ["ExMLX.Backend", "Nx.BinaryBackend", "speed-up"],
+      title:
+        "With Nx (first two rows: ratio = ExMLX / Python mlx; then speed-up = BinaryBackend / ExMLX)",
+      columns: ["ExMLX.Backend", "reference", "ratio"],
       rows: rows
     }
   end

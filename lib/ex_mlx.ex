@@ -99,7 +99,7 @@ defmodule ExMLX do
       {1, 2}
   """
   @spec shape(Tensor.t()) :: shape()
-  def shape(%Tensor{ref: ref}), do: ref |> Native.tensor_info() |> elem(0)
+  def shape(%Tensor{ref: ref}), do: ref |> Call.info() |> elem(0)
 
   @doc """
   The tensor's type, as MLX reports it.
@@ -108,7 +108,7 @@ defmodule ExMLX do
       {:bf, 16}
   """
   @spec type(Tensor.t()) :: type()
-  def type(%Tensor{ref: ref}), do: ref |> Native.tensor_info() |> elem(1)
+  def type(%Tensor{ref: ref}), do: ref |> Call.info() |> elem(1)
 
   @doc """
   The device whose worker owns the tensor.
@@ -117,7 +117,7 @@ defmodule ExMLX do
       :cpu
   """
   @spec device(Tensor.t()) :: device()
-  def device(%Tensor{ref: ref}), do: ref |> Native.tensor_info() |> elem(2)
+  def device(%Tensor{ref: ref}), do: ref |> Call.info() |> elem(2)
 
   @doc """
   The number of elements and the number of bytes of the tensor's data.

@@ -75,7 +75,7 @@ if Code.ensure_loaded?(Nx) do
     # Wraps a native result as `out`, casting it if MLX produced another type
     # (comparisons give :bool where Nx wants u8, for instance).
     defp to_nx(ref, out) when is_reference(ref) do
-      {shape, type, device} = Native.tensor_info(ref)
+      {shape, type, device} = Call.info(ref)
       to_nx({ref, shape, type, device}, out)
     end
 
@@ -91,6 +91,13 @@ if Code.ensure_loaded?(Nx) do
     end
 
     defp run(fun), do: Call.run(fun)
+
+    # Queues a one-tensor operation without waiting (see ExMLX.Call.defer/2):
+    # Nx already knows the result's shape and type, so only reads wait.
+    defp defer(%T{type: type} = out, nif) do
+      {ref, device} = Call.defer(nif, storage_type(type))
+      %{out | data: %__MODULE__{ref: ref, device: device}}
+    end
 
     # The tensor's native reference, converted to MLX type `type` if needed.
     defp ref_as(%T{type: type} = t, type), do: ref(t)
@@ -160,7 +167,7 @@ if Code.ensure_loaded?(Nx) do
       device = opts_device(opts)
       storage = storage_type(type)
       binary = if widened?(type), do: convert_binary(binary, shape, type, storage), else: binary
-      run(&Native.from_binary(&1, binary, storage, shape, device)) |> to_nx(out)
+      defer(out, &Native.from_binary(&1, binary, storage, shape, device))
     end
 
     # Converts element data between an Nx type and its storage type with
@@ -185,13 +192,13 @@ if Code.ensure_loaded?(Nx) do
 
       if rank == 2,
         do: to_nx(eye, out),
-        else: run(&Native.broadcast_to(&1, elem(eye, 0), shape)) |> to_nx(out)
+        else: defer(out, &Native.broadcast_to(&1, elem(eye, 0), shape))
     end
 
     @impl true
     def iota(%T{shape: shape, type: type} = out, axis, opts) do
       device = opts_device(opts)
-      run(&Native.iota(&1, storage_type(type), shape, axis, device)) |> to_nx(out)
+      defer(out, &Native.iota(&1, storage_type(type), shape, axis, device))
     end
 
     # -------------------------------------------------------------------------
@@ -343,7 +350,7 @@ if Code.ensure_loaded?(Nx) do
           r
         end
 
-      run(&Native.as_type(&1, r, storage_type(out_type))) |> to_nx(out)
+      defer(out, &Native.as_type(&1, r, storage_type(out_type)))
     end
 
     defp safe_float_to_int(r, %T{type: in_type} = tensor, out_type) do
@@ -379,7 +386,7 @@ if Code.ensure_loaded?(Nx) do
         binary = to_binary(tensor, Nx.size(tensor))
         from_binary(out, binary, device: device_of(tensor))
       else
-        run(&Native.bitcast(&1, ref(tensor), out_type)) |> to_nx(out)
+        defer(out, &Native.bitcast(&1, ref(tensor), out_type))
       end
     end
 
@@ -389,11 +396,11 @@ if Code.ensure_loaded?(Nx) do
 
     @impl true
     def reshape(%T{shape: shape} = out, tensor),
-      do: run(&Native.reshape(&1, ref(tensor), shape)) |> to_nx(out)
+      do: defer(out, &Native.reshape(&1, ref(tensor), shape))
 
     @impl true
     def squeeze(out, tensor, axes),
-      do: run(&Native.squeeze(&1, ref(tensor), axes)) |> to_nx(out)
+      do: defer(out, &Native.squeeze(&1, ref(tensor), axes))
 
     @impl true
     def broadcast(%T{shape: shape} = out, %T{shape: in_shape} = tensor, shape, axes) do
@@ -402,22 +409,22 @@ if Code.ensure_loaded?(Nx) do
       positions = Map.new(Enum.with_index(axes), fn {axis, i} -> {axis, elem(in_shape, i)} end)
       aligned = List.to_tuple(for i <- 0..(rank - 1)//1, do: Map.get(positions, i, 1))
       r = run(&Native.reshape(&1, ref(tensor), aligned)) |> elem(0)
-      run(&Native.broadcast_to(&1, r, shape)) |> to_nx(out)
+      defer(out, &Native.broadcast_to(&1, r, shape))
     end
 
     @impl true
     def transpose(out, tensor, axes),
-      do: run(&Native.transpose(&1, ref(tensor), axes)) |> to_nx(out)
+      do: defer(out, &Native.transpose(&1, ref(tensor), axes))
 
     @impl true
     def pad(%T{type: type} = out, tensor, pad_value, config) do
       t = ref_as(tensor, type)
       v = ref_as(pad_value, type)
-      run(&Native.pad(&1, t, config, v)) |> to_nx(out)
+      defer(out, &Native.pad(&1, t, config, v))
     end
 
     @impl true
-    def reverse(out, tensor, axes), do: run(&Native.flip(&1, ref(tensor), axes)) |> to_nx(out)
+    def reverse(out, tensor, axes), do: defer(out, &Native.flip(&1, ref(tensor), axes))
 
     @impl true
     def slice(out, %T{shape: shape} = tensor, starts, lengths, strides) do
@@ -432,16 +439,16 @@ if Code.ensure_loaded?(Nx) do
           end)
 
         stops = Enum.zip_with(starts, lengths, &(&1 + &2))
-        run(&Native.slice(&1, r, starts, stops, strides)) |> to_nx(out)
+        defer(out, &Native.slice(&1, r, starts, stops, strides))
       else
         starts_ref = starts_ref(starts, device_of(tensor))
         block = run(&Native.dynamic_slice(&1, r, starts_ref, lengths)) |> elem(0)
 
         if Enum.all?(strides, &(&1 == 1)) do
-          run(&Native.reshape(&1, block, List.to_tuple(lengths))) |> to_nx(out)
+          defer(out, &Native.reshape(&1, block, List.to_tuple(lengths)))
         else
           zeros = Enum.map(lengths, fn _ -> 0 end)
-          run(&Native.slice(&1, block, zeros, lengths, strides)) |> to_nx(out)
+          defer(out, &Native.slice(&1, block, zeros, lengths, strides))
         end
       end
     end
@@ -461,25 +468,25 @@ if Code.ensure_loaded?(Nx) do
     def put_slice(%T{type: type} = out, tensor, starts, slice) do
       device = device_of(tensor)
       s = starts_ref(starts, device)
-      run(&Native.put_slice(&1, ref_as(tensor, type), s, ref_as(slice, type))) |> to_nx(out)
+      defer(out, &Native.put_slice(&1, ref_as(tensor, type), s, ref_as(slice, type)))
     end
 
     @impl true
     def gather(out, tensor, indices, opts) do
       axes = Keyword.fetch!(opts, :axes)
-      run(&Native.gather(&1, ref(tensor), ref(indices), axes)) |> to_nx(out)
+      defer(out, &Native.gather(&1, ref(tensor), ref(indices), axes))
     end
 
     @impl true
     def concatenate(%T{type: type} = out, tensors, axis) do
       refs = Enum.map(tensors, &ref_as(&1, type))
-      run(&Native.concatenate(&1, refs, axis)) |> to_nx(out)
+      defer(out, &Native.concatenate(&1, refs, axis))
     end
 
     @impl true
     def stack(%T{type: type} = out, tensors, axis) do
       refs = Enum.map(tensors, &ref_as(&1, type))
-      run(&Native.stack(&1, refs, axis)) |> to_nx(out)
+      defer(out, &Native.stack(&1, refs, axis))
     end
 
     @impl true
@@ -504,7 +511,7 @@ if Code.ensure_loaded?(Nx) do
     for op <- @arith do
       @impl true
       def unquote(op)(%T{type: type} = out, a, b) do
-        run(&Native.binary(&1, unquote(op), ref_as(a, type), ref_as(b, type))) |> to_nx(out)
+        defer(out, &Native.binary(&1, unquote(op), ref_as(a, type), ref_as(b, type)))
       end
     end
 
@@ -514,14 +521,14 @@ if Code.ensure_loaded?(Nx) do
       @impl true
       def unquote(op)(out, %T{type: ta} = a, %T{type: tb} = b) do
         type = Nx.Type.merge(ta, tb)
-        run(&Native.binary(&1, unquote(op), ref_as(a, type), ref_as(b, type))) |> to_nx(out)
+        defer(out, &Native.binary(&1, unquote(op), ref_as(a, type), ref_as(b, type)))
       end
     end
 
     for op <- [:logical_and, :logical_or, :logical_xor] do
       @impl true
       def unquote(op)(out, a, b),
-        do: run(&Native.binary(&1, unquote(op), ref(a), ref(b))) |> to_nx(out)
+        do: defer(out, &Native.binary(&1, unquote(op), ref(a), ref(b)))
     end
 
     @float_unary [:exp, :expm1, :log, :log1p, :sigmoid, :cos, :sin, :tan, :cosh, :sinh, :tanh] ++
@@ -543,28 +550,28 @@ if Code.ensure_loaded?(Nx) do
     for op <- @float_unary do
       @impl true
       def unquote(op)(%T{type: type} = out, tensor),
-        do: run(&Native.unary(&1, unquote(op), ref_as(tensor, type))) |> to_nx(out)
+        do: defer(out, &Native.unary(&1, unquote(op), ref_as(tensor, type)))
     end
 
     @impl true
     def abs(out, %T{type: {:c, _}} = tensor),
-      do: run(&Native.unary(&1, :abs, ref(tensor))) |> to_nx(out)
+      do: defer(out, &Native.unary(&1, :abs, ref(tensor)))
 
     def abs(%T{type: type} = out, tensor),
-      do: run(&Native.unary(&1, :abs, ref_as(tensor, type))) |> to_nx(out)
+      do: defer(out, &Native.unary(&1, :abs, ref_as(tensor, type)))
 
     for op <-
           [:bitwise_not, :ceil, :floor, :negate, :round, :sign, :conjugate] ++
             [:count_leading_zeros, :population_count] do
       @impl true
       def unquote(op)(%T{type: type} = out, tensor),
-        do: run(&Native.unary(&1, unquote(op), ref_as(tensor, type))) |> to_nx(out)
+        do: defer(out, &Native.unary(&1, unquote(op), ref_as(tensor, type)))
     end
 
     for op <- [:real, :imag, :is_nan, :is_infinity] do
       @impl true
       def unquote(op)(out, tensor),
-        do: run(&Native.unary(&1, unquote(op), ref(tensor))) |> to_nx(out)
+        do: defer(out, &Native.unary(&1, unquote(op), ref(tensor)))
     end
 
     # -------------------------------------------------------------------------
@@ -581,7 +588,7 @@ if Code.ensure_loaded?(Nx) do
         # sum and product accumulate in the output type (Nx's rule)
         input = if unquote(op) in [:sum, :product], do: ref_as(tensor, type), else: ref(tensor)
 
-        run(&Native.reduce(&1, unquote(op), input, axes, keep)) |> to_nx(out)
+        defer(out, &Native.reduce(&1, unquote(op), input, axes, keep))
       end
     end
 
@@ -594,7 +601,7 @@ if Code.ensure_loaded?(Nx) do
 
         case opts[:tie_break] || :low do
           :low ->
-            run(&Native.arg_reduce(&1, unquote(op), r, axis, keep)) |> to_nx(out)
+            defer(out, &Native.arg_reduce(&1, unquote(op), r, axis, keep))
 
           :high ->
             # The last of equal elements: search the reversed tensor, map back.
@@ -616,9 +623,9 @@ if Code.ensure_loaded?(Nx) do
             mapped = run(&Native.binary(&1, :subtract, last, idx)) |> elem(0)
 
             if axis == nil and keep do
-              run(&Native.reshape(&1, mapped, out.shape)) |> to_nx(out)
+              defer(out, &Native.reshape(&1, mapped, out.shape))
             else
-              run(&Native.reshape(&1, mapped, out.shape)) |> to_nx(out)
+              defer(out, &Native.reshape(&1, mapped, out.shape))
             end
         end
       end
@@ -700,14 +707,14 @@ if Code.ensure_loaded?(Nx) do
     def sort(out, tensor, opts) do
       axis = Keyword.fetch!(opts, :axis)
       desc = Keyword.get(opts, :direction, :asc) == :desc
-      run(&Native.sort(&1, ref(tensor), axis, desc, false)) |> to_nx(out)
+      defer(out, &Native.sort(&1, ref(tensor), axis, desc, false))
     end
 
     @impl true
     def argsort(out, tensor, opts) do
       axis = Keyword.fetch!(opts, :axis)
       desc = Keyword.get(opts, :direction, :asc) == :desc
-      run(&Native.sort(&1, ref(tensor), axis, desc, true)) |> to_nx(out)
+      defer(out, &Native.sort(&1, ref(tensor), axis, desc, true))
     end
 
     @impl true
@@ -720,7 +727,7 @@ if Code.ensure_loaded?(Nx) do
 
     defp scatter(out, t, indices, updates, opts, add?) do
       axes = Keyword.fetch!(opts, :axes)
-      run(&Native.scatter(&1, t, ref(indices), updates, axes, add?)) |> to_nx(out)
+      defer(out, &Native.scatter(&1, t, ref(indices), updates, axes, add?))
     end
 
     # -------------------------------------------------------------------------
@@ -741,7 +748,7 @@ if Code.ensure_loaded?(Nx) do
       rb = ref_as(b, type)
 
       if batch_a == [] and batch_b == [] do
-        run(&Native.tensordot(&1, ra, rb, contract_a, contract_b)) |> to_nx(out)
+        defer(out, &Native.tensordot(&1, ra, rb, contract_a, contract_b))
       else
         # [batch, free_a, contract] · [batch, contract, free_b] as batched matmuls.
         free_a = free_axes(a, contract_a ++ batch_a)
@@ -760,7 +767,7 @@ if Code.ensure_loaded?(Nx) do
           run(&Native.reshape(&1, rhs, {nb, size.(b, contract_b), size.(b, free_b)})) |> elem(0)
 
         product = run(&Native.matmul(&1, lhs, rhs)) |> elem(0)
-        run(&Native.reshape(&1, product, out_shape)) |> to_nx(out)
+        defer(out, &Native.reshape(&1, product, out_shape))
       end
     end
 
@@ -786,11 +793,11 @@ if Code.ensure_loaded?(Nx) do
           im = run(&Native.binary(&1, :add, conv_real.(ar, ki), conv_real.(ai, kr))) |> elem(0)
           i = scalar_ref({0.0, 1.0}, {:c, 64}, device_of(input))
           im = run(&Native.binary(&1, :multiply, im, i)) |> elem(0)
-          run(&Native.binary(&1, :add, re, im)) |> to_nx(out)
+          defer(out, &Native.binary(&1, :add, re, im))
 
         true ->
           r = conv_ref(ref_as(input, type), ref_as(kernel, type), tuple_size(input.shape), opts)
-          run(&Native.reshape(&1, r, out.shape)) |> to_nx(out)
+          defer(out, &Native.reshape(&1, r, out.shape))
       end
     end
 
@@ -893,7 +900,7 @@ if Code.ensure_loaded?(Nx) do
         at = run(&Native.transpose(&1, ra, swap)) |> elem(0)
         bt = run(&Native.transpose(&1, rb, b_swap)) |> elem(0)
         xt = run(&Native.solve(&1, at, bt, if(lower, do: :upper, else: :lower))) |> elem(0)
-        run(&Native.transpose(&1, xt, b_swap)) |> to_nx(out)
+        defer(out, &Native.transpose(&1, xt, b_swap))
       end
     end
 
@@ -921,7 +928,7 @@ if Code.ensure_loaded?(Nx) do
       length = opts[:length]
       axis = opts[:axis] || -1
       r = ref_as(tensor, type)
-      run(&Native.fft(&1, op, r, length, axis)) |> to_nx(out)
+      defer(out, &Native.fft(&1, op, r, length, axis))
     end
 
     # -------------------------------------------------------------------------
@@ -945,7 +952,7 @@ if Code.ensure_loaded?(Nx) do
     defp native_block(struct_name, struct, output, args, fun) do
       case {struct_name, args} do
         {Nx.Block.LogicalNot, [t]} ->
-          run(&Native.unary(&1, :logical_not, ref(t))) |> to_nx(output)
+          defer(output, &Native.unary(&1, :logical_not, ref(t)))
 
         {Nx.Block.Phase, [t]} ->
           phase(output, t)
@@ -963,10 +970,10 @@ if Code.ensure_loaded?(Nx) do
           cumulative(:cumulative_max, output, t, struct)
 
         {Nx.Block.Take, [t, idx]} ->
-          run(&Native.take(&1, ref(t), ref(idx), struct.axis)) |> to_nx(output)
+          defer(output, &Native.take(&1, ref(t), ref(idx), struct.axis))
 
         {Nx.Block.TakeAlongAxis, [t, idx]} ->
-          run(&Native.take_along_axis(&1, ref(t), ref(idx), struct.axis)) |> to_nx(output)
+          defer(output, &Native.take_along_axis(&1, ref(t), ref(idx), struct.axis))
 
         {Nx.Block.TopK, [t]} ->
           {values_out, indices_out} = output
@@ -981,11 +988,11 @@ if Code.ensure_loaded?(Nx) do
 
         {Nx.Block.RFFT, [t]} ->
           r = ref_as(t, real_of(output.type))
-          run(&Native.fft(&1, :rfft, r, struct.length, struct.axis || -1)) |> to_nx(output)
+          defer(output, &Native.fft(&1, :rfft, r, struct.length, struct.axis || -1))
 
         {Nx.Block.IRFFT, [t]} ->
           r = ref_as(t, complex_of(output.type))
-          run(&Native.fft(&1, :irfft, r, struct.length, struct.axis || -1)) |> to_nx(output)
+          defer(output, &Native.fft(&1, :irfft, r, struct.length, struct.axis || -1))
 
         {Nx.Block.AllClose, [a, b]} ->
           all_close(output, a, b, struct)
@@ -1075,7 +1082,7 @@ if Code.ensure_loaded?(Nx) do
       eye = run(&Native.eye(&1, m, m, type, device)) |> elem(0)
       eye = run(&Native.broadcast_to(&1, eye, put_elem(shape, rank - 1, m))) |> elem(0)
       augmented = run(&Native.concatenate(&1, [ref_as(t, type), eye], rank - 1)) |> elem(0)
-      {aug_shape, _, _} = Native.tensor_info(augmented)
+      {aug_shape, _, _} = Call.info(augmented)
 
       aug = %T{
         t
@@ -1094,7 +1101,7 @@ if Code.ensure_loaded?(Nx) do
       rank = tuple_size(r_shape)
       k = elem(r_shape, rank - 2)
       n = elem(r_shape, rank - 1)
-      {_, r_type, device} = Native.tensor_info(r)
+      {_, r_type, device} = Call.info(r)
       eye = run(&Native.eye(&1, k, n, r_type, device)) |> elem(0)
       diag = run(&Native.binary(&1, :multiply, r, eye)) |> elem(0)
       diag = run(&Native.reduce(&1, :sum, diag, [rank - 1], false)) |> elem(0)
@@ -1120,7 +1127,7 @@ if Code.ensure_loaded?(Nx) do
 
     # x + 0.0 turns -0.0 into 0.0 and leaves every other value as it is.
     defp positive_zero(r) do
-      {_, type, device} = Native.tensor_info(r)
+      {_, type, device} = Call.info(r)
       run(&Native.binary(&1, :add, r, scalar_ref(0.0, type, device))) |> elem(0)
     end
 
@@ -1142,12 +1149,12 @@ if Code.ensure_loaded?(Nx) do
     end
 
     defp cumulative(op, output, t, %{axis: axis, reverse: reverse}) do
-      run(&Native.cumulative(&1, op, ref_as(t, output.type), axis, reverse)) |> to_nx(output)
+      defer(output, &Native.cumulative(&1, op, ref_as(t, output.type), axis, reverse))
     end
 
     defp fft2(op, %T{type: type} = output, t, %{lengths: lengths, axes: axes}) do
       r = ref_as(t, type)
-      run(&Native.fft2(&1, op, r, lengths, axes || [-2, -1])) |> to_nx(output)
+      defer(output, &Native.fft2(&1, op, r, lengths, axes || [-2, -1]))
     end
 
     defp phase(output, t) do
@@ -1155,7 +1162,7 @@ if Code.ensure_loaded?(Nx) do
         {:c, _} ->
           re = run(&Native.unary(&1, :real, ref(t))) |> elem(0)
           im = run(&Native.unary(&1, :imag, ref(t))) |> elem(0)
-          run(&Native.binary(&1, :atan2, im, re)) |> to_nx(output)
+          defer(output, &Native.binary(&1, :atan2, im, re))
 
         _ ->
           # real numbers: 0 for x >= 0, pi for x < 0
@@ -1163,7 +1170,7 @@ if Code.ensure_loaded?(Nx) do
           zero = scalar_ref(0, output.type, device_of(t))
           pi = scalar_ref(:math.pi(), output.type, device_of(t))
           neg = run(&Native.binary(&1, :less, x, zero)) |> elem(0)
-          run(&Native.select(&1, neg, pi, zero)) |> to_nx(output)
+          defer(output, &Native.select(&1, neg, pi, zero))
       end
     end
 
@@ -1197,7 +1204,7 @@ if Code.ensure_loaded?(Nx) do
           close
         end
 
-      run(&Native.reduce(&1, :all, close, nil, false)) |> to_nx(output)
+      defer(output, &Native.reduce(&1, :all, close, nil, false))
     end
   end
 end

@@ -21,6 +21,27 @@ defmodule ExMLX.Call do
     end
   end
 
+  @doc """
+  Queues a tensor-producing NIF in deferred mode: returns `{ref, device}` at
+  once; the worker fills the tensor (cast to `type`) in the background, and
+  an error surfaces where the tensor is used.
+  """
+  def defer(nif, type) when is_function(nif, 1) do
+    case nif.({:deferred, type}) do
+      {:deferred, ref, device} -> {ref, device}
+      {:error, reason} -> raise ExMLX.Error.from_reason(reason)
+    end
+  end
+
+  @doc "`{shape, type, device}` of a tensor reference, waiting if it is still being computed."
+  def info(ref) do
+    case ExMLX.Native.tensor_info(ref) do
+      :pending -> run(&ExMLX.Native.tensor_await(&1, ref)) |> Tuple.delete_at(0)
+      {:error, reason} -> raise ExMLX.Error.from_reason(reason)
+      info -> info
+    end
+  end
+
   @doc "Unwraps a synchronous NIF result."
   def value({:error, {kind, message} = reason}) when is_atom(kind) and is_binary(message),
     do: raise(ExMLX.Error.from_reason(reason))

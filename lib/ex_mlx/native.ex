@@ -60,6 +60,7 @@ defmodule ExMLX.Native do
   # Tensor queries (synchronous)
   def tensor_info(_tensor), do: not_loaded()
   def tensor_size(_tensor), do: not_loaded()
+  def tensor_await(_tag, _tensor), do: not_loaded()
   def deallocate(_tensor), do: not_loaded()
 
   # Data in and out

@@ -240,7 +240,7 @@ defmodule ExMLX.Wire do
 
   if Code.ensure_loaded?(Nx) do
     defp to_ex_mlx(%Nx.Tensor{data: %ExMLX.Backend{ref: ref}} = t) do
-      {shape, type, device} = Native.tensor_info(ref)
+      {shape, type, device} = Call.info(ref)
       check_nx_type!(t.type)
       %Tensor{ref: ref, shape: shape, type: type, device: device}
     end

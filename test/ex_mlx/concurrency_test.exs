@@ -127,3 +127,55 @@ defmodule ExMLX.ConcurrencyTest do
     assert ExMLX.add(t, t) |> ExMLX.to_list() == [2.0, 4.0]
   end
 end
+
+defmodule ExMLX.DeferredTest do
+  # Deferred mode (used by the Nx backend): the NIF returns a tensor at once,
+  # the worker fills it; errors surface where the tensor is used.
+  use ExUnit.Case, async: true
+
+  alias ExMLX.{Call, Native}
+
+  test "a deferred op fills its tensor, cast to the requested type" do
+    t = ExMLX.iota({:s, 32}, {4})
+    {ref, :cpu} = Call.defer(&Native.binary(&1, :less, t.ref, t.ref), {:u, 8})
+    # comparisons give :bool in MLX; deferred mode cast it to u8
+    assert {{4}, {:u, 8}, :cpu} = Call.info(ref)
+    assert Call.run(&Native.to_binary(&1, ref)) == <<0, 0, 0, 0>>
+  end
+
+  test "chains of deferred ops on one worker run in order" do
+    one = ExMLX.full(1, {:s, 64}, {})
+
+    ref =
+      Enum.reduce(1..500, one.ref, fn _, acc ->
+        {r, _} = Call.defer(&Native.binary(&1, :add, acc, one.ref), {:s, 64})
+        r
+      end)
+
+    assert Call.run(&Native.item(&1, ref)) == 501
+  end
+
+  test "an error inside a deferred op is raised where the tensor is used" do
+    t = ExMLX.iota({:f, 32}, {2, 2})
+    {bad, _} = Call.defer(&Native.reduce(&1, :sum, t.ref, [5], false), {:f, 32})
+
+    assert_raise ExMLX.Error, ~r/axes: axis 5 is out of range/, fn ->
+      Call.run(&Native.to_binary(&1, bad))
+    end
+
+    # and in what is built on it
+    {later, _} = Call.defer(&Native.unary(&1, :negate, bad), {:f, 32})
+
+    assert_raise ExMLX.Error, ~r/axis 5 is out of range/, fn ->
+      Call.run(&Native.item(&1, later))
+    end
+
+    assert_raise ExMLX.Error, ~r/axis 5 is out of range/, fn -> Call.info(later) end
+  end
+
+  test "operations without a one-tensor result refuse deferred mode" do
+    t = ExMLX.iota({:f, 32}, {2})
+    {ref, _} = Call.defer(&Native.to_binary(&1, t.ref), {:f, 32})
+    assert_raise ExMLX.Error, ~r/no deferred form/, fn -> Call.info(ref) end
+  end
+end

@@ -3,7 +3,7 @@
 use ex_mlx_core::error::{Error, Result};
 use ex_mlx_core::host::{self, HostBuffer};
 use rustler::env::OwnedEnv;
-use rustler::{Atom, Binary, Encoder, Env, NifResult, Resource, ResourceArc, Term};
+use rustler::{Binary, Encoder, Env, NifResult, Resource, ResourceArc, Term};
 
 use crate::reply::{queued, submit};
 use crate::tensor::{NewTensor, TensorRef};
@@ -19,8 +19,8 @@ fn from_binary<'a>(
     type_: Term<'a>,
     shape: Term<'a>,
     device: Term<'a>,
-) -> NifResult<Atom> {
-    queued((|| -> Result<()> {
+) -> NifResult<crate::reply::Submitted> {
+    queued((|| -> Result<crate::reply::Submitted> {
         let binary: Binary = data
             .decode()
             .map_err(|_| Error::arg("data", "expected a binary"))?;
@@ -65,8 +65,12 @@ impl Encoder for HostBinary {
 
 /// `to_binary(tag, tensor)`: the tensor's elements, row-major, little-endian.
 #[rustler::nif]
-fn to_binary<'a>(env: Env<'a>, tag: Term<'a>, tensor: Term<'a>) -> NifResult<Atom> {
-    queued((|| -> Result<()> {
+fn to_binary<'a>(
+    env: Env<'a>,
+    tag: Term<'a>,
+    tensor: Term<'a>,
+) -> NifResult<crate::reply::Submitted> {
+    queued((|| -> Result<crate::reply::Submitted> {
         let tensor: TensorRef = decode_tensor("tensor", tensor)?;
         submit(env, tag, tensor.device, move || {
             let buffer = HostBuffer::new(&tensor.array()?)?;
@@ -80,8 +84,12 @@ fn to_binary<'a>(env: Env<'a>, tag: Term<'a>, tensor: Term<'a>) -> NifResult<Ato
 /// contiguous copy, so the address stays valid for as long as the tensor
 /// lives (and is not deallocated).
 #[rustler::nif]
-fn data_pointer<'a>(env: Env<'a>, tag: Term<'a>, tensor: Term<'a>) -> NifResult<Atom> {
-    queued((|| -> Result<()> {
+fn data_pointer<'a>(
+    env: Env<'a>,
+    tag: Term<'a>,
+    tensor: Term<'a>,
+) -> NifResult<crate::reply::Submitted> {
+    queued((|| -> Result<crate::reply::Submitted> {
         let tensor: TensorRef = decode_tensor("tensor", tensor)?;
         submit(env, tag, tensor.device, move || {
             let array = tensor.array()?.contiguous()?;

@@ -1,25 +1,39 @@
 //! The tensor resource: an MLX array, the device whose worker owns it, and its
 //! shape and dtype (kept in Rust so queries need no trip to the worker).
 
-use std::sync::Mutex;
+use std::sync::{Condvar, Mutex, MutexGuard};
 
 use ex_mlx_core::device::Device;
 use ex_mlx_core::dtype;
 use ex_mlx_core::error::{Error, Result};
 use mlx_rs::{Array, Dtype};
-use rustler::{Encoder, Env, Resource, ResourceArc, Term};
+use rustler::{Encoder, Env, NifResult, Resource, ResourceArc, Term};
 
 use crate::term::{shape_term, DeviceTerm, TypeTerm};
 
 pub struct Tensor {
     // `Array` is `Send` but not `Sync`; the mutex makes the resource shareable.
-    // It is held only to clone the handle (a reference-count increment); MLX
-    // work on the clone happens on the device's worker thread.
-    // `None` once `deallocate` freed the data early.
-    array: Mutex<Option<Array>>,
+    // It is held only briefly (to clone the handle, a reference-count
+    // increment); MLX work on the clone happens on the device's worker.
+    state: Mutex<State>,
+    // Signalled when a pending tensor gets its array (or its error).
+    filled: Condvar,
     pub device: Device,
-    pub dtype: Dtype,
-    pub shape: Vec<i64>,
+}
+
+/// Where a tensor's array is.
+enum State {
+    /// Being computed by a deferred operation on the device's worker.
+    Pending,
+    Ready {
+        array: Array,
+        dtype: Dtype,
+        shape: Vec<i64>,
+    },
+    /// The deferred operation failed; using the tensor gives its error.
+    Failed(Error),
+    /// `deallocate` freed it early.
+    Deallocated,
 }
 
 #[rustler::resource_impl]
@@ -27,60 +41,109 @@ impl Resource for Tensor {}
 
 pub type TensorRef = ResourceArc<Tensor>;
 
+fn ready(array: Array) -> State {
+    let dtype = array.dtype();
+    let shape = array.shape().iter().map(|&d| d as i64).collect();
+    State::Ready {
+        array,
+        dtype,
+        shape,
+    }
+}
+
+fn deallocated() -> Error {
+    Error::arg(
+        "tensor",
+        "the tensor was deallocated (Nx.backend_deallocate/1); it has no data any more",
+    )
+}
+
 impl Tensor {
     pub fn wrap(array: Array, device: Device) -> TensorRef {
-        let dtype = array.dtype();
-        let shape = array.shape().iter().map(|&d| d as i64).collect();
         ResourceArc::new(Tensor {
-            array: Mutex::new(Some(array)),
+            state: Mutex::new(ready(array)),
+            filled: Condvar::new(),
             device,
-            dtype,
-            shape,
         })
     }
 
-    fn slot(&self) -> std::sync::MutexGuard<'_, Option<Array>> {
-        self.array
+    /// A tensor a deferred operation will fill (see `reply::submit`).
+    pub fn pending(device: Device) -> TensorRef {
+        ResourceArc::new(Tensor {
+            state: Mutex::new(State::Pending),
+            filled: Condvar::new(),
+            device,
+        })
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.state
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
-    /// A handle to the array (shares its data and graph), or an error if the
-    /// tensor was deallocated.
+    /// Gives a pending tensor its array or error and wakes its waiters.
+    pub fn fill(&self, result: Result<Array>) {
+        let mut state = self.lock();
+        if matches!(*state, State::Pending) {
+            *state = match result {
+                Ok(array) => ready(array),
+                Err(e) => State::Failed(e),
+            };
+        }
+        self.filled.notify_all();
+    }
+
+    /// A handle to the array (shares its data and graph). Waits while the
+    /// tensor is pending: only ever on a worker thread, for an operation
+    /// queued earlier (so there is no cycle to deadlock on).
     pub fn array(&self) -> Result<Array> {
-        self.slot().clone().ok_or_else(|| {
-            Error::arg(
-                "tensor",
-                "the tensor was deallocated (Nx.backend_deallocate/1); it has no data any more",
-            )
-        })
+        let mut state = self.lock();
+        while matches!(*state, State::Pending) {
+            state = self
+                .filled
+                .wait(state)
+                .unwrap_or_else(|poisoned| poisoned.into_inner());
+        }
+        match &*state {
+            State::Ready { array, .. } => Ok(array.clone()),
+            State::Failed(e) => Err(e.clone()),
+            State::Deallocated => Err(deallocated()),
+            State::Pending => Err(Error::Internal("a pending tensor after waiting".into())),
+        }
+    }
+
+    /// Shape and dtype without waiting: `Ok(None)` while pending.
+    pub fn info(&self) -> Result<Option<(Vec<i64>, Dtype)>> {
+        match &*self.lock() {
+            State::Ready { dtype, shape, .. } => Ok(Some((shape.clone(), *dtype))),
+            State::Pending => Ok(None),
+            State::Failed(e) => Err(e.clone()),
+            State::Deallocated => Err(deallocated()),
+        }
     }
 
     /// Replaces the array by an equal one (e.g. its evaluated, contiguous
     /// copy), unless the tensor was deallocated meanwhile.
     pub fn replace(&self, array: Array) -> Result<()> {
-        let mut slot = self.slot();
-        match slot.as_mut() {
-            Some(current) => {
-                *current = array;
+        let mut state = self.lock();
+        match &*state {
+            State::Ready { .. } => {
+                *state = ready(array);
                 Ok(())
             }
-            None => Err(Error::arg("tensor", "the tensor was deallocated")),
+            _ => Err(deallocated()),
         }
     }
 
     /// Drops this tensor's reference to its array now instead of at garbage
     /// collection; `false` if it was already deallocated.
     pub fn deallocate(&self) -> bool {
-        self.slot().take().is_some()
-    }
-
-    pub fn size(&self) -> u64 {
-        self.shape.iter().map(|&d| d as u64).product()
-    }
-
-    pub fn byte_size(&self) -> u64 {
-        self.size() * dtype::size_of(self.dtype) as u64
+        let mut state = self.lock();
+        let had = !matches!(*state, State::Deallocated);
+        *state = State::Deallocated;
+        self.filled.notify_all();
+        had
     }
 }
 
@@ -112,13 +175,17 @@ impl NewTensor {
 impl Encoder for NewTensor {
     fn encode<'a>(&self, env: Env<'a>) -> Term<'a> {
         let t = &self.0;
-        (
-            t.encode(env),
-            shape_term(env, &t.shape),
-            TypeTerm(t.dtype),
-            DeviceTerm(t.device),
-        )
-            .encode(env)
+        match t.info() {
+            Ok(Some((shape, dtype))) => (
+                t.encode(env),
+                shape_term(env, &shape),
+                TypeTerm(dtype),
+                DeviceTerm(t.device),
+            )
+                .encode(env),
+            // a new tensor is always ready; never reached
+            _ => t.encode(env),
+        }
     }
 }
 
@@ -126,19 +193,51 @@ impl Encoder for NewTensor {
 // Queries (synchronous: they read Rust fields only)
 // -----------------------------------------------------------------------------
 
+rustler::atoms! { pending }
+
+/// `tensor_info(t)`: `{shape, type, device}`, or `:pending` while a deferred
+/// operation computes it (then `tensor_await/2` waits for it).
 #[rustler::nif]
-fn tensor_info<'a>(env: Env<'a>, tensor: TensorRef) -> Term<'a> {
-    (
-        shape_term(env, &tensor.shape),
-        TypeTerm(tensor.dtype),
-        DeviceTerm(tensor.device),
-    )
-        .encode(env)
+fn tensor_info<'a>(env: Env<'a>, tensor: TensorRef) -> NifResult<Term<'a>> {
+    match tensor.info() {
+        Ok(Some((shape, dtype))) => Ok((
+            shape_term(env, &shape),
+            TypeTerm(dtype),
+            DeviceTerm(tensor.device),
+        )
+            .encode(env)),
+        Ok(None) => Ok(pending().encode(env)),
+        Err(e) => Err(rustler::Error::Term(Box::new(crate::term::ErrorTerm(e)))),
+    }
 }
 
+/// `tensor_await(tag, t)`: replies `{shape, type, device}` once `t` is computed.
 #[rustler::nif]
-fn tensor_size(tensor: TensorRef) -> (u64, u64) {
-    (tensor.size(), tensor.byte_size())
+fn tensor_await<'a>(
+    env: Env<'a>,
+    tag: Term<'a>,
+    tensor: TensorRef,
+) -> NifResult<crate::reply::Submitted> {
+    let device = tensor.device;
+    crate::reply::queued(crate::reply::submit(env, tag, device, move || {
+        tensor.array()?;
+        Ok(NewTensor(tensor))
+    }))
+}
+
+/// `tensor_size(t)`: `{elements, bytes}` (computing the tensor first if pending: call after await).
+#[rustler::nif]
+fn tensor_size(tensor: TensorRef) -> NifResult<(u64, u64)> {
+    match tensor.info() {
+        Ok(Some((shape, dtype))) => {
+            let n: u64 = shape.iter().map(|&d| d as u64).product();
+            Ok((n, n * dtype::size_of(dtype) as u64))
+        }
+        Ok(None) => Err(rustler::Error::Term(Box::new(crate::term::ErrorTerm(
+            Error::arg("tensor", "the tensor is still being computed"),
+        )))),
+        Err(e) => Err(rustler::Error::Term(Box::new(crate::term::ErrorTerm(e)))),
+    }
 }
 
 /// `deallocate(t)`: frees the tensor's data now (synchronous: dropping an

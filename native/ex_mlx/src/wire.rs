@@ -7,7 +7,7 @@ use ex_mlx_core::error::{Error, Result};
 use ex_mlx_core::host::{self, HostBuffer};
 use ex_mlx_core::wire;
 use rustler::env::OwnedEnv;
-use rustler::{Atom, Binary, Encoder, Env, NifResult, OwnedBinary, Term};
+use rustler::{Binary, Encoder, Env, NifResult, OwnedBinary, Term};
 
 use crate::reply::{queued, submit};
 use crate::tensor::NewTensor;
@@ -30,8 +30,8 @@ impl Encoder for BinaryReply {
 
 /// `wire_encode(tag, t)`: the tensor as one frame.
 #[rustler::nif]
-fn wire_encode<'a>(env: Env<'a>, tag: Term<'a>, t: Term<'a>) -> NifResult<Atom> {
-    queued((|| -> Result<()> {
+fn wire_encode<'a>(env: Env<'a>, tag: Term<'a>, t: Term<'a>) -> NifResult<crate::reply::Submitted> {
+    queued((|| -> Result<crate::reply::Submitted> {
         let t = decode_tensor("tensor", t)?;
         let device = t.device;
         submit(env, tag, device, move || {
@@ -53,8 +53,8 @@ fn wire_decode<'a>(
     tag: Term<'a>,
     frame: Term<'a>,
     device: Term<'a>,
-) -> NifResult<Atom> {
-    queued((|| -> Result<()> {
+) -> NifResult<crate::reply::Submitted> {
+    queued((|| -> Result<crate::reply::Submitted> {
         let _: Binary = frame
             .decode()
             .map_err(|_| Error::arg("frame", format!("expected a binary, got: {}", show(frame))))?;

@@ -3,7 +3,7 @@
 
 use ex_mlx_core::error::Result;
 use ex_mlx_core::ops::{convert, creation};
-use rustler::{Atom, Env, NifResult, Term};
+use rustler::{Env, NifResult, Term};
 
 use crate::reply::{queued, submit};
 use crate::tensor::NewTensor;
@@ -20,7 +20,7 @@ fn full<'a>(
     type_: Term<'a>,
     shape: Term<'a>,
     device: Term<'a>,
-) -> NifResult<Atom> {
+) -> NifResult<crate::reply::Submitted> {
     queued((|| {
         let value = decode_scalar("value", value)?;
         let dtype = decode_type("type", type_)?;
@@ -46,7 +46,7 @@ fn iota<'a>(
     shape: Term<'a>,
     axis: Term<'a>,
     device: Term<'a>,
-) -> NifResult<Atom> {
+) -> NifResult<crate::reply::Submitted> {
     queued((|| {
         let dtype = decode_type("type", type_)?;
         let shape = decode_shape("shape", shape)?;
@@ -67,7 +67,7 @@ fn eye<'a>(
     m: Term<'a>,
     type_: Term<'a>,
     device: Term<'a>,
-) -> NifResult<Atom> {
+) -> NifResult<crate::reply::Submitted> {
     queued((|| {
         let to_dim = |name, t| -> Result<i32> {
             let v = decode_int(name, t)?;
@@ -85,7 +85,12 @@ fn eye<'a>(
 }
 
 #[rustler::nif]
-fn as_type<'a>(env: Env<'a>, tag: Term<'a>, t: Term<'a>, type_: Term<'a>) -> NifResult<Atom> {
+fn as_type<'a>(
+    env: Env<'a>,
+    tag: Term<'a>,
+    t: Term<'a>,
+    type_: Term<'a>,
+) -> NifResult<crate::reply::Submitted> {
     queued((|| {
         let t = decode_tensor("tensor", t)?;
         let dtype = decode_type("type", type_)?;
@@ -101,7 +106,12 @@ fn as_type<'a>(env: Env<'a>, tag: Term<'a>, t: Term<'a>, type_: Term<'a>) -> Nif
 }
 
 #[rustler::nif]
-fn bitcast<'a>(env: Env<'a>, tag: Term<'a>, t: Term<'a>, type_: Term<'a>) -> NifResult<Atom> {
+fn bitcast<'a>(
+    env: Env<'a>,
+    tag: Term<'a>,
+    t: Term<'a>,
+    type_: Term<'a>,
+) -> NifResult<crate::reply::Submitted> {
     queued((|| {
         let t = decode_tensor("tensor", t)?;
         let dtype = decode_type("type", type_)?;
@@ -118,7 +128,7 @@ fn bitcast<'a>(env: Env<'a>, tag: Term<'a>, t: Term<'a>, type_: Term<'a>) -> Nif
 
 /// `item(tag, t)`: the only element of `t` as an Elixir number.
 #[rustler::nif]
-fn item<'a>(env: Env<'a>, tag: Term<'a>, t: Term<'a>) -> NifResult<Atom> {
+fn item<'a>(env: Env<'a>, tag: Term<'a>, t: Term<'a>) -> NifResult<crate::reply::Submitted> {
     queued((|| {
         let t = decode_tensor("tensor", t)?;
         let device = t.device;

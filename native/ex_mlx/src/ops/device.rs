@@ -1,7 +1,7 @@
 //! Moving tensors between devices.
 
 use ex_mlx_core::worker;
-use rustler::{Atom, Env, NifResult, Term};
+use rustler::{Env, NifResult, Term};
 
 use crate::reply::{queued, submit, Replier};
 use crate::tensor::NewTensor;
@@ -13,12 +13,19 @@ use crate::term::{decode_device, decode_tensor};
 /// any stream: CPU and GPU share memory on Apple silicon, and MLX's CUDA
 /// backend uses managed memory).
 #[rustler::nif]
-fn transfer<'a>(env: Env<'a>, tag: Term<'a>, t: Term<'a>, device: Term<'a>) -> NifResult<Atom> {
+fn transfer<'a>(
+    env: Env<'a>,
+    tag: Term<'a>,
+    t: Term<'a>,
+    device: Term<'a>,
+) -> NifResult<crate::reply::Submitted> {
     queued((|| {
         let t = decode_tensor("tensor", t)?;
         let to = decode_device("device", device)?;
         let from = t.device;
-        ex_mlx_core::device::check_dtype(t.dtype, to)?;
+        if let Some((_, dtype)) = t.info()? {
+            ex_mlx_core::device::check_dtype(dtype, to)?;
+        }
         if from == to {
             return submit(env, tag, from, move || Ok(NewTensor(t)));
         }
@@ -38,7 +45,8 @@ fn transfer<'a>(env: Env<'a>, tag: Term<'a>, t: Term<'a>, device: Term<'a>) -> N
                     Err(e) => replier.send::<NewTensor>(Err(e)),
                 }
             }),
-        )
+        )?;
+        Ok(crate::reply::Submitted::Queued)
     })())
 }
 

@@ -2,7 +2,7 @@
 
 use ex_mlx_core::error::Result;
 use ex_mlx_core::ops::elementwise;
-use rustler::{Atom, Env, NifResult, Term};
+use rustler::{Env, NifResult, Term};
 
 use crate::reply::{queued, submit};
 use crate::tensor::{common_device, NewTensor};
@@ -10,8 +10,13 @@ use crate::term::{decode_op, decode_tensor};
 
 /// `op(t)` element-wise; `op` is one of `ex_mlx_core::ops::elementwise::UNARY`.
 #[rustler::nif]
-fn unary<'a>(env: Env<'a>, tag: Term<'a>, op: Term<'a>, t: Term<'a>) -> NifResult<Atom> {
-    queued((|| -> Result<()> {
+fn unary<'a>(
+    env: Env<'a>,
+    tag: Term<'a>,
+    op: Term<'a>,
+    t: Term<'a>,
+) -> NifResult<crate::reply::Submitted> {
+    queued((|| -> Result<crate::reply::Submitted> {
         let op = decode_op(op)?;
         let t = decode_tensor("tensor", t)?;
         let device = t.device;
@@ -32,8 +37,8 @@ fn binary<'a>(
     op: Term<'a>,
     a: Term<'a>,
     b: Term<'a>,
-) -> NifResult<Atom> {
-    queued((|| -> Result<()> {
+) -> NifResult<crate::reply::Submitted> {
+    queued((|| -> Result<crate::reply::Submitted> {
         let op = decode_op(op)?;
         let a = decode_tensor("a", a)?;
         let b = decode_tensor("b", b)?;
@@ -50,8 +55,13 @@ fn binary<'a>(
 /// `add(tag, a, b)`: a + b with broadcasting (the first op of ExMLX, kept as
 /// its own NIF).
 #[rustler::nif]
-fn add<'a>(env: Env<'a>, tag: Term<'a>, a: Term<'a>, b: Term<'a>) -> NifResult<Atom> {
-    queued((|| -> Result<()> {
+fn add<'a>(
+    env: Env<'a>,
+    tag: Term<'a>,
+    a: Term<'a>,
+    b: Term<'a>,
+) -> NifResult<crate::reply::Submitted> {
+    queued((|| -> Result<crate::reply::Submitted> {
         let a = decode_tensor("a", a)?;
         let b = decode_tensor("b", b)?;
         let device = common_device(&[&a, &b])?;

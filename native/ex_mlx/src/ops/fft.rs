@@ -1,7 +1,7 @@
 //! Fourier transform NIFs.
 
 use ex_mlx_core::ops::fft;
-use rustler::{Atom, Env, NifResult, Term};
+use rustler::{Env, NifResult, Term};
 
 use crate::reply::{queued, submit};
 use crate::tensor::NewTensor;
@@ -18,7 +18,7 @@ fn fft<'a>(
     t: Term<'a>,
     n: Term<'a>,
     axis: Term<'a>,
-) -> NifResult<Atom> {
+) -> NifResult<crate::reply::Submitted> {
     queued((|| {
         let op = decode_op(op)?;
         let t = decode_tensor("tensor", t)?;
@@ -43,7 +43,7 @@ fn fft2<'a>(
     t: Term<'a>,
     lengths: Term<'a>,
     axes: Term<'a>,
-) -> NifResult<Atom> {
+) -> NifResult<crate::reply::Submitted> {
     queued((|| {
         let op = decode_op(op)?;
         let t = decode_tensor("tensor", t)?;

@@ -1,7 +1,7 @@
 //! Indexing NIFs: take, take_along_axis, gather, scatter.
 
 use ex_mlx_core::ops::indexing;
-use rustler::{Atom, Env, NifResult, Term};
+use rustler::{Env, NifResult, Term};
 
 use crate::reply::{queued, submit};
 use crate::tensor::{common_device, NewTensor};
@@ -14,7 +14,7 @@ fn take<'a>(
     t: Term<'a>,
     indices: Term<'a>,
     axis: Term<'a>,
-) -> NifResult<Atom> {
+) -> NifResult<crate::reply::Submitted> {
     queued((|| {
         let t = decode_tensor("tensor", t)?;
         let idx = decode_tensor("indices", indices)?;
@@ -36,7 +36,7 @@ fn take_along_axis<'a>(
     t: Term<'a>,
     indices: Term<'a>,
     axis: Term<'a>,
-) -> NifResult<Atom> {
+) -> NifResult<crate::reply::Submitted> {
     queued((|| {
         let t = decode_tensor("tensor", t)?;
         let idx = decode_tensor("indices", indices)?;
@@ -58,7 +58,7 @@ fn gather<'a>(
     t: Term<'a>,
     indices: Term<'a>,
     axes: Term<'a>,
-) -> NifResult<Atom> {
+) -> NifResult<crate::reply::Submitted> {
     queued((|| {
         let t = decode_tensor("tensor", t)?;
         let idx = decode_tensor("indices", indices)?;
@@ -83,7 +83,7 @@ fn scatter<'a>(
     updates: Term<'a>,
     axes: Term<'a>,
     add: Term<'a>,
-) -> NifResult<Atom> {
+) -> NifResult<crate::reply::Submitted> {
     queued((|| {
         let t = decode_tensor("tensor", t)?;
         let idx = decode_tensor("indices", indices)?;

@@ -1,14 +1,19 @@
 //! Linear algebra: `matmul(tag, a, b)`.
 
 use ex_mlx_core::ops::linalg;
-use rustler::{Atom, Env, NifResult, Term};
+use rustler::{Env, NifResult, Term};
 
 use crate::reply::{queued, submit};
 use crate::tensor::{common_device, NewTensor};
 use crate::term::decode_tensor;
 
 #[rustler::nif]
-fn matmul<'a>(env: Env<'a>, tag: Term<'a>, a: Term<'a>, b: Term<'a>) -> NifResult<Atom> {
+fn matmul<'a>(
+    env: Env<'a>,
+    tag: Term<'a>,
+    a: Term<'a>,
+    b: Term<'a>,
+) -> NifResult<crate::reply::Submitted> {
     queued((|| {
         let a = decode_tensor("a", a)?;
         let b = decode_tensor("b", b)?;
@@ -31,7 +36,7 @@ fn linalg<'a>(
     op: Term<'a>,
     t: Term<'a>,
     upper: Term<'a>,
-) -> NifResult<Atom> {
+) -> NifResult<crate::reply::Submitted> {
     queued((|| {
         let op = crate::term::decode_op(op)?;
         let t = decode_tensor("tensor", t)?;
@@ -83,7 +88,7 @@ fn solve<'a>(
     a: Term<'a>,
     b: Term<'a>,
     triangular: Term<'a>,
-) -> NifResult<Atom> {
+) -> NifResult<crate::reply::Submitted> {
     queued((|| {
         let a = decode_tensor("a", a)?;
         let b = decode_tensor("b", b)?;
@@ -121,7 +126,7 @@ fn tensordot<'a>(
     b: Term<'a>,
     axes_a: Term<'a>,
     axes_b: Term<'a>,
-) -> NifResult<Atom> {
+) -> NifResult<crate::reply::Submitted> {
     queued((|| {
         let a = decode_tensor("a", a)?;
         let b = decode_tensor("b", b)?;
@@ -144,7 +149,7 @@ fn einsum<'a>(
     tag: Term<'a>,
     subscripts: Term<'a>,
     tensors: Term<'a>,
-) -> NifResult<Atom> {
+) -> NifResult<crate::reply::Submitted> {
     queued((|| {
         let subscripts: String = subscripts.decode().map_err(|_| {
             ex_mlx_core::Error::arg(
@@ -187,7 +192,7 @@ fn conv<'a>(
     kernel_dilation: Term<'a>,
     input_dilation: Term<'a>,
     groups: Term<'a>,
-) -> NifResult<Atom> {
+) -> NifResult<crate::reply::Submitted> {
     queued((|| {
         let input = decode_tensor("input", input)?;
         let kernel = decode_tensor("kernel", kernel)?;

@@ -3,7 +3,7 @@
 
 use ex_mlx_core::error::Result;
 use ex_mlx_core::ops::reduce;
-use rustler::{Atom, Env, NifResult, Term};
+use rustler::{Env, NifResult, Term};
 
 use crate::reply::{queued, submit};
 use crate::tensor::NewTensor;
@@ -17,8 +17,8 @@ fn reduce<'a>(
     t: Term<'a>,
     axes: Term<'a>,
     keep_dims: Term<'a>,
-) -> NifResult<Atom> {
-    queued((|| -> Result<()> {
+) -> NifResult<crate::reply::Submitted> {
+    queued((|| -> Result<crate::reply::Submitted> {
         let op = decode_op(op)?;
         let t = decode_tensor("tensor", t)?;
         let axes = decode_opt_ints("axes", axes)?;
@@ -39,8 +39,8 @@ fn arg_reduce<'a>(
     t: Term<'a>,
     axis: Term<'a>,
     keep_dims: Term<'a>,
-) -> NifResult<Atom> {
-    queued((|| -> Result<()> {
+) -> NifResult<crate::reply::Submitted> {
+    queued((|| -> Result<crate::reply::Submitted> {
         let op = decode_op(op)?;
         let t = decode_tensor("tensor", t)?;
         let axis = decode_opt_int("axis", axis)?;
@@ -66,8 +66,8 @@ fn window<'a>(
     strides: Term<'a>,
     padding: Term<'a>,
     dilations: Term<'a>,
-) -> NifResult<Atom> {
-    queued((|| -> Result<()> {
+) -> NifResult<crate::reply::Submitted> {
+    queued((|| -> Result<crate::reply::Submitted> {
         let op = decode_op(op)?;
         let t = decode_tensor("tensor", t)?;
         let window = crate::term::decode_ints("window", window_dims)?;

@@ -4,7 +4,7 @@
 use ex_mlx_core::error::Result;
 use ex_mlx_core::ops::shape;
 use mlx_rs::Array;
-use rustler::{Atom, Env, NifResult, Term};
+use rustler::{Env, NifResult, Term};
 
 use crate::reply::{queued, submit};
 use crate::tensor::{common_device, NewTensor, TensorRef};
@@ -13,7 +13,12 @@ use crate::term::{
 };
 
 /// Queues `op(t.array())` on `t`'s device and replies with the new tensor.
-fn on_tensor<'a, F>(env: Env<'a>, tag: Term<'a>, t: TensorRef, op: F) -> Result<()>
+fn on_tensor<'a, F>(
+    env: Env<'a>,
+    tag: Term<'a>,
+    t: TensorRef,
+    op: F,
+) -> Result<crate::reply::Submitted>
 where
     F: FnOnce(&Array) -> Result<Array> + Send + 'static,
 {
@@ -24,7 +29,12 @@ where
 }
 
 #[rustler::nif]
-fn reshape<'a>(env: Env<'a>, tag: Term<'a>, t: Term<'a>, shape: Term<'a>) -> NifResult<Atom> {
+fn reshape<'a>(
+    env: Env<'a>,
+    tag: Term<'a>,
+    t: Term<'a>,
+    shape: Term<'a>,
+) -> NifResult<crate::reply::Submitted> {
     queued((|| {
         let t = decode_tensor("tensor", t)?;
         let dims = decode_shape("shape", shape)?;
@@ -33,7 +43,12 @@ fn reshape<'a>(env: Env<'a>, tag: Term<'a>, t: Term<'a>, shape: Term<'a>) -> Nif
 }
 
 #[rustler::nif]
-fn transpose<'a>(env: Env<'a>, tag: Term<'a>, t: Term<'a>, axes: Term<'a>) -> NifResult<Atom> {
+fn transpose<'a>(
+    env: Env<'a>,
+    tag: Term<'a>,
+    t: Term<'a>,
+    axes: Term<'a>,
+) -> NifResult<crate::reply::Submitted> {
     queued((|| {
         let t = decode_tensor("tensor", t)?;
         let axes = decode_ints("axes", axes)?;
@@ -42,7 +57,12 @@ fn transpose<'a>(env: Env<'a>, tag: Term<'a>, t: Term<'a>, axes: Term<'a>) -> Ni
 }
 
 #[rustler::nif]
-fn broadcast_to<'a>(env: Env<'a>, tag: Term<'a>, t: Term<'a>, shape: Term<'a>) -> NifResult<Atom> {
+fn broadcast_to<'a>(
+    env: Env<'a>,
+    tag: Term<'a>,
+    t: Term<'a>,
+    shape: Term<'a>,
+) -> NifResult<crate::reply::Submitted> {
     queued((|| {
         let t = decode_tensor("tensor", t)?;
         let dims = decode_shape("shape", shape)?;
@@ -51,7 +71,12 @@ fn broadcast_to<'a>(env: Env<'a>, tag: Term<'a>, t: Term<'a>, shape: Term<'a>) -
 }
 
 #[rustler::nif]
-fn squeeze<'a>(env: Env<'a>, tag: Term<'a>, t: Term<'a>, axes: Term<'a>) -> NifResult<Atom> {
+fn squeeze<'a>(
+    env: Env<'a>,
+    tag: Term<'a>,
+    t: Term<'a>,
+    axes: Term<'a>,
+) -> NifResult<crate::reply::Submitted> {
     queued((|| {
         let t = decode_tensor("tensor", t)?;
         let axes = decode_opt_ints("axes", axes)?;
@@ -60,7 +85,12 @@ fn squeeze<'a>(env: Env<'a>, tag: Term<'a>, t: Term<'a>, axes: Term<'a>) -> NifR
 }
 
 #[rustler::nif]
-fn expand_dims<'a>(env: Env<'a>, tag: Term<'a>, t: Term<'a>, axes: Term<'a>) -> NifResult<Atom> {
+fn expand_dims<'a>(
+    env: Env<'a>,
+    tag: Term<'a>,
+    t: Term<'a>,
+    axes: Term<'a>,
+) -> NifResult<crate::reply::Submitted> {
     queued((|| {
         let t = decode_tensor("tensor", t)?;
         let axes = decode_ints("axes", axes)?;
@@ -69,7 +99,12 @@ fn expand_dims<'a>(env: Env<'a>, tag: Term<'a>, t: Term<'a>, axes: Term<'a>) -> 
 }
 
 #[rustler::nif]
-fn flip<'a>(env: Env<'a>, tag: Term<'a>, t: Term<'a>, axes: Term<'a>) -> NifResult<Atom> {
+fn flip<'a>(
+    env: Env<'a>,
+    tag: Term<'a>,
+    t: Term<'a>,
+    axes: Term<'a>,
+) -> NifResult<crate::reply::Submitted> {
     queued((|| {
         let t = decode_tensor("tensor", t)?;
         let axes = decode_ints("axes", axes)?;
@@ -84,7 +119,7 @@ fn join<'a>(
     tensors: Term<'a>,
     axis: Term<'a>,
     stack: bool,
-) -> Result<()> {
+) -> Result<crate::reply::Submitted> {
     let tensors = decode_tensors("tensors", tensors)?;
     let axis = decode_int("axis", axis)?;
     let refs: Vec<&TensorRef> = tensors.iter().collect();
@@ -113,12 +148,17 @@ fn concatenate<'a>(
     tag: Term<'a>,
     tensors: Term<'a>,
     axis: Term<'a>,
-) -> NifResult<Atom> {
+) -> NifResult<crate::reply::Submitted> {
     queued(join(env, tag, tensors, axis, false))
 }
 
 #[rustler::nif]
-fn stack<'a>(env: Env<'a>, tag: Term<'a>, tensors: Term<'a>, axis: Term<'a>) -> NifResult<Atom> {
+fn stack<'a>(
+    env: Env<'a>,
+    tag: Term<'a>,
+    tensors: Term<'a>,
+    axis: Term<'a>,
+) -> NifResult<crate::reply::Submitted> {
     queued(join(env, tag, tensors, axis, true))
 }
 
@@ -129,7 +169,7 @@ fn on_three<'a, F>(
     names: [&'static str; 3],
     terms: [Term<'a>; 3],
     op: F,
-) -> Result<()>
+) -> Result<crate::reply::Submitted>
 where
     F: FnOnce(&Array, &Array, &Array) -> Result<Array> + Send + 'static,
 {
@@ -152,7 +192,7 @@ fn select<'a>(
     pred: Term<'a>,
     on_true: Term<'a>,
     on_false: Term<'a>,
-) -> NifResult<Atom> {
+) -> NifResult<crate::reply::Submitted> {
     queued(on_three(
         env,
         tag,
@@ -169,7 +209,7 @@ fn clip<'a>(
     t: Term<'a>,
     min: Term<'a>,
     max: Term<'a>,
-) -> NifResult<Atom> {
+) -> NifResult<crate::reply::Submitted> {
     queued(on_three(
         env,
         tag,
@@ -188,7 +228,7 @@ fn pad<'a>(
     t: Term<'a>,
     widths: Term<'a>,
     value: Term<'a>,
-) -> NifResult<Atom> {
+) -> NifResult<crate::reply::Submitted> {
     queued((|| {
         let t = decode_tensor("tensor", t)?;
         let value = decode_tensor("value", value)?;
@@ -230,7 +270,7 @@ fn dynamic_slice<'a>(
     t: Term<'a>,
     starts: Term<'a>,
     lengths: Term<'a>,
-) -> NifResult<Atom> {
+) -> NifResult<crate::reply::Submitted> {
     queued((|| {
         let t = decode_tensor("tensor", t)?;
         let starts = decode_tensor("starts", starts)?;
@@ -253,7 +293,7 @@ fn put_slice<'a>(
     t: Term<'a>,
     starts: Term<'a>,
     update: Term<'a>,
-) -> NifResult<Atom> {
+) -> NifResult<crate::reply::Submitted> {
     queued(on_three(
         env,
         tag,
@@ -272,7 +312,7 @@ fn slice<'a>(
     starts: Term<'a>,
     stops: Term<'a>,
     strides: Term<'a>,
-) -> NifResult<Atom> {
+) -> NifResult<crate::reply::Submitted> {
     queued((|| {
         let t = decode_tensor("tensor", t)?;
         let starts = decode_ints("starts", starts)?;

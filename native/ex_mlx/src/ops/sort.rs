@@ -1,7 +1,7 @@
 //! Sorting NIFs: sort, argsort, top_k, partition; and cumulative ops.
 
 use ex_mlx_core::ops::{cumulative, sort};
-use rustler::{Atom, Env, NifResult, Term};
+use rustler::{Env, NifResult, Term};
 
 use crate::reply::{queued, submit};
 use crate::tensor::NewTensor;
@@ -16,7 +16,7 @@ fn sort<'a>(
     axis: Term<'a>,
     descending: Term<'a>,
     indices: Term<'a>,
-) -> NifResult<Atom> {
+) -> NifResult<crate::reply::Submitted> {
     queued((|| {
         let t = decode_tensor("tensor", t)?;
         let axis = decode_int("axis", axis)?;
@@ -36,7 +36,12 @@ fn sort<'a>(
 
 /// `top_k(tag, t, k)`: `[values, indices]`.
 #[rustler::nif]
-fn top_k<'a>(env: Env<'a>, tag: Term<'a>, t: Term<'a>, k: Term<'a>) -> NifResult<Atom> {
+fn top_k<'a>(
+    env: Env<'a>,
+    tag: Term<'a>,
+    t: Term<'a>,
+    k: Term<'a>,
+) -> NifResult<crate::reply::Submitted> {
     queued((|| {
         let t = decode_tensor("tensor", t)?;
         let k = decode_int("k", k)?;
@@ -58,7 +63,7 @@ fn partition<'a>(
     t: Term<'a>,
     kth: Term<'a>,
     axis: Term<'a>,
-) -> NifResult<Atom> {
+) -> NifResult<crate::reply::Submitted> {
     queued((|| {
         let t = decode_tensor("tensor", t)?;
         let kth = decode_int("kth", kth)?;
@@ -82,7 +87,7 @@ fn cumulative<'a>(
     t: Term<'a>,
     axis: Term<'a>,
     reverse: Term<'a>,
-) -> NifResult<Atom> {
+) -> NifResult<crate::reply::Submitted> {
     queued((|| {
         let op = decode_op(op)?;
         let t = decode_tensor("tensor", t)?;
