@@ -56,6 +56,8 @@ defmodule ExMLX.Native do
 
   # Library
   def mlx_version, do: not_loaded()
+  # For the reliability tests: panics on purpose (:nif or :worker).
+  def panic_for_test(_tag, _where), do: not_loaded()
 
   # Tensor queries (synchronous)
   def tensor_info(_tensor), do: not_loaded()

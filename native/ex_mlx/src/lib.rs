@@ -19,3 +19,24 @@ fn mlx_version() -> &'static str {
 }
 
 rustler::init!("Elixir.ExMLX.Native");
+
+/// `panic_for_test(where)`: panics on purpose, on the calling scheduler
+/// (`:nif`) or on the CPU worker (`:worker`, replying to `tag`), so the tests
+/// can check that a Rust panic becomes an Elixir error and the VM lives on.
+#[rustler::nif]
+fn panic_for_test<'a>(
+    env: rustler::Env<'a>,
+    tag: rustler::Term<'a>,
+    place: rustler::Atom,
+) -> rustler::NifResult<reply::Submitted> {
+    if place.to_term(env).atom_to_string().ok().as_deref() == Some("worker") {
+        reply::queued(reply::submit(
+            env,
+            tag,
+            ex_mlx_core::device::Device::Cpu,
+            || -> ex_mlx_core::Result<bool> { panic!("deliberate test panic on the worker") },
+        ))
+    } else {
+        panic!("deliberate test panic in a NIF")
+    }
+}
