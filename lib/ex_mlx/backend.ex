@@ -106,13 +106,17 @@ if Code.ensure_loaded?(Nx) do
       r = ref(t)
       storage = storage_type(type)
 
+      # deferred: a cast costs no round trip to the worker
       if storage_type(t.type) == storage,
         do: r,
-        else: run(&Native.as_type(&1, r, storage)) |> elem(0)
+        else: Call.defer(&Native.as_type(&1, r, storage), storage) |> elem(0)
     end
 
     defp scalar_ref(value, type, device) do
-      run(&Native.full(&1, scalar_value(value, type), storage_type(type), {}, device)) |> elem(0)
+      storage = storage_type(type)
+
+      Call.defer(&Native.full(&1, scalar_value(value, type), storage, {}, device), storage)
+      |> elem(0)
     end
 
     # Nx numbers as the NIF takes them; integers wrap to the type's width as
@@ -158,8 +162,7 @@ if Code.ensure_loaded?(Nx) do
     def constant(%T{shape: shape, type: type} = out, number, opts) do
       device = opts_device(opts)
 
-      run(&Native.full(&1, scalar_value(number, type), storage_type(type), shape, device))
-      |> to_nx(out)
+      defer(out, &Native.full(&1, scalar_value(number, type), storage_type(type), shape, device))
     end
 
     @impl true
@@ -491,14 +494,12 @@ if Code.ensure_loaded?(Nx) do
 
     @impl true
     def select(%T{type: type} = out, pred, on_true, on_false) do
-      run(&Native.select(&1, ref(pred), ref_as(on_true, type), ref_as(on_false, type)))
-      |> to_nx(out)
+      defer(out, &Native.select(&1, ref(pred), ref_as(on_true, type), ref_as(on_false, type)))
     end
 
     @impl true
     def clip(%T{type: type} = out, tensor, min, max) do
-      run(&Native.clip(&1, ref_as(tensor, type), ref_as(min, type), ref_as(max, type)))
-      |> to_nx(out)
+      defer(out, &Native.clip(&1, ref_as(tensor, type), ref_as(min, type), ref_as(max, type)))
     end
 
     # -------------------------------------------------------------------------
@@ -671,8 +672,7 @@ if Code.ensure_loaded?(Nx) do
         window = Tuple.to_list(window)
         t = ref_as(tensor, type)
 
-        run(&Native.window(&1, unquote(op), t, window, strides, padding, dilations))
-        |> to_nx(out)
+        defer(out, &Native.window(&1, unquote(op), t, window, strides, padding, dilations))
       end
     end
 
