@@ -384,7 +384,7 @@ defmodule ExMLX do
   """
   @spec add(Tensor.t(), Tensor.t()) :: Tensor.t()
   def add(%Tensor{ref: a}, %Tensor{ref: b}),
-    do: Call.run(&Native.add(&1, a, b)) |> Tensor.wrap()
+    do: Call.run(&Native.binary(&1, :add, a, b)) |> Tensor.wrap()
 
   # ---------------------------------------------------------------------------
   # Reductions

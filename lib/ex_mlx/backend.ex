@@ -605,16 +605,15 @@ if Code.ensure_loaded?(Nx) do
             defer(out, &Native.arg_reduce(&1, unquote(op), r, axis, keep))
 
           :high ->
-            # The last of equal elements: search the reversed tensor, map back.
-            {flip_axes, n} =
+            # The last of equal elements: search the reversed tensor (flattened
+            # when there is no axis), map the index back, reshape to out.
+            {searched, axis_arg, n} =
               if axis,
-                do: {[axis], elem(shape, axis)},
-                else: {Enum.to_list(0..(tuple_size(shape) - 1)//1), Nx.size(shape)}
+                do: {r, axis, elem(shape, axis)},
+                else:
+                  {run(&Native.reshape(&1, r, {Nx.size(shape)})) |> elem(0), 0, Nx.size(shape)}
 
-            flat = if axis, do: r, else: run(&Native.reshape(&1, r, {Nx.size(shape)})) |> elem(0)
-            flip_axes = if axis, do: flip_axes, else: [0]
-            reversed = run(&Native.flip(&1, flat, flip_axes)) |> elem(0)
-            axis_arg = axis || 0
+            reversed = run(&Native.flip(&1, searched, [axis_arg])) |> elem(0)
 
             idx =
               run(&Native.arg_reduce(&1, unquote(op), reversed, axis_arg, keep and axis != nil))
@@ -622,12 +621,7 @@ if Code.ensure_loaded?(Nx) do
 
             last = scalar_ref(n - 1, {:u, 32}, device_of(tensor))
             mapped = run(&Native.binary(&1, :subtract, last, idx)) |> elem(0)
-
-            if axis == nil and keep do
-              defer(out, &Native.reshape(&1, mapped, out.shape))
-            else
-              defer(out, &Native.reshape(&1, mapped, out.shape))
-            end
+            defer(out, &Native.reshape(&1, mapped, out.shape))
         end
       end
     end

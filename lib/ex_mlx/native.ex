@@ -98,7 +98,6 @@ defmodule ExMLX.Native do
   def item(_tag, _tensor), do: not_loaded()
 
   # Element-wise
-  def add(_tag, _a, _b), do: not_loaded()
   def unary(_tag, _op, _tensor), do: not_loaded()
   def binary(_tag, _op, _a, _b), do: not_loaded()
 

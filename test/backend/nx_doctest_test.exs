@@ -1,12 +1,14 @@
 if Code.ensure_loaded?(Nx) do
-  defmodule ExMLX.Backend.NxDoctestTest do
-    @moduledoc """
-    Nx's own doctests with ExMLX.Backend as the default backend.
+  defmodule ExMLX.Backend.DoctestCase do
+    @moduledoc false
+    # Doctests print tensors as Nx.BinaryBackend does: without the backend line.
+    use ExUnit.CaseTemplate
 
-    Every exclusion names its reason; the rounding ones are re-checked
-    numerically in ExMLX.Backend.RoundingTest.
-    """
-    use ExUnit.Case, async: false
+    using do
+      quote do
+        use ExUnit.Case, async: false
+      end
+    end
 
     setup_all do
       Application.put_env(:ex_mlx, :add_backend_on_inspect, false)
@@ -18,6 +20,16 @@ if Code.ensure_loaded?(Nx) do
       Nx.default_backend(ExMLX.Backend)
       :ok
     end
+  end
+
+  defmodule ExMLX.Backend.NxDoctestTest do
+    @moduledoc """
+    Nx's own doctests with ExMLX.Backend as the default backend.
+
+    Every exclusion names its reason; the rounding ones are re-checked
+    numerically in ExMLX.Backend.RoundingTest.
+    """
+    use ExMLX.Backend.DoctestCase
 
     @rounding [
       # Nx.BinaryBackend uses a rational approximation (error ~3e-9 at 0.1);
@@ -37,18 +49,7 @@ if Code.ensure_loaded?(Nx) do
 
   defmodule ExMLX.Backend.NxLinAlgDoctestTest do
     @moduledoc "Nx.LinAlg's doctests with ExMLX.Backend as the default backend."
-    use ExUnit.Case, async: false
-
-    setup_all do
-      Application.put_env(:ex_mlx, :add_backend_on_inspect, false)
-      on_exit(fn -> Application.delete_env(:ex_mlx, :add_backend_on_inspect) end)
-      :ok
-    end
-
-    setup do
-      Nx.default_backend(ExMLX.Backend)
-      :ok
-    end
+    use ExMLX.Backend.DoctestCase
 
     @rounding [
       # LAPACK (through MLX) and Nx's own algorithms round differently in f32:
@@ -77,18 +78,7 @@ if Code.ensure_loaded?(Nx) do
 
   defmodule ExMLX.Backend.NxRandomDoctestTest do
     @moduledoc "Nx.Random's doctests (pure Nx on top of the backend's bit operations)."
-    use ExUnit.Case, async: false
-
-    setup_all do
-      Application.put_env(:ex_mlx, :add_backend_on_inspect, false)
-      on_exit(fn -> Application.delete_env(:ex_mlx, :add_backend_on_inspect) end)
-      :ok
-    end
-
-    setup do
-      Nx.default_backend(ExMLX.Backend)
-      :ok
-    end
+    use ExMLX.Backend.DoctestCase
 
     @rounding [
       # normal samples go through erf_inv, which ExMLX computes more

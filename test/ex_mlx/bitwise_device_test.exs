@@ -71,7 +71,8 @@ defmodule ExMLX.BitwiseDeviceTest do
 
     test "tensors on different devices cannot be mixed" do
       # Simulated with a bad reference: the message names both devices when real.
-      assert {:error, {:argument, _}} = ExMLX.Native.add(make_ref(), :not_a_tensor, :not_either)
+      assert {:error, {:argument, _}} =
+               ExMLX.Native.binary(make_ref(), :add, :not_a_tensor, :not_either)
     end
   end
 end

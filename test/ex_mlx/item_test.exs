@@ -5,22 +5,7 @@ defmodule ExMLX.ItemTest do
   use ExUnit.Case, async: true
 
   @n 2000
-  @types [
-    {:u, 8},
-    {:u, 16},
-    {:u, 32},
-    {:u, 64},
-    {:s, 8},
-    {:s, 16},
-    {:s, 32},
-    {:s, 64},
-    {:f, 16},
-    {:bf, 16},
-    {:f, 32},
-    {:f, 64},
-    {:c, 64},
-    :bool
-  ]
+  @types ExMLX.TestHelpers.types()
 
   # The value index `i` of an arange holds once converted to `type`,
   # derived here without ExMLX: integer wrap-around, exact small floats,

@@ -4,6 +4,7 @@ defmodule ExMLX.MemoryTest do
   doctest ExMLX.Memory
 
   alias ExMLX.Memory
+  import ExMLX.TestHelpers, only: [settle: 0]
 
   @mb 1024 * 1024
 
@@ -25,14 +26,6 @@ defmodule ExMLX.MemoryTest do
 
     active = receive do: ({:allocated, a} -> a)
     {pid, active}
-  end
-
-  defp settle do
-    # Let garbage collection of dropped resources finish.
-    for _ <- 1..3 do
-      :erlang.garbage_collect()
-      Process.sleep(20)
-    end
   end
 
   test "a 64 MB tensor raises active memory by 64 MB, and dropping it gives it back" do

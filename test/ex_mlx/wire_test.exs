@@ -5,22 +5,7 @@ defmodule ExMLX.WireTest do
   import ExMLX.TestHelpers
   alias ExMLX.Wire
 
-  @types [
-    :bool,
-    {:u, 8},
-    {:u, 16},
-    {:u, 32},
-    {:u, 64},
-    {:s, 8},
-    {:s, 16},
-    {:s, 32},
-    {:s, 64},
-    {:f, 16},
-    {:bf, 16},
-    {:f, 32},
-    {:f, 64},
-    {:c, 64}
-  ]
+  @types ExMLX.TestHelpers.types()
 
   defp round_trip(t) do
     frame = Wire.encode(t)

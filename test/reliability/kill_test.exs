@@ -4,13 +4,7 @@ defmodule ExMLX.Reliability.KillTest do
   @moduletag :reliability
 
   alias ExMLX.Memory
-
-  defp settle do
-    for _ <- 1..3 do
-      :erlang.garbage_collect()
-      Process.sleep(20)
-    end
-  end
+  import ExMLX.TestHelpers, only: [settle: 0]
 
   test "hundreds of processes killed mid-evaluation leave memory at its baseline" do
     settle()

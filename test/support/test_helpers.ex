@@ -34,6 +34,36 @@ defmodule ExMLX.TestHelpers do
   def float(:neg_infinity, 64), do: <<0xFFF0000000000000::64-little>>
   def float(x, size), do: <<x::float-size(size)-little>>
 
+  @doc "Every type ExMLX supports (as `ExMLX.Tensor` types)."
+  def types do
+    [
+      {:u, 8},
+      {:u, 16},
+      {:u, 32},
+      {:u, 64},
+      {:s, 8},
+      {:s, 16},
+      {:s, 32},
+      {:s, 64},
+      {:f, 16},
+      {:bf, 16},
+      {:f, 32},
+      {:f, 64},
+      {:c, 64},
+      :bool
+    ]
+  end
+
+  @doc "Lets garbage collection of dropped tensors (and their MLX memory) finish."
+  def settle do
+    for _ <- 1..3 do
+      :erlang.garbage_collect()
+      Process.sleep(20)
+    end
+
+    :ok
+  end
+
   def assert_close(got, expected, tol, label) do
     Enum.zip(got, expected)
     |> Enum.with_index()

@@ -92,13 +92,13 @@ fn data_pointer<'a>(
     queued((|| -> Result<crate::reply::Submitted> {
         let tensor: TensorRef = decode_tensor("tensor", tensor)?;
         submit(env, tag, tensor.device, move || {
-            let array = tensor.array()?.contiguous()?;
-            array.eval()?;
-            let buffer = HostBuffer::new(&array)?;
+            // HostBuffer evaluates and makes contiguous; the tensor then holds
+            // that array, so the address lives as long as the tensor.
+            let buffer = HostBuffer::new(&tensor.array()?)?;
             let bytes = buffer.bytes();
             let address = bytes.as_ptr() as u64;
             let len = bytes.len() as u64;
-            tensor.replace(array)?;
+            tensor.replace(buffer.array().clone())?;
             Ok((address, len))
         })
     })())

@@ -115,6 +115,11 @@ impl HostBuffer {
         self.array.dtype()
     }
 
+    /// The evaluated, row-contiguous array the bytes belong to.
+    pub fn array(&self) -> &Array {
+        &self.array
+    }
+
     pub fn shape(&self) -> &[i32] {
         self.array.shape()
     }

@@ -84,6 +84,26 @@ fn eye<'a>(
     })())
 }
 
+/// `as_type` and `bitcast`: `convert(array, dtype)` on the tensor's device.
+fn convert_nif<'a>(
+    env: Env<'a>,
+    tag: Term<'a>,
+    t: Term<'a>,
+    type_: Term<'a>,
+    convert: fn(&mlx_rs::Array, mlx_rs::Dtype) -> ex_mlx_core::Result<mlx_rs::Array>,
+) -> NifResult<crate::reply::Submitted> {
+    queued((|| {
+        let t = decode_tensor("tensor", t)?;
+        let dtype = decode_type("type", type_)?;
+        let device = t.device;
+        ex_mlx_core::device::check_dtype(dtype, device)?;
+        submit(env, tag, device, move || {
+            Ok(NewTensor::new(convert(&t.array()?, dtype)?, device))
+        })
+    })())
+}
+
+/// `as_type(tag, t, type)`: values converted to `type`.
 #[rustler::nif]
 fn as_type<'a>(
     env: Env<'a>,
@@ -91,20 +111,10 @@ fn as_type<'a>(
     t: Term<'a>,
     type_: Term<'a>,
 ) -> NifResult<crate::reply::Submitted> {
-    queued((|| {
-        let t = decode_tensor("tensor", t)?;
-        let dtype = decode_type("type", type_)?;
-        let device = t.device;
-        ex_mlx_core::device::check_dtype(dtype, device)?;
-        submit(env, tag, device, move || {
-            Ok(NewTensor::new(
-                convert::as_type(&t.array()?, dtype)?,
-                device,
-            ))
-        })
-    })())
+    convert_nif(env, tag, t, type_, convert::as_type)
 }
 
+/// `bitcast(tag, t, type)`: bytes reinterpreted as `type`.
 #[rustler::nif]
 fn bitcast<'a>(
     env: Env<'a>,
@@ -112,18 +122,7 @@ fn bitcast<'a>(
     t: Term<'a>,
     type_: Term<'a>,
 ) -> NifResult<crate::reply::Submitted> {
-    queued((|| {
-        let t = decode_tensor("tensor", t)?;
-        let dtype = decode_type("type", type_)?;
-        let device = t.device;
-        ex_mlx_core::device::check_dtype(dtype, device)?;
-        submit(env, tag, device, move || {
-            Ok(NewTensor::new(
-                convert::bitcast(&t.array()?, dtype)?,
-                device,
-            ))
-        })
-    })())
+    convert_nif(env, tag, t, type_, convert::bitcast)
 }
 
 /// `item(tag, t)`: the only element of `t` as an Elixir number.

@@ -51,25 +51,3 @@ fn binary<'a>(
         })
     })())
 }
-
-/// `add(tag, a, b)`: a + b with broadcasting (the first op of ExMLX, kept as
-/// its own NIF).
-#[rustler::nif]
-fn add<'a>(
-    env: Env<'a>,
-    tag: Term<'a>,
-    a: Term<'a>,
-    b: Term<'a>,
-) -> NifResult<crate::reply::Submitted> {
-    queued((|| -> Result<crate::reply::Submitted> {
-        let a = decode_tensor("a", a)?;
-        let b = decode_tensor("b", b)?;
-        let device = common_device(&[&a, &b])?;
-        submit(env, tag, device, move || {
-            Ok(NewTensor::new(
-                mlx_rs::ops::add(a.array()?, b.array()?)?,
-                device,
-            ))
-        })
-    })())
-}

@@ -66,9 +66,19 @@ fn linalg<'a>(
                 "tri_inv" => vec![linalg::tri_inv(&a, upper)?],
                 "determinant" => vec![linalg::determinant(&a)?],
                 other => {
-                    return Err(ex_mlx_core::Error::arg(
-                        "op",
-                        format!("unknown linalg op :{other}; known: cholesky, qr, eigh, svd, lu, inv, tri_inv, determinant"),
+                    return Err(ex_mlx_core::ops::unknown_op(
+                        "linalg op",
+                        other,
+                        &[
+                            "cholesky",
+                            "qr",
+                            "eigh",
+                            "svd",
+                            "lu",
+                            "inv",
+                            "tri_inv",
+                            "determinant",
+                        ],
                     ))
                 }
             };

@@ -40,12 +40,7 @@ pub fn binary(op: &str, a: &Array, b: &Array) -> Result<Array> {
         "bitwise_xor" => mlx_sys::mlx_bitwise_xor,
         "left_shift" => mlx_sys::mlx_left_shift,
         "right_shift" => mlx_sys::mlx_right_shift,
-        _ => {
-            return Err(Error::arg(
-                "op",
-                format!("unknown bitwise op :{op}; known: {}", BINARY.join(", ")),
-            ))
-        }
+        _ => return Err(super::unknown_op("bitwise op", op, BINARY)),
     };
     check_integer("a", a)?;
     check_integer("b", b)?;

@@ -3,7 +3,7 @@
 use mlx_rs::Array;
 
 use super::check_axis;
-use crate::error::{Error, Result};
+use crate::error::Result;
 
 pub fn cumulative(op: &str, a: &Array, axis: i64, reverse: bool) -> Result<Array> {
     let axis = check_axis("axis", axis, a.ndim())?;
@@ -13,9 +13,15 @@ pub fn cumulative(op: &str, a: &Array, axis: i64, reverse: bool) -> Result<Array
         "cumulative_min" => a.cummin(axis, reverse, true),
         "cumulative_max" => a.cummax(axis, reverse, true),
         _ => {
-            return Err(Error::arg(
-                "op",
-                format!("unknown cumulative op :{op}; known: cumulative_sum, cumulative_product, cumulative_min, cumulative_max"),
+            return Err(super::unknown_op(
+                "cumulative op",
+                op,
+                &[
+                    "cumulative_sum",
+                    "cumulative_product",
+                    "cumulative_min",
+                    "cumulative_max",
+                ],
             ))
         }
     };

@@ -2,7 +2,7 @@
 
 use mlx_rs::{ops, Array};
 
-use crate::error::{Error, Result};
+use crate::error::Result;
 
 /// Names of the unary ops, for documentation and error messages.
 pub const UNARY: &[&str] = &[
@@ -100,7 +100,7 @@ pub fn unary(op: &str, a: &Array) -> Result<Array> {
         "bitwise_not" => return super::bitwise::bitwise_not(a),
         "population_count" => return super::bitwise::population_count(a),
         "count_leading_zeros" => return super::bitwise::count_leading_zeros(a),
-        _ => return Err(unknown("unary", op, UNARY)),
+        _ => return Err(super::unknown_op("unary op", op, UNARY)),
     };
     Ok(out?)
 }
@@ -204,22 +204,16 @@ pub fn binary(op: &str, a: &Array, b: &Array) -> Result<Array> {
         ),
         "logaddexp" => ops::logaddexp(a, b),
         op if super::bitwise::BINARY.contains(&op) => return super::bitwise::binary(op, a, b),
-        _ => return Err(unknown("binary", op, BINARY)),
+        _ => return Err(super::unknown_op("binary op", op, BINARY)),
     };
     Ok(out?)
-}
-
-fn unknown(family: &str, op: &str, known: &[&str]) -> Error {
-    Error::arg(
-        "op",
-        format!("unknown {family} op :{op}; known: {}", known.join(", ")),
-    )
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::device::Device;
+    use crate::error::Error;
     use crate::worker::run_blocking;
 
     #[test]

@@ -20,9 +20,10 @@ pub fn fft1(op: &str, a: &Array, n: Option<i64>, axis: i64) -> Result<Array> {
         "rfft" => mlx_rs::fft::rfft(a, n, axis),
         "irfft" => mlx_rs::fft::irfft(a, n, axis),
         _ => {
-            return Err(Error::arg(
-                "op",
-                format!("unknown transform :{op}; known: fft, ifft, rfft, irfft"),
+            return Err(super::unknown_op(
+                "transform",
+                op,
+                &["fft", "ifft", "rfft", "irfft"],
             ))
         }
     };
@@ -56,12 +57,7 @@ pub fn fft2(op: &str, a: &Array, s: Option<&[i64]>, axes: &[i64]) -> Result<Arra
     let out = match op {
         "fft2" => mlx_rs::fft::fft2(a, s.as_deref(), &axes[..]),
         "ifft2" => mlx_rs::fft::ifft2(a, s.as_deref(), &axes[..]),
-        _ => {
-            return Err(Error::arg(
-                "op",
-                format!("unknown transform :{op}; known: fft2, ifft2"),
-            ))
-        }
+        _ => return Err(super::unknown_op("transform", op, &["fft2", "ifft2"])),
     };
     Ok(out?)
 }

@@ -19,6 +19,14 @@ pub mod window;
 
 use crate::error::{Error, Result};
 
+/// The error for an op name a family does not know: "unknown {what} :{op}; known: ...".
+pub fn unknown_op(what: &str, op: &str, known: &[&str]) -> Error {
+    Error::arg(
+        "op",
+        format!("unknown {what} :{op}; known: {}", known.join(", ")),
+    )
+}
+
 /// Normalises `axis` (negative counts from the end) for an array of rank `rank`.
 pub fn check_axis(name: &'static str, axis: i64, rank: usize) -> Result<i32> {
     let r = rank as i64;

@@ -22,12 +22,7 @@ pub fn reduce(op: &str, a: &Array, axes: Option<&[i64]>, keep_dims: bool) -> Res
         "all" => a.all_axes(&axes, keep_dims),
         "any" => a.any_axes(&axes, keep_dims),
         "mean" => a.mean_axes(&axes, keep_dims),
-        _ => {
-            return Err(Error::arg(
-                "op",
-                format!("unknown reduction :{op}; known: {}", REDUCE.join(", ")),
-            ))
-        }
+        _ => return Err(super::unknown_op("reduction", op, REDUCE)),
     };
     if (op == "min" || op == "max") && a.size() == 0 && !axes.is_empty() {
         return Err(Error::arg(
@@ -57,9 +52,10 @@ pub fn arg_reduce(op: &str, a: &Array, axis: Option<i64>, keep_dims: bool) -> Re
         "argmax" => ops::indexing::argmax_axis(&input, axis, keep_axis),
         "argmin" => ops::indexing::argmin_axis(&input, axis, keep_axis),
         _ => {
-            return Err(Error::arg(
-                "op",
-                format!("unknown arg reduction :{op}; known: argmax, argmin"),
+            return Err(super::unknown_op(
+                "arg reduction",
+                op,
+                &["argmax", "argmin"],
             ))
         }
     }?;

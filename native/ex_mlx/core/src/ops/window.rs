@@ -34,9 +34,10 @@ fn identity(op: &str, dtype: Dtype) -> Result<Array> {
         "window_max" => int_limit(false)?,
         "window_min" => int_limit(true)?,
         _ => {
-            return Err(Error::arg(
-                "op",
-                format!("unknown window op :{op}; known: window_sum, window_product, window_max, window_min"),
+            return Err(super::unknown_op(
+                "window op",
+                op,
+                &["window_sum", "window_product", "window_max", "window_min"],
             ))
         }
     })
