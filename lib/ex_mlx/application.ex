@@ -2,12 +2,39 @@ defmodule ExMLX.Application do
   @moduledoc false
   use Application
 
+  require Logger
+
   @impl true
   def start(_type, _args) do
+    apply_cache_limit(Application.get_env(:ex_mlx, :cache_limit, :default))
+
     children = [
       {DynamicSupervisor, name: ExMLX.MonitorSupervisor, strategy: :one_for_one}
     ]
 
     Supervisor.start_link(children, strategy: :one_for_one, name: ExMLX.Supervisor)
+  end
+
+  # MLX's CPU allocator keeps freed buffers for reuse only up to its cache
+  # limit, 32 MB by default: every larger buffer then comes fresh from the
+  # OS, and writing it first costs a page fault per 4 KB page (a 64 MB
+  # from_binary took 55 ms instead of 8 ms here). ExMLX starts with a larger
+  # limit (see `ExMLX.Memory.default_cache_limit/0`); `config :ex_mlx,
+  # cache_limit: bytes` sets another, `:mlx` keeps MLX's own.
+  defp apply_cache_limit(:mlx), do: :ok
+
+  defp apply_cache_limit(setting) do
+    bytes = if setting == :default, do: ExMLX.Memory.default_cache_limit(), else: setting
+    ExMLX.Memory.set_cache_limit(bytes)
+    :ok
+  rescue
+    e in ExMLX.Error ->
+      # The native library is missing: every call says so; starting goes on.
+      if e.kind != :not_loaded, do: reraise(e, __STACKTRACE__)
+      :ok
+
+    e in ArgumentError ->
+      Logger.error("config :ex_mlx, cache_limit: #{Exception.message(e)}")
+      reraise e, __STACKTRACE__
   end
 end

@@ -67,9 +67,11 @@ fn wire_decode<'a>(
                     .load(env)
                     .decode()
                     .map_err(|_| Error::Internal("the saved frame vanished".into()))?;
-                let frame = wire::decode_frame(binary.as_slice())?;
-                ex_mlx_core::device::check_dtype(frame.dtype, device)?;
-                let array = host::array_from_bytes(frame.data, &frame.shape, frame.dtype)?;
+                // The CRC runs on a second thread while MLX copies the data.
+                let array = wire::decode_frame_with(binary.as_slice(), |frame| {
+                    ex_mlx_core::device::check_dtype(frame.dtype, device)?;
+                    host::array_from_bytes(frame.data, &frame.shape, frame.dtype)
+                })?;
                 Ok(NewTensor::new(array, device))
             })
         })

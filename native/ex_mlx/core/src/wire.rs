@@ -117,17 +117,28 @@ pub fn write_frame(out: &mut [u8], dtype: Dtype, shape: &[i32], data: &[u8]) {
     let header = frame_header(dtype, shape, data.len());
     let h = header.len();
     out[..h].copy_from_slice(&header);
-    // Copy and checksum in one pass, a cache-sized chunk at a time: the CRC
-    // reads each chunk while it is still in cache from the copy.
-    const CHUNK: usize = 128 * 1024;
-    let mut hasher = crc32fast::Hasher::new();
-    hasher.update(&header);
     let body = &mut out[h + 4..];
-    for (dst, src) in body.chunks_mut(CHUNK).zip(data.chunks(CHUNK)) {
-        dst.copy_from_slice(src);
-        hasher.update(dst);
-    }
-    out[h..h + 4].copy_from_slice(&hasher.finalize().to_le_bytes());
+    let crc = if data.len() < CONCURRENT_CHECK_BYTES {
+        // Copy and checksum in one pass, a cache-sized chunk at a time: the
+        // CRC reads each chunk while it is still in cache from the copy.
+        const CHUNK: usize = 128 * 1024;
+        let mut hasher = crc32fast::Hasher::new();
+        hasher.update(&header);
+        for (dst, src) in body.chunks_mut(CHUNK).zip(data.chunks(CHUNK)) {
+            dst.copy_from_slice(src);
+            hasher.update(dst);
+        }
+        hasher.finalize()
+    } else {
+        // Large data: the CRC reads the source on a second thread while this
+        // one copies it (both only read `data`).
+        std::thread::scope(|scope| {
+            let crc = scope.spawn(|| checksum(&header, data));
+            body.copy_from_slice(data);
+            crc.join().unwrap_or_else(|_| checksum(&header, data))
+        })
+    };
+    out[h..h + 4].copy_from_slice(&crc.to_le_bytes());
 }
 
 /// A frame as a vector (tests and small tensors).
@@ -151,7 +162,60 @@ fn read_u64(bytes: &[u8], at: usize) -> u64 {
     u64::from_le_bytes(b)
 }
 
+/// Decodes a frame: every header field, the sizes, the CRC-32 and (for
+/// `:bool`) the element values are checked before the data is handed out.
 pub fn decode_frame(bytes: &[u8]) -> Result<Frame<'_>, WireError> {
+    let (frame, crc) = parse_frame(bytes)?;
+    check_frame(bytes, &frame, crc)?;
+    Ok(frame)
+}
+
+/// Data sections from this size on are checksummed on a second thread while
+/// `build` copies them (below it, a thread costs more than it saves).
+const CONCURRENT_CHECK_BYTES: usize = 1 << 20;
+
+/// Decodes a frame and passes it to `build` (which typically copies the data
+/// into an MLX array), checksumming the data meanwhile on a second thread
+/// when it is large: the copy and the CRC then take the time of one pass.
+/// `build`'s result is returned only if the frame is valid; otherwise it is
+/// dropped and the decoding error returned, exactly as from [`decode_frame`].
+pub fn decode_frame_with<T, E>(
+    bytes: &[u8],
+    build: impl FnOnce(&Frame<'_>) -> Result<T, E>,
+) -> Result<T, E>
+where
+    E: From<WireError>,
+{
+    let (frame, crc) = parse_frame(bytes)?;
+    if frame.data.len() < CONCURRENT_CHECK_BYTES {
+        check_frame(bytes, &frame, crc)?;
+        return build(&frame);
+    }
+    let (checked, built) = std::thread::scope(|scope| {
+        let checker = scope.spawn(|| check_frame(bytes, &frame, crc));
+        let built = build(&frame);
+        (checker.join(), built)
+    });
+    match checked {
+        Ok(Ok(())) => built,
+        Ok(Err(e)) => Err(e.into()),
+        // check_frame does not panic; were it to, the frame counts as bad.
+        Err(_) => Err(WireError {
+            kind: "checksum_mismatch",
+            message: "the checksum could not be computed".into(),
+        }
+        .into()),
+    }
+}
+
+/// Where the CRC-32 sits in a frame's bytes.
+struct CrcField {
+    at: usize,
+    stored: u32,
+}
+
+/// Checks the header and the sizes; the data is not read yet.
+fn parse_frame(bytes: &[u8]) -> Result<(Frame<'_>, CrcField), WireError> {
     if bytes.len() < 4 || &bytes[..4] != MAGIC {
         return fail(
             "bad_magic",
@@ -251,15 +315,18 @@ pub fn decode_frame(bytes: &[u8]) -> Result<Frame<'_>, WireError> {
             format!("{} bytes follow the frame's data", available - data_len),
         );
     }
-    let crc_at = header - 4;
-    let stored = u32::from_le_bytes([
-        bytes[crc_at],
-        bytes[crc_at + 1],
-        bytes[crc_at + 2],
-        bytes[crc_at + 3],
-    ]);
+    let at = header - 4;
+    let stored = u32::from_le_bytes([bytes[at], bytes[at + 1], bytes[at + 2], bytes[at + 3]]);
     let data = &bytes[header..];
-    let actual = checksum(&bytes[..crc_at], data);
+    Ok((Frame { dtype, shape, data }, CrcField { at, stored }))
+}
+
+/// Checks the data of a parsed frame: its CRC-32 and, for `:bool`, that each
+/// element is 0 or 1.
+fn check_frame(bytes: &[u8], frame: &Frame<'_>, crc: CrcField) -> Result<(), WireError> {
+    let CrcField { at, stored } = crc;
+    let (dtype, data) = (frame.dtype, frame.data);
+    let actual = checksum(&bytes[..at], data);
     if stored != actual {
         return fail(
             "checksum_mismatch",
@@ -276,7 +343,7 @@ pub fn decode_frame(bytes: &[u8]) -> Result<Frame<'_>, WireError> {
             );
         }
     }
-    Ok(Frame { dtype, shape, data })
+    Ok(())
 }
 
 // -----------------------------------------------------------------------------
@@ -598,6 +665,54 @@ mod tests {
         assert_eq!(kind_of(&b), "checksum_mismatch");
         let bools = encode_frame(Dtype::Bool, &[2], &[1, 2]);
         assert_eq!(kind_of(&bools), "invalid_bool");
+    }
+
+    #[test]
+    fn large_frames_are_checked_while_they_are_built() {
+        // 3 MB of data: above the size where the CRC runs on a second thread.
+        let n = 3 << 20;
+        let data: Vec<u8> = (0..n).map(|i| (i * 7 + i / 4096) as u8).collect();
+        let good = encode_frame(Dtype::Uint8, &[n as i32], &data);
+        // the CRC computed on the side equals zlib's CRC-32 of header and data
+        let at = header_len(1) - 4;
+        let crc = u32::from_le_bytes(good[at..at + 4].try_into().unwrap());
+        assert_eq!(
+            crc,
+            crc32fast::hash(&[&good[..at], &good[at + 4..]].concat())
+        );
+        let copy = |f: &Frame<'_>| Ok::<_, WireError>(f.data.to_vec());
+        assert_eq!(decode_frame_with(&good, copy).unwrap(), data);
+
+        // one flipped bit anywhere in the data: refused, as by decode_frame
+        for at in [header_len(1), good.len() / 2, good.len() - 1] {
+            let mut bad = good.clone();
+            bad[at] ^= 0x10;
+            let mut built = false;
+            let err = decode_frame_with(&bad, |f| {
+                built = true;
+                copy(f)
+            })
+            .unwrap_err();
+            assert!(built, "the data is copied while the CRC runs");
+            assert_eq!(err.kind, "checksum_mismatch");
+            assert_eq!(err, decode_frame(&bad).unwrap_err());
+        }
+
+        // a large :bool frame with a 2 in its last element
+        let mut flags = vec![1u8; n];
+        flags[n - 1] = 2;
+        let bools = encode_frame(Dtype::Bool, &[n as i32], &flags);
+        assert_eq!(
+            decode_frame_with(&bools, copy).unwrap_err().kind,
+            "invalid_bool"
+        );
+        // header errors come before anything is built
+        let mut b = good.clone();
+        b[5] = 99;
+        let err = decode_frame_with(&b, |_| -> Result<(), WireError> {
+            panic!("built a frame with a bad header")
+        });
+        assert_eq!(err.unwrap_err().kind, "unknown_dtype");
     }
 
     #[test]
