@@ -725,6 +725,8 @@ defmodule ExMLX do
   """
   @spec solve(Tensor.t(), Tensor.t(), keyword()) :: Tensor.t()
   def solve(%Tensor{} = a, %Tensor{} = b, opts \\ []) do
+    opts = Keyword.validate!(opts, [:triangular])
+
     on_cpu(a, fn %Tensor{ref: a} ->
       %Tensor{ref: b} = if b.device == :cpu, do: b, else: transfer(b, :cpu)
       Call.run(&Native.solve(&1, a, b, opts[:triangular])) |> Tensor.wrap()

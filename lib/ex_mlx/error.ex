@@ -7,6 +7,8 @@ defmodule ExMLX.Error do
     * `:argument` - a bad argument; the message names it
     * `:type` - a type MLX cannot represent or the operation does not take
     * `:device` - a device that is not available, or tensors on different devices
+    * `:out_of_memory` - the tensor would take active memory past the
+      memory limit (`ExMLX.Memory.set_memory_limit/1`); nothing was allocated
     * `:mlx` - MLX raised an exception; the message is MLX's
     * `:not_loaded` - the native library is missing (run `bin/setup`)
     * `:internal` - a bug in ExMLX; please report it

@@ -84,9 +84,25 @@ defmodule ExMLX.Memory do
   @doc """
   Sets MLX's memory limit in bytes; returns the previous limit.
 
-  The limit is a guideline for MLX's allocator: when it is reached MLX frees
-  its cache and waits for running work before allocating more. A limit below
-  the memory in use is accepted; work goes on, with the cache kept empty.
+  MLX's CPU allocator treats the limit as advice, so ExMLX enforces it: an
+  operation whose result would take active memory past the limit raises
+  `ExMLX.Error` with kind `:out_of_memory` before anything is allocated (a
+  deferred Nx operation raises where its result is used). Views (reshape,
+  transpose, broadcast, slice) allocate nothing and are not refused. Buffers
+  MLX allocates for intermediate results within one evaluation are not
+  checked. A limit below the memory in use is accepted: tensors already
+  there stay valid, new ones are refused until enough are freed.
+
+      iex> previous = ExMLX.Memory.set_memory_limit(1_000_000)
+      iex> try do
+      ...>   ExMLX.full(0, {:u, 8}, {2_000_000})
+      ...> rescue
+      ...>   e in ExMLX.Error -> e.kind
+      ...> end
+      :out_of_memory
+      iex> ExMLX.Memory.set_memory_limit(previous)
+      1_000_000
+
 
       iex> previous = ExMLX.Memory.set_memory_limit(2_000_000_000)
       iex> ExMLX.Memory.set_memory_limit(previous)

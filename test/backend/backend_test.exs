@@ -265,6 +265,22 @@ if Code.ensure_loaded?(Nx) do
       got = forward.(x, w1, w2)
       ExMLX.Backend.TestHelpers.assert_all_close(got, expected, atol: 1.0e-5)
     end
+
+    test "a deferred op past the memory limit raises :out_of_memory where it is read" do
+      previous = ExMLX.Memory.set_memory_limit(16 * 1024 * 1024)
+
+      try do
+        big = Nx.broadcast(Nx.tensor(1.0, backend: ExMLX.Backend), {4096, 4096})
+        # the add is queued without waiting; its refusal surfaces on reading
+        sum = big |> Nx.add(1.0) |> Nx.sum()
+        error = assert_raise ExMLX.Error, fn -> Nx.to_number(sum) end
+        assert error.kind == :out_of_memory
+      after
+        ExMLX.Memory.set_memory_limit(previous)
+      end
+
+      assert Nx.iota({3}, backend: ExMLX.Backend) |> Nx.add(1) |> Nx.to_list() == [1, 2, 3]
+    end
   end
 end
 

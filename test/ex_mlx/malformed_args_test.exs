@@ -120,7 +120,7 @@ defmodule ExMLX.MalformedArgsTest do
     outcomes =
       Enum.reduce(1..@calls, %{}, fn i, acc ->
         {name, arity} = Enum.at(nifs, rem(i, length(nifs)))
-        args = for _ <- 1..arity, do: random_term(tensors)
+        args = for _ <- 1..arity//1, do: random_term(tensors)
 
         outcome =
           try do

@@ -62,17 +62,30 @@ defmodule ExMLX.MemoryTest do
     assert Memory.set_cache_limit(old_cache) == 123 * @mb
   end
 
-  test "a memory limit below current use is accepted; work goes on with the cache emptied" do
+  test "a memory limit below current use is accepted: held tensors stay, new ones are refused" do
     {pid, _} = allocate_in_process(8 * @mb)
+    held = ExMLX.iota({:s, 32}, {1000}) |> ExMLX.eval()
     old = Memory.set_memory_limit(1024)
 
     try do
-      t = ExMLX.full(2.0, {:f, 32}, {1000}) |> ExMLX.multiply(ExMLX.full(3.0, {:f, 32}, {}))
-      assert ExMLX.sum(t) |> ExMLX.item() == 6000.0
+      # reading and viewing what exists needs no new buffer
+      assert ExMLX.to_binary(held) |> byte_size() == 4000
+      assert ExMLX.reshape(held, {10, 100}) |> ExMLX.shape() == {10, 100}
+
+      error =
+        assert_raise ExMLX.Error, fn ->
+          ExMLX.full(2.0, {:f, 32}, {1000}) |> ExMLX.multiply(ExMLX.full(3.0, {:f, 32}, {}))
+        end
+
+      assert error.kind == :out_of_memory
+      assert error.message =~ "memory limit of 1024 bytes"
     after
       Memory.set_memory_limit(old)
       send(pid, :drop)
     end
+
+    t = ExMLX.full(2.0, {:f, 32}, {1000}) |> ExMLX.multiply(ExMLX.full(3.0, {:f, 32}, {}))
+    assert ExMLX.sum(t) |> ExMLX.item() == 6000.0
   end
 
   test "clear_cache works with and without anything cached" do

@@ -40,7 +40,7 @@ fn from_binary<'a>(
                     .decode()
                     .map_err(|_| Error::Internal("the saved binary vanished".into()))?;
                 let array = host::array_from_bytes(binary.as_slice(), &shape, dtype)?;
-                Ok(NewTensor::new(array, device))
+                NewTensor::new(array, device)
             })
         })
     })())

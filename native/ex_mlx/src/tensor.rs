@@ -6,6 +6,7 @@ use std::sync::{Condvar, Mutex, MutexGuard};
 use ex_mlx_core::device::Device;
 use ex_mlx_core::dtype;
 use ex_mlx_core::error::{Error, Result};
+use ex_mlx_core::memory;
 use mlx_rs::{Array, Dtype};
 use rustler::{Encoder, Env, NifResult, Resource, ResourceArc, Term};
 
@@ -167,7 +168,17 @@ pub fn common_device(tensors: &[&TensorRef]) -> Result<Device> {
 pub struct NewTensor(pub TensorRef);
 
 impl NewTensor {
-    pub fn new(array: Array, device: Device) -> Self {
+    /// The result of an operation, refused with an `:out_of_memory` error
+    /// if its buffer would take active memory past the memory limit (MLX's
+    /// CPU allocator does not enforce the limit itself).
+    pub fn new(array: Array, device: Device) -> Result<Self> {
+        memory::check_allocation(array.nbytes())?;
+        Ok(NewTensor(Tensor::wrap(array, device)))
+    }
+
+    /// A result that shares its input's buffer (a reshape, transpose,
+    /// broadcast or slice), so allocates nothing to check.
+    pub fn view(array: Array, device: Device) -> Self {
         NewTensor(Tensor::wrap(array, device))
     }
 }

@@ -72,7 +72,7 @@ fn wire_decode<'a>(
                     ex_mlx_core::device::check_dtype(frame.dtype, device)?;
                     host::array_from_bytes(frame.data, &frame.shape, frame.dtype)
                 })?;
-                Ok(NewTensor::new(array, device))
+                NewTensor::new(array, device)
             })
         })
     })())

@@ -1,7 +1,8 @@
 //! The one error type of ExMLX's native side.
 //!
 //! The NIF hands every error to Elixir as `{kind, message}`, `kind` being
-//! [`Error::kind`] (`:mlx`, `:argument`, `:type`, `:device`, `:internal`);
+//! [`Error::kind`] (`:mlx`, `:argument`, `:type`, `:device`,
+//! `:out_of_memory`, `:internal`, or a wire-format defect);
 //! `ExMLX.Error` turns it into an exception whose message a person can act on.
 
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
@@ -21,6 +22,10 @@ pub enum Error {
     /// A device that is missing, or tensors on different devices.
     #[error("{0}")]
     Device(String),
+
+    /// A tensor that would take active memory past the memory limit.
+    #[error("{0}")]
+    OutOfMemory(String),
 
     /// A bug in ExMLX (e.g. a caught panic); the message says where.
     #[error("{0}")]
@@ -48,6 +53,7 @@ impl Error {
             Error::Argument { .. } => "argument",
             Error::Type(_) => "type",
             Error::Device(_) => "device",
+            Error::OutOfMemory(_) => "out_of_memory",
             Error::Internal(_) => "internal",
             Error::Wire(e) => e.kind,
         }

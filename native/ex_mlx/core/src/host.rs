@@ -70,6 +70,7 @@ pub fn check_bytes(bytes: &[u8], shape: &[i32], dtype: Dtype) -> Result<()> {
 /// row-major, in `shape`.
 pub fn array_from_bytes(bytes: &[u8], shape: &[i32], dtype: Dtype) -> Result<Array> {
     check_bytes(bytes, shape, dtype)?;
+    crate::memory::check_allocation(bytes.len())?;
     if bytes.is_empty() {
         // MLX wants a valid pointer even for zero elements.
         let nothing = [0u8; 16];

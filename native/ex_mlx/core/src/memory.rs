@@ -30,6 +30,31 @@ pub fn clear_cache() -> Result<()> {
     Ok(mlx_rs::memory::clear_cache()?)
 }
 
+/// Refuses to allocate `bytes` when that would take MLX's active memory past
+/// its memory limit.
+///
+/// MLX's CPU allocator treats the limit as advice and allocates anyway (a
+/// 256 MB array under a 64 MB limit), and with the OS overcommitting memory
+/// an allocation too large for the machine ends in the OOM killer, not in an
+/// error. ExMLX therefore checks every new buffer it creates, before MLX
+/// allocates it. Buffers MLX allocates for intermediate results inside one
+/// evaluation are not seen here; a `malloc` failure there is an MLX error.
+pub fn check_allocation(bytes: usize) -> Result<()> {
+    if bytes == 0 {
+        return Ok(());
+    }
+    let limit = mlx_rs::memory::memory_limit()?;
+    let active = mlx_rs::memory::active_memory()?;
+    if active.saturating_add(bytes) > limit {
+        return Err(Error::OutOfMemory(format!(
+            "a tensor of {bytes} bytes would exceed the memory limit of {limit} bytes \
+             ({active} bytes are in use); free tensors, or raise the limit with \
+             ExMLX.Memory.set_memory_limit/1"
+        )));
+    }
+    Ok(())
+}
+
 /// Sets the memory limit; returns the previous one.
 pub fn set_memory_limit(bytes: usize) -> Result<usize> {
     Ok(mlx_rs::memory::set_memory_limit(bytes)?)

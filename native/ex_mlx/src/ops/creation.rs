@@ -30,10 +30,7 @@ fn full<'a>(
         // Checked here so the error names the value before any work is queued.
         creation::scalar_bytes(value, dtype)?;
         submit(env, tag, device, move || {
-            Ok(NewTensor::new(
-                creation::full(value, dtype, &shape)?,
-                device,
-            ))
+            NewTensor::new(creation::full(value, dtype, &shape)?, device)
         })
     })())
 }
@@ -54,7 +51,7 @@ fn iota<'a>(
         let device = decode_device("device", device)?;
         ex_mlx_core::device::check_dtype(dtype, device)?;
         submit(env, tag, device, move || {
-            Ok(NewTensor::new(creation::iota(dtype, &shape, axis)?, device))
+            NewTensor::new(creation::iota(dtype, &shape, axis)?, device)
         })
     })())
 }
@@ -79,7 +76,7 @@ fn eye<'a>(
         let dtype = decode_type("type", type_)?;
         let device = decode_device("device", device)?;
         submit(env, tag, device, move || {
-            Ok(NewTensor::new(creation::eye(n, m, dtype)?, device))
+            NewTensor::new(creation::eye(n, m, dtype)?, device)
         })
     })())
 }
@@ -98,7 +95,7 @@ fn convert_nif<'a>(
         let device = t.device;
         ex_mlx_core::device::check_dtype(dtype, device)?;
         submit(env, tag, device, move || {
-            Ok(NewTensor::new(convert(&t.array()?, dtype)?, device))
+            NewTensor::new(convert(&t.array()?, dtype)?, device)
         })
     })())
 }

@@ -41,7 +41,7 @@ fn transfer<'a>(
                     Ok(array)
                 });
                 match evaluated {
-                    Ok(array) => replier.send(Ok(NewTensor::new(array, to))),
+                    Ok(array) => replier.send(Ok(NewTensor::view(array, to))),
                     Err(e) => replier.send::<NewTensor>(Err(e)),
                 }
             }),

@@ -21,10 +21,7 @@ fn unary<'a>(
         let t = decode_tensor("tensor", t)?;
         let device = t.device;
         submit(env, tag, device, move || {
-            Ok(NewTensor::new(
-                elementwise::unary(&op, &t.array()?)?,
-                device,
-            ))
+            NewTensor::new(elementwise::unary(&op, &t.array()?)?, device)
         })
     })())
 }
@@ -44,10 +41,7 @@ fn binary<'a>(
         let b = decode_tensor("b", b)?;
         let device = common_device(&[&a, &b])?;
         submit(env, tag, device, move || {
-            Ok(NewTensor::new(
-                elementwise::binary(&op, &a.array()?, &b.array()?)?,
-                device,
-            ))
+            NewTensor::new(elementwise::binary(&op, &a.array()?, &b.array()?)?, device)
         })
     })())
 }

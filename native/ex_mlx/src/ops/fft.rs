@@ -26,10 +26,7 @@ fn fft<'a>(
         let axis = decode_int("axis", axis)?;
         let device = t.device;
         submit(env, tag, device, move || {
-            Ok(NewTensor::new(
-                fft::fft1(&op, &t.array()?, n, axis)?,
-                device,
-            ))
+            NewTensor::new(fft::fft1(&op, &t.array()?, n, axis)?, device)
         })
     })())
 }
@@ -51,10 +48,10 @@ fn fft2<'a>(
         let axes = decode_ints("axes", axes)?;
         let device = t.device;
         submit(env, tag, device, move || {
-            Ok(NewTensor::new(
+            NewTensor::new(
                 fft::fft2(&op, &t.array()?, lengths.as_deref(), &axes)?,
                 device,
-            ))
+            )
         })
     })())
 }

@@ -21,10 +21,7 @@ fn take<'a>(
         let axis = decode_int("axis", axis)?;
         let device = common_device(&[&t, &idx])?;
         submit(env, tag, device, move || {
-            Ok(NewTensor::new(
-                indexing::take(&t.array()?, &idx.array()?, axis)?,
-                device,
-            ))
+            NewTensor::new(indexing::take(&t.array()?, &idx.array()?, axis)?, device)
         })
     })())
 }
@@ -43,10 +40,10 @@ fn take_along_axis<'a>(
         let axis = decode_int("axis", axis)?;
         let device = common_device(&[&t, &idx])?;
         submit(env, tag, device, move || {
-            Ok(NewTensor::new(
+            NewTensor::new(
                 indexing::take_along_axis(&t.array()?, &idx.array()?, axis)?,
                 device,
-            ))
+            )
         })
     })())
 }
@@ -65,10 +62,7 @@ fn gather<'a>(
         let axes = decode_ints("axes", axes)?;
         let device = common_device(&[&t, &idx])?;
         submit(env, tag, device, move || {
-            Ok(NewTensor::new(
-                indexing::gather(&t.array()?, &idx.array()?, &axes)?,
-                device,
-            ))
+            NewTensor::new(indexing::gather(&t.array()?, &idx.array()?, &axes)?, device)
         })
     })())
 }
@@ -93,7 +87,7 @@ fn scatter<'a>(
         let device = common_device(&[&t, &idx, &upd])?;
         submit(env, tag, device, move || {
             let out = indexing::scatter(&t.array()?, &idx.array()?, &upd.array()?, &axes, add)?;
-            Ok(NewTensor::new(out, device))
+            NewTensor::new(out, device)
         })
     })())
 }

@@ -19,10 +19,7 @@ fn matmul<'a>(
         let b = decode_tensor("b", b)?;
         let device = common_device(&[&a, &b])?;
         submit(env, tag, device, move || {
-            Ok(NewTensor::new(
-                linalg::matmul(&a.array()?, &b.array()?)?,
-                device,
-            ))
+            NewTensor::new(linalg::matmul(&a.array()?, &b.array()?)?, device)
         })
     })())
 }
@@ -82,10 +79,9 @@ fn linalg<'a>(
                     ))
                 }
             };
-            Ok(outs
-                .into_iter()
+            outs.into_iter()
                 .map(|o| NewTensor::new(o, device))
-                .collect::<Vec<_>>())
+                .collect::<Result<Vec<_>, _>>()
         })
     })())
 }
@@ -122,7 +118,7 @@ fn solve<'a>(
                 None => linalg::solve(&a.array()?, &b.array()?)?,
                 Some(upper) => linalg::solve_triangular(&a.array()?, &b.array()?, upper)?,
             };
-            Ok(NewTensor::new(out, device))
+            NewTensor::new(out, device)
         })
     })())
 }
@@ -144,10 +140,10 @@ fn tensordot<'a>(
         let axes_b = crate::term::decode_ints("axes_b", axes_b)?;
         let device = common_device(&[&a, &b])?;
         submit(env, tag, device, move || {
-            Ok(NewTensor::new(
+            NewTensor::new(
                 linalg::tensordot(&a.array()?, &b.array()?, &axes_a, &axes_b)?,
                 device,
-            ))
+            )
         })
     })())
 }
@@ -181,10 +177,7 @@ fn einsum<'a>(
                 .iter()
                 .map(|t| t.array())
                 .collect::<std::result::Result<_, _>>()?;
-            Ok(NewTensor::new(
-                linalg::einsum(&subscripts, &arrays)?,
-                device,
-            ))
+            NewTensor::new(linalg::einsum(&subscripts, &arrays)?, device)
         })
     })())
 }
@@ -230,7 +223,7 @@ fn conv<'a>(
                 &input_dilation,
                 groups,
             )?;
-            Ok(NewTensor::new(out, device))
+            NewTensor::new(out, device)
         })
     })())
 }

@@ -26,7 +26,7 @@ fn reduce<'a>(
         let device = t.device;
         submit(env, tag, device, move || {
             let out = reduce::reduce(&op, &t.array()?, axes.as_deref(), keep_dims)?;
-            Ok(NewTensor::new(out, device))
+            NewTensor::new(out, device)
         })
     })())
 }
@@ -48,7 +48,7 @@ fn arg_reduce<'a>(
         let device = t.device;
         submit(env, tag, device, move || {
             let out = reduce::arg_reduce(&op, &t.array()?, axis, keep_dims)?;
-            Ok(NewTensor::new(out, device))
+            NewTensor::new(out, device)
         })
     })())
 }
@@ -92,7 +92,7 @@ fn window<'a>(
                 &padding,
                 &dilations,
             )?;
-            Ok(NewTensor::new(out, device))
+            NewTensor::new(out, device)
         })
     })())
 }

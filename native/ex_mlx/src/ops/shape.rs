@@ -24,7 +24,8 @@ where
 {
     let device = t.device;
     submit(env, tag, device, move || {
-        Ok(NewTensor::new(op(&t.array()?)?, device))
+        // every op given here makes a view: no new buffer
+        Ok(NewTensor::view(op(&t.array()?)?, device))
     })
 }
 
@@ -138,7 +139,7 @@ fn join<'a>(
         } else {
             shape::concatenate(&arrays, axis)?
         };
-        Ok(NewTensor::new(out, device))
+        NewTensor::new(out, device)
     })
 }
 
@@ -178,10 +179,7 @@ where
     let c = decode_tensor(names[2], terms[2])?;
     let device = common_device(&[&a, &b, &c])?;
     submit(env, tag, device, move || {
-        Ok(NewTensor::new(
-            op(&a.array()?, &b.array()?, &c.array()?)?,
-            device,
-        ))
+        NewTensor::new(op(&a.array()?, &b.array()?, &c.array()?)?, device)
     })
 }
 
@@ -254,10 +252,10 @@ fn pad<'a>(
             })
             .collect::<Result<Vec<_>>>()?;
         submit(env, tag, device, move || {
-            Ok(NewTensor::new(
+            NewTensor::new(
                 shape::pad_general(&t.array()?, &config, &value.array()?)?,
                 device,
-            ))
+            )
         })
     })())
 }
@@ -277,10 +275,10 @@ fn dynamic_slice<'a>(
         let lengths = decode_shape("lengths", lengths)?;
         let device = common_device(&[&t, &starts])?;
         submit(env, tag, device, move || {
-            Ok(NewTensor::new(
+            NewTensor::new(
                 shape::dynamic_slice(&t.array()?, &starts.array()?, &lengths)?,
                 device,
-            ))
+            )
         })
     })())
 }

@@ -29,7 +29,7 @@ fn sort<'a>(
             } else {
                 sort::sort(&t.array()?, axis, descending)?
             };
-            Ok(NewTensor::new(out, device))
+            NewTensor::new(out, device)
         })
     })())
 }
@@ -49,8 +49,8 @@ fn top_k<'a>(
         submit(env, tag, device, move || {
             let (values, indices) = sort::top_k(&t.array()?, k)?;
             Ok(vec![
-                NewTensor::new(values, device),
-                NewTensor::new(indices, device),
+                NewTensor::new(values, device)?,
+                NewTensor::new(indices, device)?,
             ])
         })
     })())
@@ -70,10 +70,7 @@ fn partition<'a>(
         let axis = decode_int("axis", axis)?;
         let device = t.device;
         submit(env, tag, device, move || {
-            Ok(NewTensor::new(
-                sort::partition(&t.array()?, kth, axis)?,
-                device,
-            ))
+            NewTensor::new(sort::partition(&t.array()?, kth, axis)?, device)
         })
     })())
 }
@@ -95,10 +92,10 @@ fn cumulative<'a>(
         let reverse = decode_bool("reverse", reverse)?;
         let device = t.device;
         submit(env, tag, device, move || {
-            Ok(NewTensor::new(
+            NewTensor::new(
                 cumulative::cumulative(&op, &t.array()?, axis, reverse)?,
                 device,
-            ))
+            )
         })
     })())
 }

@@ -1,0 +1,319 @@
+defmodule ExMLX.Reliability.BadInputTest do
+  # Calls every public function of ExMLX's modules with random, mostly wrong
+  # arguments from a seeded generator: wrong types, huge or negative dims,
+  # axes out of range, mismatched shapes and types, binaries of the wrong
+  # size, malformed wire frames and bundle files. Every call must return (a
+  # value or an error tuple) or raise an Elixir exception; the VM lives on.
+  use ExUnit.Case, async: false
+  @moduletag :reliability
+  @moduletag timeout: 180_000
+
+  import Bitwise
+
+  @calls 100_000
+  @seed 20_261_123
+  # Bounds what an accidentally valid call may allocate.
+  @memory_limit 512 * 1024 * 1024
+
+  # Functions left out, and why:
+  #   start_monitor/stop_monitor - start and stop supervised processes; the
+  #     memory tests cover their argument checks.
+  @skip [{ExMLX.Memory, :start_monitor}, {ExMLX.Memory, :stop_monitor}]
+
+  defp modules do
+    # (ExMLX.Telemetry's functions are internal: @doc false)
+    base = [ExMLX, ExMLX.Wire, ExMLX.Memory, ExMLX.Tensor]
+    if Code.ensure_loaded?(ExMLX.Backend), do: base ++ [ExMLX.Backend], else: base
+  end
+
+  defp functions do
+    for module <- modules(),
+        {name, arity} <- module.__info__(:functions),
+        arity > 0,
+        {module, name} not in @skip,
+        not String.starts_with?(Atom.to_string(name), "__") do
+      {module, name, arity}
+    end
+  end
+
+  # -- the generator ----------------------------------------------------------
+
+  defp pick(list), do: Enum.at(list, :rand.uniform(length(list)) - 1)
+
+  defp random_term(pool, depth \\ 0) do
+    case :rand.uniform(if(depth > 1, do: 15, else: 19)) do
+      1 ->
+        pick([:cpu, :gpu, :tpu, nil, true, false, :sum, :nope, :bool, :nx, :mlx, :infinity])
+
+      2 ->
+        pick([0, 1, -1, 2, 3, -7, 1 <<< 31, -(1 <<< 31) - 1, 1 <<< 64, -(1 <<< 70), 65_537])
+
+      3 ->
+        pick([0.5, -1.0e308, 1.0e308, 3.0, -0.0])
+
+      4 ->
+        :crypto.strong_rand_bytes(:rand.uniform(33) - 1)
+
+      5 ->
+        pick(pool.tensors)
+
+      6 ->
+        pick([
+          {:f, 32},
+          {:s, 64},
+          {:u, 8},
+          {:f, 8},
+          {:c, 128},
+          {:x, 1},
+          {:f, -1},
+          :bool,
+          {:bf, 16}
+        ])
+
+      7 ->
+        pick([
+          {},
+          {2},
+          {2, 3},
+          {3, 2},
+          {-1},
+          {0, 5},
+          {1 <<< 31},
+          {65_536, 65_536, 65_536},
+          {:a},
+          List.to_tuple(List.duplicate(1, 40))
+        ])
+
+      8 ->
+        pick([[], [0], [-1], [5], [0, 0], [1, -2], [1 <<< 40], [0, 1, 2, 3, 4, 5]])
+
+      9 ->
+        pick(pool.frames)
+
+      10 ->
+        pick([make_ref(), self(), fn -> :ok end, fn _ -> :ok end, %{a: 1}, ~c"abc"])
+
+      11 ->
+        random_options(pool, depth)
+
+      12 ->
+        pick(["", "abc", <<0, 0, 0>>, pool.path, pool.bad_file])
+
+      13 ->
+        pick([[{1, 2}], [{-1, 0}, {0, -5}], [{1 <<< 40, 0}], [{0, 0, 1}], [{1, 1, -1}]])
+
+      14 ->
+        %{"a" => pick(pool.tensors), "b" => random_term(pool, depth + 1)}
+
+      15 ->
+        pick(pool.nx)
+
+      16 ->
+        Enum.map(1..:rand.uniform(3), fn _ -> random_term(pool, depth + 1) end)
+
+      17 ->
+        List.to_tuple(Enum.map(1..:rand.uniform(3), fn _ -> random_term(pool, depth + 1) end))
+
+      18 ->
+        Enum.map(1..:rand.uniform(3), fn _ -> pick(pool.tensors) end)
+
+      19 ->
+        {random_term(pool, depth + 1), random_term(pool, depth + 1)}
+    end
+  end
+
+  @option_keys [:device, :axes, :axis, :type, :keep_axes, :as, :names, :metadata, :reverse] ++
+                 [:stable, :direction, :strides, :padding, :k, :mode, :tie_break, :label]
+
+  defp random_options(pool, depth) do
+    for _ <- 1..:rand.uniform(3) do
+      {pick(@option_keys), random_term(pool, depth + 1)}
+    end
+  end
+
+  # Arguments that name files stay inside the test's own directory.
+  defp random_args(pool, ExMLX.Wire, name, arity) when name in [:write_bundle, :read_bundle] do
+    path = pick([pool.path, pool.bad_file, pool.missing, pool.dir, pool.truncated])
+    [path | for(_ <- 2..arity//1, do: random_term(pool))]
+  end
+
+  # Tensors are put where tensors usually go (first) more often, so calls
+  # get past the first clause and fail deeper: in the argument checks of
+  # the NIFs and in MLX.
+  defp random_args(pool, module, _name, arity) when module in [ExMLX, ExMLX.Wire] do
+    for position <- 1..arity do
+      chance = if position == 1, do: 0.6, else: 0.4
+      if :rand.uniform() < chance, do: pick(pool.tensors), else: plausible_or_random(pool)
+    end
+  end
+
+  defp random_args(pool, _module, _name, arity), do: for(_ <- 1..arity, do: random_term(pool))
+
+  # Half the time a value of a kind some function takes (a type, a shape,
+  # axes, options), half the time anything.
+  defp plausible_or_random(pool) do
+    if :rand.uniform() < 0.5 do
+      pick([
+        pick([{:f, 32}, {:s, 32}, {:u, 8}, :bool, {:f, 64}, {:c, 64}]),
+        pick([{}, {6}, {3, 2}, {2, 3}, {1, 6}, {6, 1, 1}, {4}]),
+        pick([[0], [1], [-1], [0, 1], [1, 0], [2], [0, 0]]),
+        pick([0, 1, 2, -1, 5]),
+        pick([1.5, -2.0]),
+        random_options(pool, 1)
+      ])
+    else
+      random_term(pool)
+    end
+  end
+
+  # -- the pool of values ------------------------------------------------------
+
+  defp pool(dir) do
+    tensors = [
+      ExMLX.iota({:f, 32}, {2, 3}),
+      ExMLX.iota({:s, 64}, {4}),
+      ExMLX.iota({:f, 64}, {3, 2}),
+      ExMLX.full(1, {:u, 8}, {}),
+      ExMLX.full(1, :bool, {3}),
+      ExMLX.from_binary(<<>>, {:f, 16}, {0, 2}),
+      ExMLX.full({1.0, 2.0}, {:c, 64}, {2, 1}),
+      ExMLX.iota({:s, 32}, {2, 3, 4}) |> ExMLX.transpose([2, 0, 1])
+    ]
+
+    frame = ExMLX.Wire.encode(ExMLX.iota({:s, 16}, {3}))
+
+    frames = [
+      frame,
+      binary_part(frame, 0, byte_size(frame) - 1),
+      frame <> <<0>>,
+      "EXMX" <> binary_part(frame, 4, 4),
+      :binary.replace(frame, <<12>>, <<99>>),
+      flip_byte(frame, byte_size(frame) - 1),
+      flip_byte(frame, 5),
+      <<"EXMX", 1, 12, 3, 0>> <> :binary.copy(<<255>>, 40)
+    ]
+
+    path = Path.join(dir, "good.safetensors")
+    :ok = ExMLX.Wire.write_bundle(path, %{"x" => hd(tensors)})
+    bad_file = Path.join(dir, "garbage.safetensors")
+    File.write!(bad_file, :crypto.strong_rand_bytes(64))
+    truncated = Path.join(dir, "truncated.safetensors")
+    File.write!(truncated, binary_part(File.read!(path), 0, 20))
+
+    nx =
+      if Code.ensure_loaded?(Nx) do
+        # (called through a variable: Nx is optional at compile time)
+        nx = Nx
+
+        [
+          nx.iota({2, 2}),
+          nx.tensor([1.0, 2.0], type: :f64),
+          nx.iota({3}, backend: ExMLX.Backend),
+          nx.template({2}, {:f, 32})
+        ]
+      else
+        [{:not_nx, 1}]
+      end
+
+    %{
+      tensors: tensors,
+      frames: frames,
+      nx: nx,
+      path: path,
+      bad_file: bad_file,
+      truncated: truncated,
+      missing: Path.join([dir, "missing", "x.safetensors"]),
+      dir: dir
+    }
+  end
+
+  defp flip_byte(binary, at) do
+    <<before::binary-size(at), byte, rest::binary>> = binary
+    <<before::binary, bxor(byte, 0x5A), rest::binary>>
+  end
+
+  # -- the run -----------------------------------------------------------------
+
+  defp outcome(module, name, args) do
+    case apply(module, name, args) do
+      {:error, _} -> :error_tuple
+      _ -> :value
+    end
+  rescue
+    e ->
+      {:raised, e.__struct__}
+  catch
+    :exit, _ -> :exit
+    :throw, _ -> :throw
+  end
+
+  defp drain do
+    receive do
+      _ -> drain()
+    after
+      0 -> :ok
+    end
+  end
+
+  @tag :tmp_dir
+  test "#{@calls} random bad calls to every public function leave the VM alive", %{tmp_dir: dir} do
+    :rand.seed(:exsss, {@seed, @seed, @seed})
+    memory_limit = ExMLX.Memory.set_memory_limit(@memory_limit)
+    cache_limit = ExMLX.Memory.stats().cache_limit
+
+    on_exit(fn ->
+      ExMLX.Memory.set_memory_limit(memory_limit)
+      ExMLX.Memory.set_cache_limit(cache_limit)
+    end)
+
+    functions = functions()
+    assert length(functions) >= 140
+
+    {outcomes, _pool} =
+      Enum.reduce(1..@calls, {%{}, pool(dir)}, fn i, {acc, pool} ->
+        {module, name, arity} = pick(functions)
+        result = outcome(module, name, random_args(pool, module, name, arity))
+
+        # Undo what a call may have changed for the calls after it.
+        if module == ExMLX.Memory do
+          ExMLX.Memory.set_memory_limit(@memory_limit)
+          ExMLX.Memory.set_cache_limit(cache_limit)
+        end
+
+        # Fresh tensors now and then (random calls deallocate some).
+        pool =
+          if rem(i, 1000) == 0 do
+            drain()
+            pool(dir)
+          else
+            pool
+          end
+
+        {Map.update(acc, result, 1, &(&1 + 1)), pool}
+      end)
+
+    drain()
+
+    summary =
+      Enum.group_by(outcomes, fn
+        {{:raised, _}, _} -> :raised
+        {kind, _} -> kind
+      end)
+      |> Map.new(fn {kind, entries} -> {kind, entries |> Enum.map(&elem(&1, 1)) |> Enum.sum()} end)
+
+    raised = for {{:raised, module}, n} <- outcomes, into: %{}, do: {inspect(module), n}
+
+    IO.puts("\n  bad-input calls to #{length(functions)} public functions: #{inspect(summary)}")
+    IO.puts("  exceptions raised: #{inspect(raised)}")
+
+    assert Enum.sum(Map.values(summary)) == @calls
+    # Most calls must be refused: the generator makes wrong arguments.
+    assert summary[:raised] + Map.get(summary, :error_tuple, 0) > div(@calls, 2)
+
+    # The VM, the workers and MLX still work.
+    assert ExMLX.iota({:s, 32}, {4}) |> ExMLX.sum() |> ExMLX.item() == 6
+
+    assert ExMLX.Wire.decode!(ExMLX.Wire.encode(ExMLX.iota({:u, 8}, {3}))) |> ExMLX.to_list() ==
+             [0, 1, 2]
+  end
+end
