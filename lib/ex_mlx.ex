@@ -126,7 +126,11 @@ defmodule ExMLX do
       {3, 12}
   """
   @spec size(Tensor.t()) :: {non_neg_integer(), non_neg_integer()}
-  def size(%Tensor{ref: ref}), do: Native.tensor_size(ref)
+  def size(%Tensor{ref: ref}) do
+    # (waits for a deferred result, raising its error if it failed)
+    Call.info(ref)
+    Native.tensor_size(ref)
+  end
 
   # ---------------------------------------------------------------------------
   # Evaluation
@@ -370,8 +374,7 @@ defmodule ExMLX do
         {2}
     """
     @spec unquote(op)(Tensor.t(), Tensor.t()) :: Tensor.t()
-    def unquote(op)(%Tensor{ref: a}, %Tensor{ref: b}),
-      do: Call.run(&Native.binary(&1, unquote(op), a, b)) |> Tensor.wrap()
+    def unquote(op)(%Tensor{} = a, %Tensor{} = b), do: binary_op(unquote(op), a, b)
   end
 
   @doc """
@@ -383,8 +386,27 @@ defmodule ExMLX do
       <<2::32-signed-little, 4::32-signed-little>>
   """
   @spec add(Tensor.t(), Tensor.t()) :: Tensor.t()
-  def add(%Tensor{ref: a}, %Tensor{ref: b}),
-    do: Call.run(&Native.binary(&1, :add, a, b)) |> Tensor.wrap()
+  def add(%Tensor{} = a, %Tensor{} = b), do: binary_op(:add, a, b)
+
+  # add, subtract, multiply, max and min return at once: their result's
+  # shape and type follow from the inputs' (ExMLX.Prediction), so the worker
+  # builds the graph node in the background and only reading data waits. An
+  # error MLX raises there (say, running out of memory) surfaces where the
+  # result is used. Other operations wait for the worker's answer.
+  @predicted ExMLX.Prediction.ops()
+
+  defp binary_op(op, a, b) when op in @predicted do
+    case ExMLX.Prediction.binary(op, a, b) do
+      {:ok, shape, type} ->
+        {ref, device} = Call.defer_exact(&Native.binary(&1, op, a.ref, b.ref), type, shape)
+        %Tensor{ref: ref, shape: shape, type: type, device: device}
+
+      :unknown ->
+        Call.run(&Native.binary(&1, op, a.ref, b.ref)) |> Tensor.wrap()
+    end
+  end
+
+  defp binary_op(op, a, b), do: Call.run(&Native.binary(&1, op, a.ref, b.ref)) |> Tensor.wrap()
 
   # ---------------------------------------------------------------------------
   # Reductions

@@ -33,6 +33,18 @@ defmodule ExMLX.Call do
     end
   end
 
+  @doc """
+  Queues a tensor-producing NIF in deferred mode for a result whose `type`
+  and `shape` the caller predicted (ExMLX.Prediction): returns `{ref,
+  device}` at once; the worker checks the prediction.
+  """
+  def defer_exact(nif, type, shape) when is_function(nif, 1) do
+    case nif.({:deferred, type, shape}) do
+      {:deferred, ref, device} -> {ref, device}
+      {:error, reason} -> raise ExMLX.Error.from_reason(reason)
+    end
+  end
+
   @doc "`{shape, type, device}` of a tensor reference, waiting if it is still being computed."
   def info(ref) do
     case ExMLX.Native.tensor_info(ref) do

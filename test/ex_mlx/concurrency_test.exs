@@ -163,14 +163,25 @@ defmodule ExMLX.DeferredTest do
       Call.run(&Native.to_binary(&1, bad))
     end
 
-    # and in what is built on it
-    {later, _} = Call.defer(&Native.unary(&1, :negate, bad), {:f, 32})
-
+    # an op on a tensor known to have failed is refused at the call
     assert_raise ExMLX.Error, ~r/axis 5 is out of range/, fn ->
-      Call.run(&Native.item(&1, later))
+      Call.defer(&Native.unary(&1, :negate, bad), {:f, 32})
     end
 
-    assert_raise ExMLX.Error, ~r/axis 5 is out of range/, fn -> Call.info(later) end
+    # one queued while its input is (maybe) still pending gets the error
+    # either at the call or where its own result is used
+    {pending, _} = Call.defer(&Native.reduce(&1, :sum, t.ref, [5], false), {:f, 32})
+
+    error =
+      try do
+        {later, _} = Call.defer(&Native.unary(&1, :negate, pending), {:f, 32})
+        Call.info(later)
+      rescue
+        e in ExMLX.Error -> e
+      end
+
+    assert %ExMLX.Error{message: message} = error
+    assert message =~ "axis 5 is out of range"
   end
 
   test "operations without a one-tensor result refuse deferred mode" do

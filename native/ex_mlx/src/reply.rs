@@ -10,7 +10,10 @@
 //!   by the worker (cast to `type` if MLX produced another). Nothing is sent
 //!   back; an error is stored in the tensor and raised where it is used. The
 //!   Nx backend uses this: Nx knows every result's shape and type, so only
-//!   reading data has to wait, and an op costs no thread round trip.
+//!   reading data has to wait, and an op costs no thread round trip;
+//! * `{:deferred, type, shape}`: the same, for results whose type and shape
+//!   the caller predicted by MLX's own rules (`ExMLX`'s element-wise
+//!   arithmetic); the worker checks the prediction instead of casting.
 
 use std::any::Any;
 
@@ -77,12 +80,59 @@ impl Encoder for Submitted {
     }
 }
 
-/// `Some(cast type)` when `tag` asks for deferred mode.
-fn deferred_type(tag: Term) -> Result<Option<Dtype>> {
-    match tag.decode::<(Atom, Term)>() {
-        Ok((atom, type_)) if atom == deferred() => crate::term::decode_type("tag", type_).map(Some),
-        _ => Ok(None),
+/// What a deferred result must be.
+enum Expected {
+    /// `{:deferred, type}`: cast to `type` if MLX produced another (Nx
+    /// decides result types, and they can differ from MLX's).
+    Cast(Dtype),
+    /// `{:deferred, type, shape}`: exactly this type and shape, as the caller
+    /// predicted them from MLX's rules; anything else is an `:internal` error
+    /// (a wrong prediction must never pass unnoticed).
+    Exact(Dtype, Vec<i32>),
+}
+
+impl Expected {
+    fn dtype(&self) -> Dtype {
+        match self {
+            Expected::Cast(d) | Expected::Exact(d, _) => *d,
+        }
     }
+
+    fn apply(&self, array: mlx_rs::Array) -> Result<mlx_rs::Array> {
+        match self {
+            Expected::Cast(cast) if array.dtype() == *cast => Ok(array),
+            Expected::Cast(cast) => Ok(array.as_dtype(*cast)?),
+            Expected::Exact(dtype, shape) if array.dtype() == *dtype && array.shape() == shape => {
+                Ok(array)
+            }
+            Expected::Exact(dtype, shape) => Err(Error::Internal(format!(
+                "ExMLX predicted shape {} and type {}, MLX produced shape {} and type {}",
+                ex_mlx_core::dtype::display_shape(shape),
+                ex_mlx_core::dtype::display(*dtype),
+                ex_mlx_core::dtype::display_shape(array.shape()),
+                ex_mlx_core::dtype::display(array.dtype()),
+            ))),
+        }
+    }
+}
+
+/// `Some(expected result)` when `tag` asks for deferred mode.
+fn expected_result(tag: Term) -> Result<Option<Expected>> {
+    if let Ok((atom, type_)) = tag.decode::<(Atom, Term)>() {
+        if atom == deferred() {
+            return Ok(Some(Expected::Cast(crate::term::decode_type(
+                "tag", type_,
+            )?)));
+        }
+    }
+    if let Ok((atom, type_, shape)) = tag.decode::<(Atom, Term, Term)>() {
+        if atom == deferred() {
+            let dtype = crate::term::decode_type("tag", type_)?;
+            let shape = crate::term::decode_shape("tag", shape)?;
+            return Ok(Some(Expected::Exact(dtype, shape)));
+        }
+    }
+    Ok(None)
 }
 
 /// The array inside a tensor-producing result (deferred mode only).
@@ -103,8 +153,8 @@ where
     T: Encoder + Send + 'static,
     F: FnOnce() -> Result<T> + Send + 'static,
 {
-    if let Some(cast) = deferred_type(tag)? {
-        ex_mlx_core::device::check_dtype(cast, device)?;
+    if let Some(expected) = expected_result(tag)? {
+        ex_mlx_core::device::check_dtype(expected.dtype(), device)?;
         let out = Tensor::pending(device);
         let target = out.clone();
         worker::submit(
@@ -112,13 +162,7 @@ where
             Box::new(move || {
                 let result = worker::run_caught(work)
                     .and_then(into_array)
-                    .and_then(|array| {
-                        if array.dtype() == cast {
-                            Ok(array)
-                        } else {
-                            Ok(array.as_dtype(cast)?)
-                        }
-                    });
+                    .and_then(|array| expected.apply(array));
                 target.fill(result);
             }),
         )?;

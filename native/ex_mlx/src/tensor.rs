@@ -124,6 +124,16 @@ impl Tensor {
         }
     }
 
+    /// `Ok` unless the tensor was deallocated or its deferred operation
+    /// failed (a pending tensor is fine). Does not wait.
+    pub fn check_usable(&self) -> Result<()> {
+        match &*self.lock() {
+            State::Ready { .. } | State::Pending => Ok(()),
+            State::Failed(e) => Err(e.clone()),
+            State::Deallocated => Err(deallocated()),
+        }
+    }
+
     /// Replaces the array by an equal one (e.g. its evaluated, contiguous
     /// copy), unless the tensor was deallocated meanwhile.
     pub fn replace(&self, array: Array) -> Result<()> {

@@ -117,13 +117,18 @@ pub fn decode_device(name: &'static str, term: Term) -> Result<Device, Error> {
 }
 
 /// A tensor argument (the resource inside an `%ExMLX.Tensor{}`).
+/// A tensor argument. One that was deallocated, or whose deferred operation
+/// failed, is refused here, at the call, with that reason (a pending one is
+/// fine: the worker gets to it first).
 pub fn decode_tensor(name: &'static str, term: Term) -> Result<TensorRef, Error> {
-    term.decode().map_err(|_| {
+    let tensor: TensorRef = term.decode().map_err(|_| {
         Error::arg(
             name,
             format!("expected a tensor reference, got: {}", show(term)),
         )
-    })
+    })?;
+    tensor.check_usable()?;
+    Ok(tensor)
 }
 
 // -----------------------------------------------------------------------------

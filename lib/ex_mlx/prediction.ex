@@ -1,0 +1,90 @@
+defmodule ExMLX.Prediction do
+  @moduledoc false
+  # The shape and type of element-wise arithmetic results, predicted by
+  # MLX's own rules so that `ExMLX.add/2` and its kin can return at once and
+  # let the worker build the graph in the background (deferred mode, see
+  # ExMLX.Call.defer_exact/3). The worker checks every prediction against
+  # what MLX produced; a wrong one is an `:internal` error, never a silent
+  # cast.
+  #
+  # Types: MLX's promotion, read from MLX itself (one 0-d operation per
+  # pair of types, the first time an operation is used) rather than copied
+  # into a table here. Shapes: NumPy broadcasting, which MLX follows.
+
+  alias ExMLX.{Call, Native}
+
+  @types [:bool, {:u, 8}, {:u, 16}, {:u, 32}, {:u, 64}, {:s, 8}, {:s, 16}, {:s, 32}] ++
+           [{:s, 64}, {:f, 16}, {:bf, 16}, {:f, 32}, {:f, 64}, {:c, 64}]
+
+  @doc "The operations whose results are predicted."
+  def ops, do: [:add, :subtract, :multiply, :max, :min]
+
+  @doc """
+  `{:ok, shape, type}` for `op(a, b)`, or `:unknown` where the call should
+  go the synchronous way (shapes that do not broadcast, types MLX refuses,
+  tensors on different devices): there MLX's own error is raised at once.
+  """
+  def binary(op, %{shape: sa, type: ta, device: da}, %{shape: sb, type: tb, device: db})
+      when da == db do
+    with {:ok, shape} <- broadcast(sa, sb),
+         {:ok, type} <- Map.fetch(types(op), {ta, tb}) do
+      {:ok, shape, type}
+    else
+      _ -> :unknown
+    end
+  end
+
+  def binary(_op, _a, _b), do: :unknown
+
+  @doc "NumPy's broadcasting of two shapes (tuples)."
+  def broadcast(a, b) when tuple_size(a) == tuple_size(b) and a == b, do: {:ok, a}
+
+  def broadcast(a, b) do
+    rank = max(tuple_size(a), tuple_size(b))
+    pad = fn s -> List.duplicate(1, rank - tuple_size(s)) ++ Tuple.to_list(s) end
+
+    Enum.zip(pad.(a), pad.(b))
+    |> Enum.reduce_while([], fn
+      {x, x}, acc -> {:cont, [x | acc]}
+      {1, y}, acc -> {:cont, [y | acc]}
+      {x, 1}, acc -> {:cont, [x | acc]}
+      _, _ -> {:halt, :error}
+    end)
+    |> case do
+      :error -> :error
+      dims -> {:ok, dims |> Enum.reverse() |> List.to_tuple()}
+    end
+  end
+
+  # {type_a, type_b} => result type, for the pairs MLX accepts.
+  defp types(op) do
+    key = {__MODULE__, op}
+
+    case :persistent_term.get(key, nil) do
+      nil ->
+        table = read_types(op)
+        :persistent_term.put(key, table)
+        table
+
+      table ->
+        table
+    end
+  end
+
+  defp read_types(op) do
+    zeros = Map.new(@types, fn t -> {t, Call.run(&Native.full(&1, 0, t, {}, :cpu))} end)
+
+    for ta <- @types, tb <- @types, reduce: %{} do
+      table ->
+        {a, _, _, _} = zeros[ta]
+        {b, _, _, _} = zeros[tb]
+
+        try do
+          {_, _, type, _} = Call.run(&Native.binary(&1, op, a, b))
+          Map.put(table, {ta, tb}, type)
+        rescue
+          ExMLX.Error -> table
+        end
+    end
+  end
+end

@@ -1,0 +1,77 @@
+defmodule ExMLX.PredictionTest do
+  # add, subtract, multiply, max and min return before MLX has built their
+  # result, with a predicted shape and type the worker then checks.
+  use ExUnit.Case, async: true
+
+  alias ExMLX.{Call, Native, Prediction}
+  import ExMLX.TestHelpers, only: [types: 0]
+
+  test "broadcasting follows NumPy's rules" do
+    assert Prediction.broadcast({2, 1, 3}, {4, 1}) == {:ok, {2, 4, 3}}
+    assert Prediction.broadcast({}, {5}) == {:ok, {5}}
+    assert Prediction.broadcast({0, 1}, {1, 7}) == {:ok, {0, 7}}
+    assert Prediction.broadcast({3}, {3}) == {:ok, {3}}
+    assert Prediction.broadcast({3}, {4}) == :error
+    assert Prediction.broadcast({2, 3}, {3, 2}) == :error
+  end
+
+  test "every type pair and op: the prediction is what MLX produces, values included" do
+    for op <- Prediction.ops(), ta <- types(), tb <- types() do
+      a = ExMLX.iota(ta, {2, 1, 3})
+      b = ExMLX.iota(tb, {4, 1})
+      # the synchronous path: MLX's own answer
+      expected =
+        try do
+          Call.run(&Native.binary(&1, op, a.ref, b.ref)) |> ExMLX.Tensor.wrap()
+        rescue
+          e in ExMLX.Error -> e
+        end
+
+      got =
+        try do
+          apply(ExMLX, op, [a, b]) |> ExMLX.eval()
+        rescue
+          e in ExMLX.Error -> e
+        end
+
+      case expected do
+        %ExMLX.Error{message: message} ->
+          assert %ExMLX.Error{message: ^message} = got
+
+        %ExMLX.Tensor{} ->
+          assert {got.shape, got.type} == {{2, 4, 3}, expected.type}, "#{op} #{inspect({ta, tb})}"
+          assert ExMLX.to_binary(got) == ExMLX.to_binary(expected)
+      end
+    end
+  end
+
+  test "a wrong prediction is an :internal error, never a silent cast" do
+    a = ExMLX.iota({:s, 32}, {3})
+
+    {ref, _} = Call.defer_exact(&Native.binary(&1, :add, a.ref, a.ref), {:f, 32}, {3})
+    error = assert_raise ExMLX.Error, fn -> Call.info(ref) end
+    assert error.kind == :internal
+
+    assert error.message ==
+             "ExMLX predicted shape {3} and type {:f, 32}, MLX produced shape {3} and type {:s, 32}"
+
+    {ref, _} = Call.defer_exact(&Native.binary(&1, :add, a.ref, a.ref), {:s, 32}, {4})
+
+    assert_raise ExMLX.Error,
+                 ~r/predicted shape \{4\} and type \{:s, 32\}, MLX produced shape \{3\}/,
+                 fn -> Call.info(ref) end
+  end
+
+  test "shapes that do not broadcast raise MLX's error at the call" do
+    a = ExMLX.iota({:f, 32}, {3})
+    b = ExMLX.iota({:f, 32}, {4})
+    assert_raise ExMLX.Error, ~r/cannot be broadcast/, fn -> ExMLX.add(a, b) end
+  end
+
+  test "a 1000-add chain returns at once and evaluates to the right value" do
+    one = ExMLX.full(1, {:s, 64}, {})
+    sum = Enum.reduce(1..1000, one, fn _, acc -> ExMLX.add(acc, one) end)
+    assert {sum.shape, sum.type} == {{}, {:s, 64}}
+    assert ExMLX.item(sum) == 1001
+  end
+end
