@@ -3,7 +3,8 @@
 # A 64 MB f32 tensor: frame encode (evaluate, read contiguously, write
 # header + data + CRC-32 into a new binary) and decode (check, CRC-32, copy
 # into MLX), to_binary / from_binary, against :binary.copy/1 of the same
-# bytes (the BEAM's memcpy into a fresh binary).
+# bytes (the BEAM's memcpy into a fresh binary) and a plain memcpy timed in
+# Rust, the reference of the × column.
 
 defmodule Bench.Wire do
   @mb 1024 * 1024
@@ -39,6 +40,15 @@ defmodule Bench.Wire do
         median = Enum.at(sorted, div(@runs, 2))
         {name, median, Enum.at(sorted, 1), Enum.at(sorted, @runs - 2)}
       end
+
+    # The reference: a plain copy of the same bytes timed in Rust (into a
+    # warm buffer), in this run.
+    rust = ExMLX.Native.memcpy_seconds(data, @runs) |> Enum.map(&round(&1 * 1.0e6)) |> Enum.sort()
+
+    results = [
+      {"memcpy (Rust)", Enum.at(rust, div(@runs, 2)), Enum.at(rust, 1), Enum.at(rust, @runs - 2)}
+      | results
+    ]
 
     {_, memcpy_us, _, _} = hd(results)
     gbps = fn us -> bytes / (us / 1.0e6) / 1.0e9 end

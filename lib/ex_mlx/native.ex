@@ -59,6 +59,10 @@ defmodule ExMLX.Native do
   # For the reliability tests: panics on purpose (:nif or :worker).
   def panic_for_test(_tag, _where), do: not_loaded()
 
+  # For bench/: seconds of each of `reps` plain Rust copies of `binary`
+  # (dirty scheduler; ArgumentError past 1 GiB or 1000 reps).
+  def memcpy_seconds(_binary, _reps), do: not_loaded()
+
   # Tensor queries (synchronous)
   def tensor_info(_tensor), do: not_loaded()
   def tensor_size(_tensor), do: not_loaded()

@@ -3,8 +3,10 @@
 //!
 //! Modules: [`term`] (decoding arguments, encoding results), [`reply`] (how a
 //! call is queued and answered), [`tensor`] (the resource), [`data`] (binaries
-//! in and out), [`ops`] (MLX operations by family).
+//! in and out), [`ops`] (MLX operations by family), [`bench`] (reference
+//! measurements for bench/).
 
+pub mod bench;
 pub mod data;
 pub mod memory;
 pub mod ops;
