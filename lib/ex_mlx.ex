@@ -21,6 +21,18 @@ defmodule ExMLX do
       config :ex_mlx, default_device: :gpu
 
   Asking for `:gpu` where MLX has none raises an `ExMLX.Error` of kind `:device`.
+
+  ## Errors and waiting
+
+  Arguments are checked when a function is called; a bad one raises
+  `ExMLX.Error` (or `ArgumentError`) there. Most operations then wait for
+  the worker to build the result's graph node, so MLX's own errors are raised
+  at the call too. `add/2`, `subtract/2`, `multiply/2`, `max/2` and `min/2`
+  do not wait: the shape and type of their result follow from the inputs'
+  (broadcasting, MLX's type promotion), so they return at once and the
+  worker catches up in the background. An error MLX raises for them (such as
+  `:out_of_memory`) is raised where the result is used: `eval/1`,
+  `to_binary/1`, `item/1`, or an operation on it.
   """
 
   # abs/1, round/1, min/2 and max/2 are tensor operations here.
