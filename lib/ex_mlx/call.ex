@@ -5,11 +5,19 @@ defmodule ExMLX.Call do
   @doc """
   Calls `nif.(tag)` with a fresh tag and waits for the worker's reply.
   Returns the value, or raises `ExMLX.Error`.
+
+  The NIF waits a few µs for the worker itself: if the worker finished
+  by then, the NIF returns `{:ok, value}` (or `{:error, reason}`) and no
+  message comes; otherwise it returns `:ok` and the reply comes as
+  `{tag, result}`.
   """
   def run(nif) when is_function(nif, 1) do
     tag = make_ref()
 
     case nif.(tag) do
+      {:ok, value} ->
+        value
+
       :ok ->
         receive do
           {^tag, {:ok, value}} -> value

@@ -61,6 +61,9 @@ defmodule ExMLX.Wire do
     tag = make_ref()
 
     case Native.wire_decode(tag, frame, device) do
+      {:ok, native} ->
+        {:ok, native |> Tensor.wrap() |> output(opts)}
+
       :ok ->
         receive do
           {^tag, {:ok, native}} -> {:ok, native |> Tensor.wrap() |> output(opts)}

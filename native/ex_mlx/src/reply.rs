@@ -16,6 +16,10 @@
 //!   arithmetic); the worker checks the prediction instead of casting.
 
 use std::any::Any;
+use std::panic::AssertUnwindSafe;
+use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use ex_mlx_core::device::Device;
 use ex_mlx_core::error::{Error, Result};
@@ -67,6 +71,10 @@ impl Replier {
 pub enum Submitted {
     /// `:ok`: the reply will come as a message.
     Queued,
+    /// `{:ok, value}` or `{:error, reason}`: the worker finished while the
+    /// NIF waited for it (see [`QUICK_WAIT`]); no message follows.
+    /// (Unwind-safe: encoding a finished result leaves no state behind.)
+    Done(AssertUnwindSafe<Box<dyn Encoder + Send>>),
     /// `{:deferred, tensor, device}`: the tensor fills in the background.
     Deferred(TensorRef),
 }
@@ -75,6 +83,7 @@ impl Encoder for Submitted {
     fn encode<'a>(&self, env: Env<'a>) -> Term<'a> {
         match self {
             Submitted::Queued => ok().encode(env),
+            Submitted::Done(reply) => reply.0.encode(env),
             Submitted::Deferred(t) => (deferred(), t, DeviceTerm(t.device)).encode(env),
         }
     }
@@ -169,11 +178,108 @@ where
         return Ok(Submitted::Deferred(out));
     }
     let replier = Replier::new(env, tag);
-    worker::submit(
+    let meeting = Arc::new(Meeting::<T>::new());
+    let worker_side = meeting.clone();
+    let backlog = worker::submit(
         device,
-        Box::new(move || replier.send(worker::run_caught(work))),
+        Box::new(move || {
+            if let Some(result) = worker_side.finish(worker::run_caught(work)) {
+                replier.send(result);
+            }
+        }),
     )?;
-    Ok(Submitted::Queued)
+    // Behind more than a few jobs (a deferred op or two ahead is common and
+    // quick), this one will not be done soon: don't wait.
+    let limit = if backlog <= QUICK_BACKLOG {
+        QUICK_WAIT
+    } else {
+        Duration::ZERO
+    };
+    Ok(match meeting.wait(limit) {
+        Some(result) => Submitted::Done(AssertUnwindSafe(Box::new(Reply(result)))),
+        None => Submitted::Queued,
+    })
+}
+
+/// How long a NIF waits for an idle worker before returning `:ok` and
+/// leaving the result to a message. Most calls on small tensors finish within
+/// it (an eval of a small graph: 20–40 µs here), and then the result comes
+/// back as the NIF's return value: no message, and no wake-up of a scheduler
+/// that went to sleep in `receive` (tens of µs on a virtual machine). Short
+/// enough not to hold a scheduler noticeably; a NIF whose job is queued
+/// behind others does not wait at all.
+const QUICK_WAIT: Duration = Duration::from_micros(60);
+
+/// The most jobs (this one included) a worker may have before a NIF stops
+/// waiting for it.
+const QUICK_BACKLOG: usize = 4;
+
+const WAITING: u8 = 0;
+const DONE: u8 = 1;
+const GONE: u8 = 2;
+
+/// Where the worker leaves a result for a NIF that may still be waiting.
+struct Meeting<T> {
+    state: AtomicU8,
+    result: Mutex<Option<Result<T>>>,
+}
+
+impl<T> Meeting<T> {
+    fn new() -> Self {
+        Meeting {
+            state: AtomicU8::new(WAITING),
+            result: Mutex::new(None),
+        }
+    }
+
+    fn slot(&self) -> std::sync::MutexGuard<'_, Option<Result<T>>> {
+        self.result.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The worker's side: leaves `result` for the NIF, or hands it back
+    /// (to be sent as a message) if the NIF stopped waiting.
+    fn finish(&self, result: Result<T>) -> Option<Result<T>> {
+        *self.slot() = Some(result);
+        match self
+            .state
+            .compare_exchange(WAITING, DONE, Ordering::AcqRel, Ordering::Acquire)
+        {
+            Ok(_) => None,
+            Err(_) => self.slot().take(),
+        }
+    }
+
+    /// The NIF's side: the result if the worker finishes within `limit`;
+    /// otherwise `None`, and the worker sends it as a message.
+    fn wait(&self, limit: Duration) -> Option<Result<T>> {
+        let start = Instant::now();
+        while self.state.load(Ordering::Acquire) == WAITING {
+            if start.elapsed() >= limit {
+                if self
+                    .state
+                    .compare_exchange(WAITING, GONE, Ordering::AcqRel, Ordering::Acquire)
+                    .is_ok()
+                {
+                    return None;
+                }
+                break; // the worker finished meanwhile
+            }
+            std::hint::spin_loop();
+        }
+        self.slot().take()
+    }
+}
+
+/// `{:ok, value}` or `{:error, {kind, message}}`, returned by the NIF itself.
+struct Reply<T>(Result<T>);
+
+impl<T: Encoder> Encoder for Reply<T> {
+    fn encode<'a>(&self, env: Env<'a>) -> Term<'a> {
+        match &self.0 {
+            Ok(value) => (ok(), value).encode(env),
+            Err(e) => (error(), ErrorTerm(e.clone())).encode(env),
+        }
+    }
 }
 
 /// The NIF's own return: `:ok` or `{:deferred, tensor, device}` when the work

@@ -23,7 +23,8 @@
 //! use; a device MLX cannot run on gives an error naming it instead of a worker.
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::sync::mpsc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{mpsc, Arc};
 use std::thread;
 
 use once_cell::sync::OnceCell;
@@ -36,6 +37,8 @@ pub type Job = Box<dyn FnOnce() + Send + 'static>;
 
 struct Worker {
     queue: mpsc::Sender<Job>,
+    /// Jobs queued or running.
+    backlog: Arc<AtomicUsize>,
 }
 
 static WORKERS: [OnceCell<std::result::Result<Worker, String>>; 2] =
@@ -50,6 +53,8 @@ fn start(device: Device) -> std::result::Result<Worker, String> {
         ));
     }
     let (queue, jobs) = mpsc::channel::<Job>();
+    let backlog = Arc::new(AtomicUsize::new(0));
+    let done = backlog.clone();
     thread::Builder::new()
         .name(format!("ex_mlx_{}", device.name()))
         .spawn(move || {
@@ -57,11 +62,12 @@ fn start(device: Device) -> std::result::Result<Worker, String> {
             mlx_rs::with_stream(&stream, || {
                 while let Some(job) = next_job(&jobs) {
                     job();
+                    done.fetch_sub(1, Ordering::AcqRel);
                 }
             });
         })
         .map_err(|e| format!("could not start the {} worker thread: {e}", device.name()))?;
-    Ok(Worker { queue })
+    Ok(Worker { queue, backlog })
 }
 
 /// How long an idle worker polls its queue before it sleeps. Small ops come
@@ -83,16 +89,19 @@ fn next_job(jobs: &mpsc::Receiver<Job>) -> Option<Job> {
     }
 }
 
-/// Queues `job` on the worker of `device`.
-pub fn submit(device: Device, job: Job) -> Result<()> {
+/// Queues `job` on the worker of `device`; returns how many jobs are now
+/// queued or running there, this one included.
+pub fn submit(device: Device, job: Job) -> Result<usize> {
     let worker = WORKERS[device.index()]
         .get_or_init(|| start(device))
         .as_ref()
         .map_err(|message| Error::Device(message.clone()))?;
-    worker
-        .queue
-        .send(job)
-        .map_err(|_| Error::Internal(format!("the {} worker has stopped", device.name())))
+    let backlog = worker.backlog.fetch_add(1, Ordering::AcqRel) + 1;
+    worker.queue.send(job).map_err(|_| {
+        worker.backlog.fetch_sub(1, Ordering::AcqRel);
+        Error::Internal(format!("the {} worker has stopped", device.name()))
+    })?;
+    Ok(backlog)
 }
 
 /// Runs `work` on the worker of `device` and waits for its result (a blocking
