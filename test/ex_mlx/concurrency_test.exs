@@ -119,6 +119,38 @@ defmodule ExMLX.ConcurrencyTest do
     end
   end
 
+  # A NIF waits briefly for an idle worker: quick work comes back as the
+  # NIF's own {:ok, value}, long work as a message. Both must be right.
+  defp call_eval(ref) do
+    tag = make_ref()
+
+    case ExMLX.Native.eval(tag, ref) do
+      {:ok, :ok} ->
+        :returned
+
+      :ok ->
+        receive do
+          {^tag, {:ok, :ok}} -> :message
+        after
+          10_000 -> flunk("no reply")
+        end
+    end
+  end
+
+  test "replies come back directly for quick work and as messages for long work" do
+    one = ExMLX.full(1.0, {:f, 32}, {}) |> ExMLX.eval()
+    quick = for _ <- 1..200, do: call_eval(one.ref)
+    assert :returned in quick
+
+    a = ExMLX.full(1.0e-3, {:f, 32}, {1024, 1024})
+    long = Enum.reduce(1..4, a, fn _, acc -> ExMLX.matmul(acc, a) end)
+    assert call_eval(long.ref) == :message
+    # every element of a^5 is 1024^4 · (1e-3)^5
+    assert_in_delta ExMLX.slice(long, [0, 0], [1, 1]) |> ExMLX.item(), 1024 ** 4 * 1.0e-15, 1.0e-7
+    # nothing left over in the mailbox
+    refute_received _
+  end
+
   test "a tensor outlives the process that made it" do
     parent = self()
     spawn(fn -> send(parent, {:tensor, f32([1.0, 2.0])}) end)

@@ -16,7 +16,9 @@
 //!    calling process, `tag` being a reference the caller made.
 //! 3. The caller waits in a `receive` on that reference: a waiting process
 //!    costs no scheduler time, so nothing blocks a normal scheduler however long
-//!    MLX takes (a large matmul, an eval).
+//!    MLX takes (a large matmul, an eval). (Before returning, the NIF polls
+//!    for up to 60 µs whether an idle worker is already done; if so it returns
+//!    the result itself and no message is sent: see `ex_mlx::reply`.)
 //!
 //! The price is one cross-thread hand-off per call (queue, wake the worker,
 //! `enif_send`, wake the caller); `bench/` measures it. Workers start on first
