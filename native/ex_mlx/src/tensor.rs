@@ -1,6 +1,7 @@
 //! The tensor resource: an MLX array, the device whose worker owns it, and its
 //! shape and dtype (kept in Rust so queries need no trip to the worker).
 
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Condvar, Mutex, MutexGuard};
 
 use ex_mlx_core::device::Device;
@@ -19,6 +20,9 @@ pub struct Tensor {
     state: Mutex<State>,
     // Signalled when a pending tensor gets its array (or its error).
     filled: Condvar,
+    // Threads waiting on `filled` (changed only with `state` locked), so that
+    // filling a tensor nobody waits for costs no futex wake-up.
+    waiters: AtomicUsize,
     pub device: Device,
 }
 
@@ -64,6 +68,7 @@ impl Tensor {
         ResourceArc::new(Tensor {
             state: Mutex::new(ready(array)),
             filled: Condvar::new(),
+            waiters: AtomicUsize::new(0),
             device,
         })
     }
@@ -73,6 +78,7 @@ impl Tensor {
         ResourceArc::new(Tensor {
             state: Mutex::new(State::Pending),
             filled: Condvar::new(),
+            waiters: AtomicUsize::new(0),
             device,
         })
     }
@@ -92,7 +98,9 @@ impl Tensor {
                 Err(e) => State::Failed(e),
             };
         }
-        self.filled.notify_all();
+        if self.waiters.load(Ordering::Relaxed) > 0 {
+            self.filled.notify_all();
+        }
     }
 
     /// A handle to the array (shares its data and graph). Waits while the
@@ -101,10 +109,12 @@ impl Tensor {
     pub fn array(&self) -> Result<Array> {
         let mut state = self.lock();
         while matches!(*state, State::Pending) {
+            self.waiters.fetch_add(1, Ordering::Relaxed);
             state = self
                 .filled
                 .wait(state)
                 .unwrap_or_else(|poisoned| poisoned.into_inner());
+            self.waiters.fetch_sub(1, Ordering::Relaxed);
         }
         match &*state {
             State::Ready { array, .. } => Ok(array.clone()),
@@ -153,7 +163,9 @@ impl Tensor {
         let mut state = self.lock();
         let had = !matches!(*state, State::Deallocated);
         *state = State::Deallocated;
-        self.filled.notify_all();
+        if self.waiters.load(Ordering::Relaxed) > 0 {
+            self.filled.notify_all();
+        }
         had
     }
 }

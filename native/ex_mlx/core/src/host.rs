@@ -337,5 +337,22 @@ mod timing {
         }
         let with_hand_off = t.elapsed() / N;
         println!("eager op on the worker {on_worker:?}, with a hand-off per op {with_hand_off:?}");
+        let chain = run_blocking(Device::Cpu, || {
+            let one = Array::from_f32(1.0);
+            one.eval()?;
+            let mut best = std::time::Duration::MAX;
+            for _ in 0..9 {
+                let t = std::time::Instant::now();
+                let mut acc = one.clone();
+                for _ in 0..1000 {
+                    acc = mlx_rs::ops::add(&acc, &one)?;
+                }
+                acc.eval()?;
+                best = best.min(t.elapsed() / 1000);
+            }
+            Ok(best)
+        })
+        .unwrap();
+        println!("1000-add chain built and evaluated on the worker: {chain:?} per op (best of 9)");
     }
 }

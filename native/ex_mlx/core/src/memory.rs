@@ -1,6 +1,8 @@
 //! MLX's memory statistics and limits (global to the process, thread-safe in
 //! MLX: the allocator takes its own lock).
 
+use std::sync::atomic::{AtomicUsize, Ordering};
+
 use crate::device::Device;
 use crate::error::{Error, Result};
 
@@ -43,7 +45,7 @@ pub fn check_allocation(bytes: usize) -> Result<()> {
     if bytes == 0 {
         return Ok(());
     }
-    let limit = mlx_rs::memory::memory_limit()?;
+    let limit = memory_limit()?;
     let active = mlx_rs::memory::active_memory()?;
     if active.saturating_add(bytes) > limit {
         return Err(Error::OutOfMemory(format!(
@@ -55,9 +57,28 @@ pub fn check_allocation(bytes: usize) -> Result<()> {
     Ok(())
 }
 
+/// MLX's memory limit, remembered here (0: not read yet) so the check of
+/// every new tensor takes one lock of MLX's allocator, not two. Only
+/// [`set_memory_limit`] changes the limit.
+static MEMORY_LIMIT: AtomicUsize = AtomicUsize::new(0);
+
+/// The memory limit.
+pub fn memory_limit() -> Result<usize> {
+    match MEMORY_LIMIT.load(Ordering::Acquire) {
+        0 => {
+            let limit = mlx_rs::memory::memory_limit()?;
+            MEMORY_LIMIT.store(limit, Ordering::Release);
+            Ok(limit)
+        }
+        limit => Ok(limit),
+    }
+}
+
 /// Sets the memory limit; returns the previous one.
 pub fn set_memory_limit(bytes: usize) -> Result<usize> {
-    Ok(mlx_rs::memory::set_memory_limit(bytes)?)
+    let previous = mlx_rs::memory::set_memory_limit(bytes)?;
+    MEMORY_LIMIT.store(bytes, Ordering::Release);
+    Ok(previous)
 }
 
 /// Sets the cache limit; returns the previous one.
