@@ -1,7 +1,8 @@
 """Reference measurements for bench/suite.exs: Python mlx (the same libmlx
 0.32.2 build, relinked to the same OpenBLAS) and numpy (OpenBLAS).
 
-Prints one JSON object. `--quick` shrinks sizes and repetitions.
+Prints one JSON object. `--quick` shrinks sizes and repetitions;
+`--dispatch-only` times only the op-dispatch cases.
 """
 import json
 import statistics
@@ -11,6 +12,8 @@ import time
 import numpy as np
 
 QUICK = "--quick" in sys.argv
+# Only the op-dispatch cases (bench/suite.exs alternates them with its own).
+DISPATCH_ONLY = "--dispatch-only" in sys.argv
 
 try:
     import mlx.core as mx
@@ -66,7 +69,7 @@ if mx is not None:
     out["lazy_build_s_per_op"] = {k: v / graph for k, v in timed(lazy_build_only, reps).items()}
     out["eager_s_per_op"] = {k: v / (graph // 10) for k, v in timed(eager, reps).items()}
     out["mlx_matmul_gflops"] = {}
-    for n in sizes:
+    for n in [] if DISPATCH_ONLY else sizes:
         a = mx.random.normal((n, n))
         b = mx.random.normal((n, n))
         mx.eval(a, b)
@@ -76,7 +79,7 @@ else:
     out["mlx_error"] = MLX_ERROR
 
 out["numpy_matmul_gflops"] = {}
-for n in sizes:
+for n in [] if DISPATCH_ONLY else sizes:
     a = np.random.standard_normal((n, n)).astype(np.float32)
     b = np.random.standard_normal((n, n)).astype(np.float32)
     t = timed(lambda: a @ b, reps)
