@@ -2,7 +2,8 @@
 0.32.2 build, relinked to the same OpenBLAS) and numpy (OpenBLAS).
 
 Prints one JSON object. `--quick` shrinks sizes and repetitions;
-`--dispatch-only` times only the op-dispatch cases.
+`--dispatch-only` times only the op-dispatch cases, `--matmul-only` only
+the matmuls.
 """
 import json
 import statistics
@@ -14,6 +15,8 @@ import numpy as np
 QUICK = "--quick" in sys.argv
 # Only the op-dispatch cases (bench/suite.exs alternates them with its own).
 DISPATCH_ONLY = "--dispatch-only" in sys.argv
+# Only the matmul cases (mlx and numpy), likewise alternated.
+MATMUL_ONLY = "--matmul-only" in sys.argv
 
 try:
     import mlx.core as mx
@@ -65,9 +68,12 @@ if mx is not None:
         for _ in range(graph // 10):
             mx.add(one, one).item()
 
-    out["lazy_graph_s_per_op"] = {k: v / graph for k, v in timed(lazy_graph, reps).items()}
-    out["lazy_build_s_per_op"] = {k: v / graph for k, v in timed(lazy_build_only, reps).items()}
-    out["eager_s_per_op"] = {k: v / (graph // 10) for k, v in timed(eager, reps).items()}
+    if not MATMUL_ONLY:
+        out["lazy_graph_s_per_op"] = {k: v / graph for k, v in timed(lazy_graph, reps).items()}
+        out["lazy_build_s_per_op"] = {
+            k: v / graph for k, v in timed(lazy_build_only, reps).items()
+        }
+        out["eager_s_per_op"] = {k: v / (graph // 10) for k, v in timed(eager, reps).items()}
     out["mlx_matmul_gflops"] = {}
     for n in [] if DISPATCH_ONLY else sizes:
         a = mx.random.normal((n, n))

@@ -10,7 +10,8 @@ defmodule Bench.Suite do
   def main(args) do
     quick = "--quick" in args
     cfg = config(quick)
-    python = python_reference(quick)
+    # versions, and the dispatch figures the Nx section compares with
+    python = python_reference(quick, ["--dispatch-only"])
 
     sections = [
       dispatch(cfg, python),
@@ -125,7 +126,7 @@ defmodule Bench.Suite do
           valid ->
             theirs = median(Enum.map(valid, &elem(&1, 1)))
             ratio = median(Enum.map(valid, fn {o, t} -> o / t end))
-            [label, fmt(ours), fmt(theirs), :erlang.float_to_binary(ratio, decimals: 2) <> "×"]
+            [label, fmt(ours), fmt(theirs), fmt_ratio(ratio)]
         end
       end
 
@@ -138,32 +139,67 @@ defmodule Bench.Suite do
     }
   end
 
+  defp median([]), do: nil
+
   defp median(values) do
     sorted = Enum.sort(values)
     Enum.at(sorted, div(length(sorted), 2))
   end
 
-  defp matmul(%{reps: reps, sizes: sizes}, py) do
-    rows =
-      for n <- sizes do
+  # Alternating rounds too (see dispatch/2): Python mlx and numpy in a fresh
+  # process, then ExMLX, `rounds` times; the ratio is the median of the
+  # per-round ExMLX / numpy ratios.
+  defp matmul(%{reps: reps, sizes: sizes, rounds: rounds}, _py) do
+    inputs =
+      Map.new(sizes, fn n ->
         a =
           ExMLX.iota({:f, 32}, {n, n})
           |> ExMLX.multiply(ExMLX.full(1.0e-6, {:f, 32}, {}))
           |> ExMLX.eval()
 
-        t = timed(fn -> ExMLX.matmul(a, a) |> ExMLX.eval() end, reps)
-        gflops = 2 * n * n * n / t.median / 1.0e9
-        mlx = get_in(py, ["mlx_matmul_gflops", "#{n}"])
-        np = get_in(py, ["numpy_matmul_gflops", "#{n}"])
-        ["f32 #{n}²", fmt(gflops), fmt(mlx), fmt(np), ratio(gflops, np)]
+        {n, a}
+      end)
+
+    per_round =
+      for _ <- 1..rounds do
+        py = python_reference(reps == 5, ["--matmul-only"])
+
+        for n <- sizes do
+          a = inputs[n]
+          t = timed(fn -> ExMLX.matmul(a, a) |> ExMLX.eval() end, reps)
+
+          {2 * n * n * n / t.median / 1.0e9, get_in(py, ["mlx_matmul_gflops", "#{n}"]),
+           get_in(py, ["numpy_matmul_gflops", "#{n}"])}
+        end
+      end
+
+    rows =
+      for {n, i} <- Enum.with_index(sizes) do
+        triples = Enum.map(per_round, &Enum.at(&1, i))
+        ours = median(Enum.map(triples, &elem(&1, 0)))
+        mlx = triples |> Enum.map(&elem(&1, 1)) |> Enum.reject(&is_nil/1) |> median()
+        with_np = Enum.reject(triples, fn {_, _, np} -> is_nil(np) end)
+
+        ratio =
+          case with_np do
+            [] -> "—"
+            _ -> median(Enum.map(with_np, fn {o, _, np} -> o / np end)) |> fmt_ratio()
+          end
+
+        np = with_np |> Enum.map(&elem(&1, 2)) |> median()
+        ["f32 #{n}²", fmt(ours), fmt(mlx), fmt(np), ratio]
       end
 
     %{
-      title: "Matmul, GFLOPS (higher is better; ratio = ExMLX / numpy)",
+      title:
+        "Matmul, GFLOPS (higher is better; ratio = ExMLX / numpy, median over " <>
+          "#{rounds} alternating round(s))",
       columns: ["ExMLX", "Python mlx", "numpy", "ratio"],
       rows: rows
     }
   end
+
+  defp fmt_ratio(r), do: :erlang.float_to_binary(r, decimals: 2) <> "×"
 
   defp transfers(%{reps: reps, bytes: sizes}) do
     rows =
