@@ -17,7 +17,7 @@
 
 use std::any::Any;
 use std::panic::AssertUnwindSafe;
-use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -188,14 +188,27 @@ where
             }
         }),
     )?;
-    // Behind more than a few jobs (a deferred op or two ahead is common and
-    // quick), this one will not be done soon: don't wait.
-    let limit = if backlog <= QUICK_BACKLOG {
-        QUICK_WAIT
-    } else {
-        Duration::ZERO
-    };
-    Ok(match meeting.wait(limit) {
+    // Wait only when the worker has at most a few jobs (a deferred op or two
+    // ahead is common and quick), and only one NIF at a time: a scheduler
+    // thread spinning here takes a core, and on a small machine two of them
+    // would starve the worker they wait for (and every other process).
+    let spin = backlog <= QUICK_BACKLOG
+        && SPINNING
+            .compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed)
+            .is_ok();
+    let started = Instant::now();
+    let outcome = meeting.wait(if spin { QUICK_WAIT } else { Duration::ZERO });
+    if spin {
+        SPINNING.store(false, Ordering::Release);
+    }
+    // Tell the scheduler how long this NIF held it (a timeslice is about
+    // 1 ms), so a process making many quick calls yields as often as one
+    // that computes in Elixir, and others in the run queue get their turn.
+    let waited_us = started.elapsed().as_micros();
+    if waited_us >= 10 {
+        rustler::schedule::consume_timeslice(env, (waited_us / 10).min(100) as i32);
+    }
+    Ok(match outcome {
         Some(result) => Submitted::Done(AssertUnwindSafe(Box::new(Reply(result)))),
         None => Submitted::Queued,
     })
@@ -212,7 +225,10 @@ const QUICK_WAIT: Duration = Duration::from_micros(60);
 
 /// The most jobs (this one included) a worker may have before a NIF stops
 /// waiting for it.
-const QUICK_BACKLOG: usize = 4;
+const QUICK_BACKLOG: usize = 2;
+
+/// Whether a NIF is waiting for a worker right now (at most one does).
+static SPINNING: AtomicBool = AtomicBool::new(false);
 
 const WAITING: u8 = 0;
 const DONE: u8 = 1;
