@@ -148,7 +148,7 @@ fn expected_result(tag: Term) -> Result<Option<Expected>> {
 fn into_array<T: 'static>(value: T) -> Result<mlx_rs::Array> {
     let any: Box<dyn Any> = Box::new(value);
     match any.downcast::<NewTensor>() {
-        Ok(tensor) => tensor.0.array(),
+        Ok(tensor) => tensor.into_array(),
         Err(_) => Err(Error::Internal(
             "this operation does not produce one tensor; it has no deferred form".into(),
         )),

@@ -187,7 +187,13 @@ pub fn common_device(tensors: &[&TensorRef]) -> Result<Device> {
 }
 
 /// A new tensor as Elixir receives it: `{resource, shape, type, device}`.
-pub struct NewTensor(pub TensorRef);
+/// A tensor an operation returns. A fresh result stays a plain array until
+/// it is encoded for Elixir: in deferred mode it never is (its array goes
+/// into the pending tensor), so no resource is made and dropped for it.
+pub enum NewTensor {
+    Fresh { array: Array, device: Device },
+    Existing(TensorRef),
+}
 
 impl NewTensor {
     /// The result of an operation, refused with an `:out_of_memory` error
@@ -195,19 +201,30 @@ impl NewTensor {
     /// CPU allocator does not enforce the limit itself).
     pub fn new(array: Array, device: Device) -> Result<Self> {
         memory::check_allocation(array.nbytes())?;
-        Ok(NewTensor(Tensor::wrap(array, device)))
+        Ok(NewTensor::Fresh { array, device })
     }
 
     /// A result that shares its input's buffer (a reshape, transpose,
     /// broadcast or slice), so allocates nothing to check.
     pub fn view(array: Array, device: Device) -> Self {
-        NewTensor(Tensor::wrap(array, device))
+        NewTensor::Fresh { array, device }
+    }
+
+    /// The array (for a deferred operation's pending tensor).
+    pub fn into_array(self) -> Result<Array> {
+        match self {
+            NewTensor::Fresh { array, .. } => Ok(array),
+            NewTensor::Existing(t) => t.array(),
+        }
     }
 }
 
 impl Encoder for NewTensor {
     fn encode<'a>(&self, env: Env<'a>) -> Term<'a> {
-        let t = &self.0;
+        let t = match self {
+            NewTensor::Fresh { array, device } => Tensor::wrap(array.clone(), *device),
+            NewTensor::Existing(t) => t.clone(),
+        };
         match t.info() {
             Ok(Some((shape, dtype))) => (
                 t.encode(env),
@@ -254,7 +271,7 @@ fn tensor_await<'a>(
     let device = tensor.device;
     crate::reply::queued(crate::reply::submit(env, tag, device, move || {
         tensor.array()?;
-        Ok(NewTensor(tensor))
+        Ok(NewTensor::Existing(tensor))
     }))
 }
 

@@ -27,7 +27,7 @@ fn transfer<'a>(
             ex_mlx_core::device::check_dtype(dtype, to)?;
         }
         if from == to {
-            return submit(env, tag, from, move || Ok(NewTensor(t)));
+            return submit(env, tag, from, move || Ok(NewTensor::Existing(t)));
         }
         // Fail now, with the device named, if the destination has no worker.
         worker::submit(to, Box::new(|| {}))?;
