@@ -410,8 +410,11 @@ defmodule ExMLX do
   defp binary_op(op, a, b) when op in @predicted do
     case ExMLX.Prediction.binary(op, a, b) do
       {:ok, shape, type} ->
-        {ref, device} = Call.defer_exact(&Native.binary(&1, op, a.ref, b.ref), type, shape)
-        %Tensor{ref: ref, shape: shape, type: type, device: device}
+        # (Call.defer_exact/3, inlined: this is the hottest path of the API)
+        case Native.binary({:deferred, type, shape}, op, a.ref, b.ref) do
+          {:deferred, ref, device} -> %Tensor{ref: ref, shape: shape, type: type, device: device}
+          {:error, reason} -> raise ExMLX.Error.from_reason(reason)
+        end
 
       :unknown ->
         Call.run(&Native.binary(&1, op, a.ref, b.ref)) |> Tensor.wrap()

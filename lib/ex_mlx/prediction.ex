@@ -26,18 +26,22 @@ defmodule ExMLX.Prediction do
   """
   def binary(op, %{shape: sa, type: ta, device: da}, %{shape: sb, type: tb, device: db})
       when da == db do
-    with {:ok, shape} <- broadcast(sa, sb),
-         {:ok, type} <- Map.fetch(types(op), {ta, tb}) do
-      {:ok, shape, type}
-    else
-      _ -> :unknown
+    case types(op) do
+      %{{^ta, ^tb} => type} ->
+        case broadcast(sa, sb) do
+          {:ok, shape} -> {:ok, shape, type}
+          :error -> :unknown
+        end
+
+      _ ->
+        :unknown
     end
   end
 
   def binary(_op, _a, _b), do: :unknown
 
   @doc "NumPy's broadcasting of two shapes (tuples)."
-  def broadcast(a, b) when tuple_size(a) == tuple_size(b) and a == b, do: {:ok, a}
+  def broadcast(a, a), do: {:ok, a}
 
   def broadcast(a, b) do
     rank = max(tuple_size(a), tuple_size(b))
