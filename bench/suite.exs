@@ -100,7 +100,12 @@ defmodule Bench.Suite do
       {"lazy op, graph building only, µs/op", "lazy_build_s_per_op", graph,
        fn -> Enum.reduce(1..graph, one, fn _, acc -> ExMLX.add(acc, one) end) end},
       {"eager op (add + eval + item), µs/op", "eager_s_per_op", eager_n,
-       fn -> for _ <- 1..eager_n, do: ExMLX.add(one, one) |> ExMLX.item() end}
+       fn -> for _ <- 1..eager_n, do: ExMLX.add(one, one) |> ExMLX.item() end},
+      # The floor of the first row in this VM: the same graph built and
+      # evaluated by Rust on ExMLX's worker thread, no Elixir per op.
+      {"lazy op floor: the same graph built by Rust on the worker, µs/op", "lazy_graph_s_per_op",
+       graph,
+       {:samples, fn -> ExMLX.Call.run(&ExMLX.Native.worker_chain_seconds(&1, graph, reps)) end}}
     ]
 
     per_round =
@@ -108,7 +113,12 @@ defmodule Bench.Suite do
         py = python_reference(reps == 5, ["--dispatch-only"])
 
         for {_label, key, n, fun} <- cases do
-          ours = timed(fun, reps).median / n * 1.0e6
+          ours =
+            case fun do
+              {:samples, run} -> summarize(run.()).median / n * 1.0e6
+              fun -> timed(fun, reps).median / n * 1.0e6
+            end
+
           theirs = scale(get_in(py, [key, "median"]), 1.0e6)
           {ours, theirs}
         end

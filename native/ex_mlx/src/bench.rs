@@ -28,3 +28,38 @@ fn memcpy_seconds(binary: Binary, reps: usize) -> NifResult<Vec<f64>> {
     }
     Ok(samples)
 }
+
+/// `worker_chain_seconds(tag, n, reps)`: on the CPU worker, without Elixir,
+/// `reps` times: build `n` chained adds of 0-d f32 arrays and evaluate them;
+/// replies the seconds each took. The lazy-op benchmark's floor in this VM.
+#[rustler::nif]
+fn worker_chain_seconds<'a>(
+    env: rustler::Env<'a>,
+    tag: rustler::Term<'a>,
+    n: usize,
+    reps: usize,
+) -> NifResult<crate::reply::Submitted> {
+    if !(1..=100_000).contains(&n) || !(1..=1000).contains(&reps) {
+        return Err(Error::BadArg);
+    }
+    crate::reply::queued(crate::reply::submit(
+        env,
+        tag,
+        ex_mlx_core::device::Device::Cpu,
+        move || -> ex_mlx_core::Result<Vec<f64>> {
+            let one = mlx_rs::Array::from_f32(1.0);
+            one.eval()?;
+            let mut samples = Vec::with_capacity(reps);
+            for _ in 0..reps {
+                let start = std::time::Instant::now();
+                let mut acc = one.clone();
+                for _ in 0..n {
+                    acc = mlx_rs::ops::add(&acc, &one)?;
+                }
+                acc.eval()?;
+                samples.push(start.elapsed().as_secs_f64());
+            }
+            Ok(samples)
+        },
+    ))
+}
