@@ -297,7 +297,7 @@ if Code.ensure_loaded?(Nx) do
     end
 
     @impl true
-    def inspect(%T{} = tensor, inspect_opts) do
+    def inspect(%T{} = tensor, %Inspect.Opts{} = inspect_opts) do
       limit = if inspect_opts.limit == :infinity, do: :infinity, else: inspect_opts.limit + 1
       binary = to_binary(tensor, Kernel.min(limit, Nx.size(tensor)))
       doc = Nx.Backend.inspect(tensor, binary, inspect_opts)
