@@ -410,11 +410,9 @@ defmodule ExMLX do
   defp binary_op(op, a, b) when op in @predicted do
     case ExMLX.Prediction.binary(op, a, b) do
       {:ok, shape, type} ->
-        # (Call.defer_exact/3, inlined: this is the hottest path of the API)
-        case Native.binary({:deferred, type, shape}, op, a.ref, b.ref) do
-          {:deferred, ref, device} -> %Tensor{ref: ref, shape: shape, type: type, device: device}
-          {:error, reason} -> raise ExMLX.Error.from_reason(reason)
-        end
+        # (Call.defer_exact/3 without its closure: the hottest path of the API)
+        {ref, device} = Call.deferred(Native.binary({:deferred, type, shape}, op, a.ref, b.ref))
+        %Tensor{ref: ref, shape: shape, type: type, device: device}
 
       :unknown ->
         Call.run(&Native.binary(&1, op, a.ref, b.ref)) |> Tensor.wrap()

@@ -34,24 +34,22 @@ defmodule ExMLX.Call do
   once; the worker fills the tensor (cast to `type`) in the background, and
   an error surfaces where the tensor is used.
   """
-  def defer(nif, type) when is_function(nif, 1) do
-    case nif.({:deferred, type}) do
-      {:deferred, ref, device} -> {ref, device}
-      {:error, reason} -> raise ExMLX.Error.from_reason(reason)
-    end
-  end
+  def defer(nif, type) when is_function(nif, 1), do: deferred(nif.({:deferred, type}))
 
   @doc """
   Queues a tensor-producing NIF in deferred mode for a result whose `type`
   and `shape` the caller predicted (ExMLX.Prediction): returns `{ref,
   device}` at once; the worker checks the prediction.
   """
-  def defer_exact(nif, type, shape) when is_function(nif, 1) do
-    case nif.({:deferred, type, shape}) do
-      {:deferred, ref, device} -> {ref, device}
-      {:error, reason} -> raise ExMLX.Error.from_reason(reason)
-    end
-  end
+  def defer_exact(nif, type, shape) when is_function(nif, 1),
+    do: deferred(nif.({:deferred, type, shape}))
+
+  @doc """
+  What a NIF called in deferred mode returned: `{ref, device}`, or an
+  `ExMLX.Error` raised for arguments it refused.
+  """
+  def deferred({:deferred, ref, device}), do: {ref, device}
+  def deferred({:error, reason}), do: raise(ExMLX.Error.from_reason(reason))
 
   @doc "`{shape, type, device}` of a tensor reference, waiting if it is still being computed."
   def info(ref) do

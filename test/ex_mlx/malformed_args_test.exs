@@ -2,6 +2,7 @@ defmodule ExMLX.MalformedArgsTest do
   # Feeds random, mostly wrong arguments to every NIF. Each call must come back
   # as a value, an {:error, _} or an Elixir exception; the VM must live on.
   use ExUnit.Case, async: false
+  import ExMLX.TestHelpers, only: [drain_mailbox: 0]
 
   @calls 30_000
   @seed 20_261_122
@@ -94,14 +95,6 @@ defmodule ExMLX.MalformedArgsTest do
     end
   end
 
-  defp drain do
-    receive do
-      _ -> drain()
-    after
-      0 -> :ok
-    end
-  end
-
   test "#{@calls} calls with random arguments to every NIF leave the VM alive" do
     :rand.seed(:exsss, {@seed, @seed, @seed})
 
@@ -133,13 +126,13 @@ defmodule ExMLX.MalformedArgsTest do
             ErlangError -> :raised
           end
 
-        if rem(i, 500) == 0, do: drain()
+        if rem(i, 500) == 0, do: drain_mailbox()
         Map.update(acc, outcome, 1, &(&1 + 1))
       end)
 
     # Let queued work finish and check the workers still answer correctly.
     Process.sleep(50)
-    drain()
+    drain_mailbox()
     assert ExMLX.iota({:s, 32}, {4}) |> ExMLX.sum() |> ExMLX.item() == 6
     assert Enum.sum(Map.values(outcomes)) == @calls
     IO.puts("\n  malformed-argument calls: #{inspect(outcomes)}")

@@ -9,6 +9,7 @@ defmodule ExMLX.Reliability.BadInputTest do
   @moduletag timeout: 180_000
 
   import Bitwise
+  import ExMLX.TestHelpers, only: [drain_mailbox: 0]
 
   @calls 100_000
   @seed 20_261_123
@@ -247,14 +248,6 @@ defmodule ExMLX.Reliability.BadInputTest do
     :throw, _ -> :throw
   end
 
-  defp drain do
-    receive do
-      _ -> drain()
-    after
-      0 -> :ok
-    end
-  end
-
   @tag :tmp_dir
   test "#{@calls} random bad calls to every public function leave the VM alive", %{tmp_dir: dir} do
     :rand.seed(:exsss, {@seed, @seed, @seed})
@@ -283,7 +276,7 @@ defmodule ExMLX.Reliability.BadInputTest do
         # Fresh tensors now and then (random calls deallocate some).
         pool =
           if rem(i, 1000) == 0 do
-            drain()
+            drain_mailbox()
             pool(dir)
           else
             pool
@@ -292,7 +285,7 @@ defmodule ExMLX.Reliability.BadInputTest do
         {Map.update(acc, result, 1, &(&1 + 1)), pool}
       end)
 
-    drain()
+    drain_mailbox()
 
     summary =
       Enum.group_by(outcomes, fn

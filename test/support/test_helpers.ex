@@ -64,6 +64,15 @@ defmodule ExMLX.TestHelpers do
     :ok
   end
 
+  @doc "Drops every message in the mailbox (replies nobody waits for)."
+  def drain_mailbox do
+    receive do
+      _ -> drain_mailbox()
+    after
+      0 -> :ok
+    end
+  end
+
   def assert_close(got, expected, tol, label) do
     Enum.zip(got, expected)
     |> Enum.with_index()

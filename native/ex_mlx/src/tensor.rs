@@ -98,9 +98,7 @@ impl Tensor {
                 Err(e) => State::Failed(e),
             };
         }
-        if self.waiters.load(Ordering::Relaxed) > 0 {
-            self.filled.notify_all();
-        }
+        self.wake_waiters();
     }
 
     /// A handle to the array (shares its data and graph). Waits while the
@@ -134,6 +132,14 @@ impl Tensor {
         }
     }
 
+    /// Wakes the threads waiting in [`Tensor::array`] for this tensor, if
+    /// any (call with the state locked, after changing it).
+    fn wake_waiters(&self) {
+        if self.waiters.load(Ordering::Relaxed) > 0 {
+            self.filled.notify_all();
+        }
+    }
+
     /// `Ok` unless the tensor was deallocated or its deferred operation
     /// failed (a pending tensor is fine). Does not wait.
     pub fn check_usable(&self) -> Result<()> {
@@ -163,9 +169,7 @@ impl Tensor {
         let mut state = self.lock();
         let had = !matches!(*state, State::Deallocated);
         *state = State::Deallocated;
-        if self.waiters.load(Ordering::Relaxed) > 0 {
-            self.filled.notify_all();
-        }
+        self.wake_waiters();
         had
     }
 }
