@@ -364,7 +364,7 @@ defmodule ExMLX.Memory.Monitor do
   def init(interval_ms) do
     started = System.monotonic_time(:millisecond)
     send(self(), :sample)
-    {:ok, %{interval: interval_ms, started: started, samples: []}}
+    {:ok, %{interval: interval_ms, started: started, taken: 0, samples: []}}
   end
 
   @impl true
@@ -372,8 +372,13 @@ defmodule ExMLX.Memory.Monitor do
     stats = ExMLX.Memory.stats()
     sample = Map.put(stats, :at_ms, System.monotonic_time(:millisecond) - state.started)
     ExMLX.Telemetry.execute([:ex_mlx, :memory, :stats], stats, %{monitor: self()})
-    Process.send_after(self(), :sample, state.interval)
-    {:noreply, %{state | samples: [sample | state.samples]}}
+    # The next sample is due at started + taken × interval, not one interval
+    # after this one: time spent sampling, or waiting for a busy scheduler,
+    # does not add up over the samples.
+    taken = state.taken + 1
+    due = state.started + taken * state.interval
+    Process.send_after(self(), :sample, max(due - System.monotonic_time(:millisecond), 0))
+    {:noreply, %{state | taken: taken, samples: [sample | state.samples]}}
   end
 
   @impl true
