@@ -177,16 +177,11 @@ where
         )?;
         return Ok(Submitted::Deferred(out));
     }
-    let replier = Replier::new(env, tag);
     let meeting = Arc::new(Meeting::<T>::new());
     let worker_side = meeting.clone();
     let backlog = worker::submit(
         device,
-        Box::new(move || {
-            if let Some(result) = worker_side.finish(worker::run_caught(work)) {
-                replier.send(result);
-            }
-        }),
+        Box::new(move || worker_side.finish(worker::run_caught(work))),
     )?;
     // Wait only when the worker has at most a few jobs (a deferred op or two
     // ahead is common and quick), and only one NIF at a time: a scheduler
@@ -197,16 +192,27 @@ where
             .compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed)
             .is_ok();
     let started = Instant::now();
-    let outcome = meeting.wait(if spin { QUICK_WAIT } else { Duration::ZERO });
+    let limit = if spin { QUICK_WAIT } else { Duration::ZERO };
+    // (the replier, which copies the tag, is made only if the reply will
+    // have to be a message)
+    let outcome = meeting.wait(limit, || Replier::new(env, tag));
     if spin {
         SPINNING.store(false, Ordering::Release);
     }
-    // Tell the scheduler how long this NIF held it (a timeslice is about
-    // 1 ms), so a process making many quick calls yields as often as one
-    // that computes in Elixir, and others in the run queue get their turn.
-    let waited_us = started.elapsed().as_micros();
-    if waited_us >= 10 {
-        rustler::schedule::consume_timeslice(env, (waited_us / 10).min(100) as i32);
+    // Keep the scheduling the message would have given. A caller that gets
+    // its result here would otherwise have waited in `receive`, giving its
+    // scheduler to the next process: it uses up its timeslice, so it goes
+    // to the back of the run queue when the NIF returns (it is back at once
+    // if nothing else is waiting). Without this, 64 processes making quick
+    // calls kept their schedulers for whole timeslices and a ticker process
+    // waited up to 70 ms. A NIF that waited in vain is charged the time it
+    // held the scheduler (a timeslice is about 1 ms).
+    let percent = match outcome {
+        Some(_) => 100,
+        None => (started.elapsed().as_micros() / 10).min(100) as i32,
+    };
+    if percent > 0 {
+        rustler::schedule::consume_timeslice(env, percent);
     }
     Ok(match outcome {
         Some(result) => Submitted::Done(AssertUnwindSafe(Box::new(Reply(result)))),
@@ -234,43 +240,53 @@ const WAITING: u8 = 0;
 const DONE: u8 = 1;
 const GONE: u8 = 2;
 
-/// Where the worker leaves a result for a NIF that may still be waiting.
+/// Where the worker leaves a result for a NIF that may still be waiting,
+/// and the NIF, when it stops waiting, leaves the replier for the worker.
 struct Meeting<T> {
     state: AtomicU8,
     result: Mutex<Option<Result<T>>>,
+    replier: Mutex<Option<Replier>>,
 }
 
-impl<T> Meeting<T> {
+fn locked<X>(slot: &Mutex<X>) -> std::sync::MutexGuard<'_, X> {
+    slot.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+impl<T: Encoder> Meeting<T> {
     fn new() -> Self {
         Meeting {
             state: AtomicU8::new(WAITING),
             result: Mutex::new(None),
+            replier: Mutex::new(None),
         }
     }
 
-    fn slot(&self) -> std::sync::MutexGuard<'_, Option<Result<T>>> {
-        self.result.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
-    /// The worker's side: leaves `result` for the NIF, or hands it back
-    /// (to be sent as a message) if the NIF stopped waiting.
-    fn finish(&self, result: Result<T>) -> Option<Result<T>> {
-        *self.slot() = Some(result);
-        match self
+    /// The worker's side: leaves `result` for the NIF, or, if the NIF
+    /// stopped waiting, sends it as a message with the replier it left.
+    fn finish(&self, result: Result<T>) {
+        *locked(&self.result) = Some(result);
+        if self
             .state
             .compare_exchange(WAITING, DONE, Ordering::AcqRel, Ordering::Acquire)
+            .is_err()
         {
-            Ok(_) => None,
-            Err(_) => self.slot().take(),
+            // GONE: the NIF left the replier before it said so
+            let replier = locked(&self.replier).take();
+            let result = locked(&self.result).take();
+            if let (Some(replier), Some(result)) = (replier, result) {
+                replier.send(result);
+            }
         }
     }
 
     /// The NIF's side: the result if the worker finishes within `limit`;
-    /// otherwise `None`, and the worker sends it as a message.
-    fn wait(&self, limit: Duration) -> Option<Result<T>> {
+    /// otherwise `None`, after leaving `replier()` for the worker to send
+    /// the result with.
+    fn wait(&self, limit: Duration, replier: impl FnOnce() -> Replier) -> Option<Result<T>> {
         let start = Instant::now();
         while self.state.load(Ordering::Acquire) == WAITING {
             if start.elapsed() >= limit {
+                *locked(&self.replier) = Some(replier());
                 if self
                     .state
                     .compare_exchange(WAITING, GONE, Ordering::AcqRel, Ordering::Acquire)
@@ -278,11 +294,13 @@ impl<T> Meeting<T> {
                 {
                     return None;
                 }
-                break; // the worker finished meanwhile
+                // the worker finished meanwhile: the replier is not needed
+                locked(&self.replier).take();
+                break;
             }
             std::hint::spin_loop();
         }
-        self.slot().take()
+        locked(&self.result).take()
     }
 }
 
