@@ -39,7 +39,13 @@ defmodule ExMLX.Build do
     end
   end
 
-  def priv_native_dir, do: Path.join([root(), "priv", "native"])
+  @doc """
+  Where the built library goes: `priv/native` inside the application's folder in
+  `_build` (`Mix.Project.app_path/0`), which is what `:code.priv_dir(:ex_mlx)`
+  returns at run time. Nothing is written into the source tree, so the library is
+  found on the first run and ExMLX builds the same way as a dependency.
+  """
+  def priv_native_dir, do: Path.join([Mix.Project.app_path(), "priv", "native"])
 
   def macos?, do: match?({:unix, :darwin}, :os.type())
 

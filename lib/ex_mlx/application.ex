@@ -6,6 +6,12 @@ defmodule ExMLX.Application do
 
   @impl true
   def start(_type, _args) do
+    # The application starts without its library (so a release or a script can
+    # still report the problem); every call then raises the same error.
+    if ExMLX.Native.load_error() do
+      Logger.warning(Exception.message(ExMLX.Native.not_loaded_error()))
+    end
+
     apply_cache_limit(Application.get_env(:ex_mlx, :cache_limit, :default))
 
     children = [

@@ -2,29 +2,80 @@ defmodule ExMLX.Native do
   @moduledoc false
   # Every NIF of ExMLX is declared here and nowhere else.
   #
-  # Asynchronous NIFs take a `tag` (a fresh reference) first: they check their
-  # arguments, queue the work on the device's worker thread and return `:ok`
-  # (or `{:error, {kind, message}}`); the result arrives later as the message
-  # `{tag, {:ok, value} | {:error, {kind, message}}}`. `ExMLX.Call` waits for it.
+  # Asynchronous NIFs take a `tag` first. With a fresh reference as the tag they
+  # check their arguments and queue the work on the device's worker thread; if
+  # the worker finishes within a short wait the NIF returns `{:ok, value}` or
+  # `{:error, {kind, message}}` itself, otherwise it returns `:ok` and the result
+  # arrives as the message `{tag, {:ok, value} | {:error, {kind, message}}}`.
+  # With `{:deferred, ...}` as the tag, a tensor-producing NIF returns
+  # `{:deferred, tensor, device}` at once. `ExMLX.Call` handles every case
+  # (native/ex_mlx/src/reply.rs has the details).
   #
   # If the library is missing or fails to load, the module still loads and every
-  # NIF raises an `ExMLX.Error` that says what was not found.
+  # NIF raises an `ExMLX.Error` that names the path tried.
 
   @on_load :load_nif
 
+  @nif_env "EX_MLX_NIF_PATH"
+
+  # Never raises: a module whose @on_load fails is not loaded at all, and every
+  # caller would then see `:undef` instead of the reason. A failure is recorded
+  # and each stub reports it.
   @doc false
   def load_nif do
-    path = :filename.join(:code.priv_dir(:ex_mlx), ~c"native/libex_mlx")
+    case nif_path() do
+      {:ok, path} ->
+        case :erlang.load_nif(path, 0) do
+          :ok ->
+            :persistent_term.erase({__MODULE__, :load_error})
+            :ok
 
-    case :erlang.load_nif(path, 0) do
-      :ok ->
-        :persistent_term.erase({__MODULE__, :load_error})
-        :ok
+          {:error, {reason, text}} ->
+            record_load_error(path, reason, to_string(text))
+        end
 
-      {:error, {reason, text}} ->
-        :persistent_term.put({__MODULE__, :load_error}, {path, reason, to_string(text)})
-        :ok
+      {:error, path, reason, text} ->
+        record_load_error(path, reason, text)
     end
+  end
+
+  defp record_load_error(path, reason, text) do
+    :persistent_term.put({__MODULE__, :load_error}, {path, reason, text})
+    :ok
+  end
+
+  @doc false
+  # The library's path without its extension (`:erlang.load_nif/2` adds it):
+  # `$EX_MLX_NIF_PATH` if set, else `native/libex_mlx` in ex_mlx's priv folder.
+  # `:code.priv_dir/1` finds that folder only when the code sits in a folder
+  # named `ex_mlx` or `ex_mlx-VSN` (Mix's _build, a release); otherwise (an
+  # escript, a bare `ebin` folder) the priv folder beside this module's `ebin`
+  # is tried.
+  def nif_path do
+    nif_path(System.get_env(@nif_env), :code.priv_dir(:ex_mlx), :code.which(__MODULE__))
+  end
+
+  @doc false
+  def nif_path(env, priv_dir, beam)
+
+  def nif_path(env, _priv_dir, _beam) when is_binary(env) and env != "" do
+    {:ok, env |> Path.expand() |> Path.rootname(".so") |> String.to_charlist()}
+  end
+
+  def nif_path(_env, priv_dir, _beam) when is_list(priv_dir) do
+    {:ok, :filename.join(priv_dir, ~c"native/libex_mlx")}
+  end
+
+  def nif_path(_env, {:error, _}, beam) when is_list(beam) do
+    priv = beam |> :filename.dirname() |> :filename.dirname() |> :filename.join(~c"priv")
+    {:ok, :filename.join(priv, ~c"native/libex_mlx")}
+  end
+
+  def nif_path(_env, {:error, reason}, beam) do
+    {:error, ~c"native/libex_mlx", :no_priv_dir,
+     "ex_mlx's priv folder was not found (:code.priv_dir(:ex_mlx) returned " <>
+       "{:error, #{inspect(reason)}} and ExMLX.Native was not loaded from a file: " <>
+       "#{inspect(beam)}); set #{@nif_env} to the library's path"}
   end
 
   @doc false
@@ -42,16 +93,21 @@ defmodule ExMLX.Native do
 
   @doc false
   def not_loaded_error do
-    {path, reason, text} =
-      load_error() ||
-        {:filename.join(:code.priv_dir(:ex_mlx), ~c"native/libex_mlx"), :unknown, ""}
+    {path, reason, text} = load_error() || {nif_path_for_message(), :unknown, ""}
 
     %ExMLX.Error{
       kind: :not_loaded,
       message:
         "the ExMLX native library was not loaded from #{path}.so (#{reason}: #{text}). " <>
-          "Build it with bin/setup (or mix compile)."
+          "Build it with bin/setup (or mix compile), or set #{@nif_env} to its path."
     }
+  end
+
+  defp nif_path_for_message do
+    case nif_path() do
+      {:ok, path} -> path
+      {:error, path, _, _} -> path
+    end
   end
 
   # Library

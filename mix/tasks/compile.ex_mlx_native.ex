@@ -1,7 +1,9 @@
 defmodule Mix.Tasks.Compile.ExMlxNative do
-  @shortdoc "Builds the ExMLX Rust NIF with cargo into priv/native"
+  @shortdoc "Builds the ExMLX Rust NIF with cargo into the app's priv/native"
   @moduledoc """
-  Builds `native/ex_mlx` with cargo and copies the library into `priv/native/`.
+  Builds `native/ex_mlx` with cargo and copies the library into `priv/native/`
+  of the application's build folder (`_build/ENV/lib/ex_mlx`), where
+  `:code.priv_dir(:ex_mlx)` finds it. The source tree is never written to.
 
   Runs as part of `mix compile` (it is listed in the project's `:compilers`).
 
@@ -26,6 +28,7 @@ defmodule Mix.Tasks.Compile.ExMlxNative do
       env = Build.cargo_env(runtime)
       fingerprint = fingerprint(runtime, env)
       priv_lib = Path.join(Build.priv_native_dir(), Build.priv_lib_file())
+      unlink_source_priv()
 
       if !opts[:force] and File.exists?(priv_lib) and read_stamp() == fingerprint do
         {:noop, []}
@@ -40,6 +43,18 @@ defmodule Mix.Tasks.Compile.ExMlxNative do
     File.rm_rf(Build.priv_native_dir())
     File.rm(stamp_path())
     :ok
+  end
+
+  # Builds made before the library moved into _build had a priv/ in the source
+  # tree, which Mix links as _build/ENV/lib/ex_mlx/priv. Such a link would
+  # send the new library back into the source tree: replace it by a folder.
+  defp unlink_source_priv do
+    app_priv = Path.join(Mix.Project.app_path(), "priv")
+
+    case File.lstat(app_priv) do
+      {:ok, %File.Stat{type: :symlink}} -> File.rm!(app_priv)
+      _ -> :ok
+    end
   end
 
   defp runtime do

@@ -1,7 +1,7 @@
 //! How an asynchronous NIF queues work and how its result reaches the caller
 //! (the thread model itself is described in `ex_mlx_core::worker`).
 //!
-//! Two modes, chosen by the caller through the `tag` argument:
+//! Three modes, chosen by the caller through the `tag` argument:
 //!
 //! * a reference: the worker sends `{tag, {:ok, value} | {:error, reason}}`
 //!   when done and the caller waits for it (`ExMLX.Call.run/1`);
