@@ -38,6 +38,8 @@ defmodule ExMLX do
   # abs/1, round/1, min/2 and max/2 are tensor operations here.
   import Kernel, except: [abs: 1, round: 1, min: 2, max: 2]
 
+  import ExMLX.Args, only: [tensor!: 2, refs!: 2, list!: 2, opts!: 2]
+
   alias ExMLX.{Call, Native, Tensor}
 
   @typedoc "A tensor type, as Nx names it, or `:bool`."
@@ -85,6 +87,7 @@ defmodule ExMLX do
   """
   @spec from_binary(binary(), type(), shape(), keyword()) :: Tensor.t()
   def from_binary(binary, type, shape, opts \\ []) do
+    opts = opts!(opts, [:device])
     device = Keyword.get(opts, :device, default_device())
     Call.run(&Native.from_binary(&1, binary, type, shape, device)) |> Tensor.wrap()
   end
@@ -97,8 +100,10 @@ defmodule ExMLX do
       <<7, 8>>
   """
   @spec to_binary(Tensor.t()) :: binary()
-  def to_binary(%Tensor{ref: ref}),
-    do: ExMLX.Telemetry.span(:to_binary, fn -> Call.run(&Native.to_binary(&1, ref)) end)
+  def to_binary(tensor) do
+    %Tensor{ref: ref} = tensor!(tensor, :tensor)
+    ExMLX.Telemetry.span(:to_binary, fn -> Call.run(&Native.to_binary(&1, ref)) end)
+  end
 
   # ---------------------------------------------------------------------------
   # Queries
@@ -111,7 +116,10 @@ defmodule ExMLX do
       {1, 2}
   """
   @spec shape(Tensor.t()) :: shape()
-  def shape(%Tensor{ref: ref}), do: ref |> Call.info() |> elem(0)
+  def shape(tensor) do
+    %Tensor{ref: ref} = tensor!(tensor, :tensor)
+    ref |> Call.info() |> elem(0)
+  end
 
   @doc """
   The tensor's type, as MLX reports it.
@@ -120,7 +128,10 @@ defmodule ExMLX do
       {:bf, 16}
   """
   @spec type(Tensor.t()) :: type()
-  def type(%Tensor{ref: ref}), do: ref |> Call.info() |> elem(1)
+  def type(tensor) do
+    %Tensor{ref: ref} = tensor!(tensor, :tensor)
+    ref |> Call.info() |> elem(1)
+  end
 
   @doc """
   The device whose worker owns the tensor.
@@ -129,7 +140,10 @@ defmodule ExMLX do
       :cpu
   """
   @spec device(Tensor.t()) :: device()
-  def device(%Tensor{ref: ref}), do: ref |> Call.info() |> elem(2)
+  def device(tensor) do
+    %Tensor{ref: ref} = tensor!(tensor, :tensor)
+    ref |> Call.info() |> elem(2)
+  end
 
   @doc """
   The number of elements and the number of bytes of the tensor's data.
@@ -138,7 +152,8 @@ defmodule ExMLX do
       {3, 12}
   """
   @spec size(Tensor.t()) :: {non_neg_integer(), non_neg_integer()}
-  def size(%Tensor{ref: ref}) do
+  def size(tensor) do
+    %Tensor{ref: ref} = tensor!(tensor, :tensor)
     # (waits for a deferred result, raising its error if it failed)
     Call.info(ref)
     Native.tensor_size(ref)
@@ -156,7 +171,8 @@ defmodule ExMLX do
       <<2>>
   """
   @spec eval(Tensor.t()) :: Tensor.t()
-  def eval(%Tensor{ref: ref} = tensor) do
+  def eval(tensor) do
+    %Tensor{ref: ref} = tensor!(tensor, :tensor)
     ExMLX.Telemetry.span(:eval, fn -> Call.run(&Native.eval(&1, ref)) end)
     tensor
   end
@@ -173,8 +189,10 @@ defmodule ExMLX do
       :already_deallocated
   """
   @spec deallocate(Tensor.t()) :: :ok | :already_deallocated
-  def deallocate(%Tensor{ref: ref}),
-    do: if(Native.deallocate(ref), do: :ok, else: :already_deallocated)
+  def deallocate(tensor) do
+    %Tensor{ref: ref} = tensor!(tensor, :tensor)
+    if(Native.deallocate(ref), do: :ok, else: :already_deallocated)
+  end
 
   # ---------------------------------------------------------------------------
   # Devices
@@ -199,8 +217,10 @@ defmodule ExMLX do
       :cpu
   """
   @spec transfer(Tensor.t(), device()) :: Tensor.t()
-  def transfer(%Tensor{ref: ref}, device),
-    do: Call.run(&Native.transfer(&1, ref, device)) |> Tensor.wrap()
+  def transfer(tensor, device) do
+    %Tensor{ref: ref} = tensor!(tensor, :tensor)
+    Call.run(&Native.transfer(&1, ref, device)) |> Tensor.wrap()
+  end
 
   # ---------------------------------------------------------------------------
   # Creation and conversion
@@ -222,6 +242,7 @@ defmodule ExMLX do
   """
   @spec full(number() | atom() | {number(), number()}, type(), shape(), keyword()) :: Tensor.t()
   def full(value, type, shape, opts \\ []) do
+    opts = opts!(opts, [:device])
     device = Keyword.get(opts, :device, default_device())
     Call.run(&Native.full(&1, value, type, shape, device)) |> Tensor.wrap()
   end
@@ -239,6 +260,7 @@ defmodule ExMLX do
   """
   @spec iota(type(), shape(), keyword()) :: Tensor.t()
   def iota(type, shape, opts \\ []) do
+    opts = opts!(opts, [:axis, :device])
     device = Keyword.get(opts, :device, default_device())
     Call.run(&Native.iota(&1, type, shape, opts[:axis], device)) |> Tensor.wrap()
   end
@@ -251,6 +273,7 @@ defmodule ExMLX do
   """
   @spec eye(non_neg_integer(), type(), keyword()) :: Tensor.t()
   def eye(n, type, opts \\ []) do
+    opts = opts!(opts, [:device, :m])
     device = Keyword.get(opts, :device, default_device())
     m = Keyword.get(opts, :m, n)
     Call.run(&Native.eye(&1, n, m, type, device)) |> Tensor.wrap()
@@ -263,8 +286,10 @@ defmodule ExMLX do
       2
   """
   @spec as_type(Tensor.t(), type()) :: Tensor.t()
-  def as_type(%Tensor{ref: ref}, type),
-    do: Call.run(&Native.as_type(&1, ref, type)) |> Tensor.wrap()
+  def as_type(tensor, type) do
+    %Tensor{ref: ref} = tensor!(tensor, :tensor)
+    Call.run(&Native.as_type(&1, ref, type)) |> Tensor.wrap()
+  end
 
   @doc """
   Reinterprets the bytes of each element as `type`, which must have the same size.
@@ -273,8 +298,10 @@ defmodule ExMLX do
       0x3F800000
   """
   @spec bitcast(Tensor.t(), type()) :: Tensor.t()
-  def bitcast(%Tensor{ref: ref}, type),
-    do: Call.run(&Native.bitcast(&1, ref, type)) |> Tensor.wrap()
+  def bitcast(tensor, type) do
+    %Tensor{ref: ref} = tensor!(tensor, :tensor)
+    Call.run(&Native.bitcast(&1, ref, type)) |> Tensor.wrap()
+  end
 
   @doc """
   The only element of the tensor as an Elixir number, read with the tensor's
@@ -290,8 +317,10 @@ defmodule ExMLX do
   """
   @spec item(Tensor.t()) ::
           number() | boolean() | :nan | :infinity | :neg_infinity | {term(), term()}
-  def item(%Tensor{ref: ref}),
-    do: ExMLX.Telemetry.span(:item, fn -> Call.run(&Native.item(&1, ref)) end)
+  def item(tensor) do
+    %Tensor{ref: ref} = tensor!(tensor, :tensor)
+    ExMLX.Telemetry.span(:item, fn -> Call.run(&Native.item(&1, ref)) end)
+  end
 
   @doc """
   The elements as a flat list of numbers (row-major), decoded from
@@ -301,7 +330,10 @@ defmodule ExMLX do
       [1.5, 1.5, 1.5]
   """
   @spec to_list(Tensor.t()) :: list()
-  def to_list(%Tensor{type: type} = tensor), do: tensor |> to_binary() |> decode_list(type)
+  def to_list(tensor) do
+    %Tensor{type: type} = tensor!(tensor, :tensor)
+    tensor |> to_binary() |> decode_list(type)
+  end
 
   defp decode_list(bin, :bool), do: for(<<x::8 <- bin>>, do: x == 1)
   defp decode_list(bin, {:u, n}), do: for(<<x::size(n)-unsigned-little <- bin>>, do: x)
@@ -372,8 +404,10 @@ defmodule ExMLX do
         {2}
     """
     @spec unquote(op)(Tensor.t()) :: Tensor.t()
-    def unquote(op)(%Tensor{ref: ref}),
-      do: Call.run(&Native.unary(&1, unquote(op), ref)) |> Tensor.wrap()
+    def unquote(op)(tensor) do
+      %Tensor{ref: ref} = tensor!(tensor, :tensor)
+      Call.run(&Native.unary(&1, unquote(op), ref)) |> Tensor.wrap()
+    end
   end
 
   for op <- @binary do
@@ -386,7 +420,11 @@ defmodule ExMLX do
         {2}
     """
     @spec unquote(op)(Tensor.t(), Tensor.t()) :: Tensor.t()
-    def unquote(op)(%Tensor{} = a, %Tensor{} = b), do: binary_op(unquote(op), a, b)
+    def unquote(op)(a, b) do
+      tensor!(a, :a)
+      tensor!(b, :b)
+      binary_op(unquote(op), a, b)
+    end
   end
 
   @doc """
@@ -398,7 +436,11 @@ defmodule ExMLX do
       <<2::32-signed-little, 4::32-signed-little>>
   """
   @spec add(Tensor.t(), Tensor.t()) :: Tensor.t()
-  def add(%Tensor{} = a, %Tensor{} = b), do: binary_op(:add, a, b)
+  def add(a, b) do
+    tensor!(a, :a)
+    tensor!(b, :b)
+    binary_op(:add, a, b)
+  end
 
   # add, subtract, multiply, max and min return at once: their result's
   # shape and type follow from the inputs' (ExMLX.Prediction), so the worker
@@ -443,7 +485,9 @@ defmodule ExMLX do
         {2}
     """
     @spec unquote(name)(Tensor.t(), keyword()) :: Tensor.t()
-    def unquote(name)(%Tensor{ref: ref}, opts \\ []) do
+    def unquote(name)(tensor, opts \\ []) do
+      %Tensor{ref: ref} = tensor!(tensor, :tensor)
+      opts = opts!(opts, [:axes, :keep_dims])
       axes = Keyword.get(opts, :axes)
       keep = Keyword.get(opts, :keep_dims, false)
       Call.run(&Native.reduce(&1, unquote(op), ref, axes, keep)) |> Tensor.wrap()
@@ -461,7 +505,9 @@ defmodule ExMLX do
         {4}
     """
     @spec unquote(op)(Tensor.t(), tuple() | [pos_integer()], keyword()) :: Tensor.t()
-    def unquote(op)(%Tensor{ref: ref, shape: shape}, window, opts \\ []) do
+    def unquote(op)(tensor, window, opts \\ []) do
+      %Tensor{ref: ref, shape: shape} = tensor!(tensor, :tensor)
+      opts = opts!(opts, [:padding, :strides, :window_dilations])
       window = if is_tuple(window), do: Tuple.to_list(window), else: window
       n = tuple_size(shape)
       strides = Keyword.get(opts, :strides, List.duplicate(1, n))
@@ -481,7 +527,11 @@ defmodule ExMLX do
       1
   """
   @spec argmax(Tensor.t(), keyword()) :: Tensor.t()
-  def argmax(%Tensor{} = t, opts \\ []), do: arg_reduce(:argmax, t, opts)
+  def argmax(t, opts \\ []) do
+    tensor!(t, :tensor)
+    opts = opts!(opts, [:axis, :keep_dims])
+    arg_reduce(:argmax, t, opts)
+  end
 
   @doc """
   Index of the smallest element along `:axis` (of the flattened tensor by
@@ -491,7 +541,11 @@ defmodule ExMLX do
       1
   """
   @spec argmin(Tensor.t(), keyword()) :: Tensor.t()
-  def argmin(%Tensor{} = t, opts \\ []), do: arg_reduce(:argmin, t, opts)
+  def argmin(t, opts \\ []) do
+    tensor!(t, :tensor)
+    opts = opts!(opts, [:axis, :keep_dims])
+    arg_reduce(:argmin, t, opts)
+  end
 
   defp arg_reduce(op, %Tensor{ref: ref}, opts) do
     axis = Keyword.get(opts, :axis)
@@ -510,8 +564,10 @@ defmodule ExMLX do
       {2, 3}
   """
   @spec reshape(Tensor.t(), shape()) :: Tensor.t()
-  def reshape(%Tensor{ref: ref}, shape),
-    do: Call.run(&Native.reshape(&1, ref, shape)) |> Tensor.wrap()
+  def reshape(tensor, shape) do
+    %Tensor{ref: ref} = tensor!(tensor, :tensor)
+    Call.run(&Native.reshape(&1, ref, shape)) |> Tensor.wrap()
+  end
 
   @doc """
   Permutes the axes (reverses them by default).
@@ -520,7 +576,8 @@ defmodule ExMLX do
       [0, 3, 1, 4, 2, 5]
   """
   @spec transpose(Tensor.t(), [integer()] | nil) :: Tensor.t()
-  def transpose(%Tensor{ref: ref, shape: shape}, axes \\ nil) do
+  def transpose(tensor, axes \\ nil) do
+    %Tensor{ref: ref, shape: shape} = tensor!(tensor, :tensor)
     axes = axes || Enum.reverse(Enum.to_list(0..(tuple_size(shape) - 1)//1))
     Call.run(&Native.transpose(&1, ref, axes)) |> Tensor.wrap()
   end
@@ -532,8 +589,10 @@ defmodule ExMLX do
       [1, 1, 1, 1, 1, 1]
   """
   @spec broadcast_to(Tensor.t(), shape()) :: Tensor.t()
-  def broadcast_to(%Tensor{ref: ref}, shape),
-    do: Call.run(&Native.broadcast_to(&1, ref, shape)) |> Tensor.wrap()
+  def broadcast_to(tensor, shape) do
+    %Tensor{ref: ref} = tensor!(tensor, :tensor)
+    Call.run(&Native.broadcast_to(&1, ref, shape)) |> Tensor.wrap()
+  end
 
   @doc """
   Removes size-1 axes (all of them, or those in `axes`).
@@ -542,8 +601,10 @@ defmodule ExMLX do
       {3}
   """
   @spec squeeze(Tensor.t(), [integer()] | nil) :: Tensor.t()
-  def squeeze(%Tensor{ref: ref}, axes \\ nil),
-    do: Call.run(&Native.squeeze(&1, ref, axes)) |> Tensor.wrap()
+  def squeeze(tensor, axes \\ nil) do
+    %Tensor{ref: ref} = tensor!(tensor, :tensor)
+    Call.run(&Native.squeeze(&1, ref, axes)) |> Tensor.wrap()
+  end
 
   @doc """
   Inserts size-1 axes at `axes` (positions in the result).
@@ -552,8 +613,10 @@ defmodule ExMLX do
       {1, 3, 1}
   """
   @spec expand_dims(Tensor.t(), [integer()]) :: Tensor.t()
-  def expand_dims(%Tensor{ref: ref}, axes),
-    do: Call.run(&Native.expand_dims(&1, ref, axes)) |> Tensor.wrap()
+  def expand_dims(tensor, axes) do
+    %Tensor{ref: ref} = tensor!(tensor, :tensor)
+    Call.run(&Native.expand_dims(&1, ref, axes)) |> Tensor.wrap()
+  end
 
   @doc """
   Reverses the elements along `axes`.
@@ -562,7 +625,10 @@ defmodule ExMLX do
       [2, 1, 0]
   """
   @spec flip(Tensor.t(), [integer()]) :: Tensor.t()
-  def flip(%Tensor{ref: ref}, axes), do: Call.run(&Native.flip(&1, ref, axes)) |> Tensor.wrap()
+  def flip(tensor, axes) do
+    %Tensor{ref: ref} = tensor!(tensor, :tensor)
+    Call.run(&Native.flip(&1, ref, axes)) |> Tensor.wrap()
+  end
 
   @doc """
   Elements `starts[i]..stops[i]-1` of each axis, every `strides[i]`-th
@@ -572,8 +638,9 @@ defmodule ExMLX do
       [1, 4, 7]
   """
   @spec slice(Tensor.t(), [integer()], [integer()], [integer()] | nil) :: Tensor.t()
-  def slice(%Tensor{ref: ref}, starts, stops, strides \\ nil) do
-    strides = strides || List.duplicate(1, length(starts))
+  def slice(tensor, starts, stops, strides \\ nil) do
+    %Tensor{ref: ref} = tensor!(tensor, :tensor)
+    strides = strides || List.duplicate(1, length(list!(starts, :starts)))
     Call.run(&Native.slice(&1, ref, starts, stops, strides)) |> Tensor.wrap()
   end
 
@@ -586,7 +653,8 @@ defmodule ExMLX do
       [3, 4, 5]
   """
   @spec dynamic_slice(Tensor.t(), [integer()] | Tensor.t(), [non_neg_integer()]) :: Tensor.t()
-  def dynamic_slice(%Tensor{ref: ref} = t, starts, lengths) do
+  def dynamic_slice(t, starts, lengths) do
+    %Tensor{ref: ref} = tensor!(t, :tensor)
     %Tensor{ref: s} = starts_tensor(starts, t)
     Call.run(&Native.dynamic_slice(&1, ref, s, lengths)) |> Tensor.wrap()
   end
@@ -599,15 +667,32 @@ defmodule ExMLX do
       [0, 7, 7, 0]
   """
   @spec put_slice(Tensor.t(), [integer()] | Tensor.t(), Tensor.t()) :: Tensor.t()
-  def put_slice(%Tensor{ref: ref} = t, starts, %Tensor{ref: update}) do
+  def put_slice(t, starts, update) do
+    %Tensor{ref: ref} = tensor!(t, :tensor)
+    %Tensor{ref: update} = tensor!(update, :update)
     %Tensor{ref: s} = starts_tensor(starts, t)
     Call.run(&Native.put_slice(&1, ref, s, update)) |> Tensor.wrap()
   end
 
   defp starts_tensor(%Tensor{} = starts, _t), do: starts
 
-  defp starts_tensor(starts, %Tensor{device: device}) when is_list(starts) do
-    data = for s <- starts, into: <<>>, do: <<s::64-signed-little>>
+  defp starts_tensor(starts, %Tensor{device: device}) do
+    unless is_list(starts) and Enum.all?(starts, &is_integer/1) do
+      raise ArgumentError,
+            "starts: expected a list of integers or an integer tensor, got: #{inspect(starts)}"
+    end
+
+    # Starts are clamped into range (as Nx does), so clamping a start past
+    # the s64 range first gives the same result; writing it unclamped would
+    # wrap it around.
+    data =
+      for s <- starts,
+          into: <<>>,
+          do:
+            <<s
+              |> Kernel.max(-0x8000000000000000)
+              |> Kernel.min(0x7FFFFFFFFFFFFFFF)::64-signed-little>>
+
     from_binary(data, {:s, 64}, {length(starts)}, device: device)
   end
 
@@ -620,7 +705,7 @@ defmodule ExMLX do
   """
   @spec concatenate([Tensor.t()], integer()) :: Tensor.t()
   def concatenate(tensors, axis \\ 0) do
-    refs = Enum.map(tensors, fn %Tensor{ref: ref} -> ref end)
+    refs = refs!(tensors, :tensors)
     Call.run(&Native.concatenate(&1, refs, axis)) |> Tensor.wrap()
   end
 
@@ -633,7 +718,7 @@ defmodule ExMLX do
   """
   @spec stack([Tensor.t()], integer()) :: Tensor.t()
   def stack(tensors, axis \\ 0) do
-    refs = Enum.map(tensors, fn %Tensor{ref: ref} -> ref end)
+    refs = refs!(tensors, :tensors)
     Call.run(&Native.stack(&1, refs, axis)) |> Tensor.wrap()
   end
 
@@ -645,8 +730,12 @@ defmodule ExMLX do
       [1, -1]
   """
   @spec select(Tensor.t(), Tensor.t(), Tensor.t()) :: Tensor.t()
-  def select(%Tensor{ref: p}, %Tensor{ref: t}, %Tensor{ref: f}),
-    do: Call.run(&Native.select(&1, p, t, f)) |> Tensor.wrap()
+  def select(pred, on_true, on_false) do
+    %Tensor{ref: p} = tensor!(pred, :pred)
+    %Tensor{ref: t} = tensor!(on_true, :on_true)
+    %Tensor{ref: f} = tensor!(on_false, :on_false)
+    Call.run(&Native.select(&1, p, t, f)) |> Tensor.wrap()
+  end
 
   @doc """
   Clamps every element into `[min, max]`.
@@ -656,8 +745,12 @@ defmodule ExMLX do
       [1, 1, 2, 3, 3]
   """
   @spec clip(Tensor.t(), Tensor.t(), Tensor.t()) :: Tensor.t()
-  def clip(%Tensor{ref: t}, %Tensor{ref: min}, %Tensor{ref: max}),
-    do: Call.run(&Native.clip(&1, t, min, max)) |> Tensor.wrap()
+  def clip(tensor, min, max) do
+    %Tensor{ref: t} = tensor!(tensor, :tensor)
+    %Tensor{ref: min} = tensor!(min, :min)
+    %Tensor{ref: max} = tensor!(max, :max)
+    Call.run(&Native.clip(&1, t, min, max)) |> Tensor.wrap()
+  end
 
   @doc """
   Pads each axis with `{low, high}` or `{low, high, interior}` copies of
@@ -676,8 +769,11 @@ defmodule ExMLX do
           Tensor.t()
         ) ::
           Tensor.t()
-  def pad(%Tensor{ref: ref}, widths, %Tensor{ref: value}),
-    do: Call.run(&Native.pad(&1, ref, widths, value)) |> Tensor.wrap()
+  def pad(tensor, widths, value) do
+    %Tensor{ref: ref} = tensor!(tensor, :tensor)
+    %Tensor{ref: value} = tensor!(value, :value)
+    Call.run(&Native.pad(&1, ref, widths, value)) |> Tensor.wrap()
+  end
 
   # ---------------------------------------------------------------------------
   # Linear algebra
@@ -691,8 +787,11 @@ defmodule ExMLX do
       [1, 2, 3, 4]
   """
   @spec matmul(Tensor.t(), Tensor.t()) :: Tensor.t()
-  def matmul(%Tensor{ref: a}, %Tensor{ref: b}),
-    do: Call.run(&Native.matmul(&1, a, b)) |> Tensor.wrap()
+  def matmul(a, b) do
+    %Tensor{ref: a} = tensor!(a, :a)
+    %Tensor{ref: b} = tensor!(b, :b)
+    Call.run(&Native.matmul(&1, a, b)) |> Tensor.wrap()
+  end
 
   @doc """
   Contracts `axes_a` of `a` with `axes_b` of `b` (integers exactly).
@@ -702,8 +801,11 @@ defmodule ExMLX do
       [5, 14, 14, 50]
   """
   @spec tensordot(Tensor.t(), Tensor.t(), [integer()], [integer()]) :: Tensor.t()
-  def tensordot(%Tensor{ref: a}, %Tensor{ref: b}, axes_a, axes_b),
-    do: Call.run(&Native.tensordot(&1, a, b, axes_a, axes_b)) |> Tensor.wrap()
+  def tensordot(a, b, axes_a, axes_b) do
+    %Tensor{ref: a} = tensor!(a, :a)
+    %Tensor{ref: b} = tensor!(b, :b)
+    Call.run(&Native.tensordot(&1, a, b, axes_a, axes_b)) |> Tensor.wrap()
+  end
 
   @doc """
   Einstein summation over `tensors` (`"ij,jk->ik"`; floating types).
@@ -714,7 +816,7 @@ defmodule ExMLX do
   """
   @spec einsum(String.t(), [Tensor.t()]) :: Tensor.t()
   def einsum(subscripts, tensors) do
-    refs = Enum.map(tensors, fn %Tensor{ref: ref} -> ref end)
+    refs = refs!(tensors, :tensors)
     Call.run(&Native.einsum(&1, subscripts, refs)) |> Tensor.wrap()
   end
 
@@ -731,7 +833,9 @@ defmodule ExMLX do
       [2.0, 0.0, 1.0, 2.0]
   """
   @spec linalg(atom(), Tensor.t(), keyword()) :: [Tensor.t()]
-  def linalg(op, %Tensor{} = t, opts \\ []) do
+  def linalg(op, t, opts \\ []) do
+    tensor!(t, :tensor)
+    opts = opts!(opts, [:upper])
     upper = Keyword.get(opts, :upper, false)
 
     # MLX's linear algebra runs on the CPU stream only.
@@ -759,8 +863,10 @@ defmodule ExMLX do
       [1.0, 0.5]
   """
   @spec solve(Tensor.t(), Tensor.t(), keyword()) :: Tensor.t()
-  def solve(%Tensor{} = a, %Tensor{} = b, opts \\ []) do
-    opts = Keyword.validate!(opts, [:triangular])
+  def solve(a, b, opts \\ []) do
+    tensor!(a, :a)
+    tensor!(b, :b)
+    opts = opts!(opts, [:triangular])
 
     on_cpu(a, fn %Tensor{ref: a} ->
       %Tensor{ref: b} = if b.device == :cpu, do: b, else: transfer(b, :cpu)
@@ -783,7 +889,10 @@ defmodule ExMLX do
       [1.0, 3.0, 5.0]
   """
   @spec conv(Tensor.t(), Tensor.t(), keyword()) :: Tensor.t()
-  def conv(%Tensor{ref: input, shape: shape}, %Tensor{ref: kernel}, opts \\ []) do
+  def conv(input, kernel, opts \\ []) do
+    %Tensor{ref: input, shape: shape} = tensor!(input, :input)
+    %Tensor{ref: kernel} = tensor!(kernel, :kernel)
+    opts = opts!(opts, [:groups, :input_dilation, :kernel_dilation, :padding, :strides])
     n = Kernel.max(tuple_size(shape) - 2, 0)
     strides = Keyword.get(opts, :strides, List.duplicate(1, n))
     padding = Keyword.get(opts, :padding, List.duplicate({0, 0}, n))
@@ -805,8 +914,11 @@ defmodule ExMLX do
       [4, 0, 4]
   """
   @spec take(Tensor.t(), Tensor.t(), integer()) :: Tensor.t()
-  def take(%Tensor{ref: t}, %Tensor{ref: idx}, axis \\ 0),
-    do: Call.run(&Native.take(&1, t, idx, axis)) |> Tensor.wrap()
+  def take(tensor, indices, axis \\ 0) do
+    %Tensor{ref: t} = tensor!(tensor, :tensor)
+    %Tensor{ref: idx} = tensor!(indices, :indices)
+    Call.run(&Native.take(&1, t, idx, axis)) |> Tensor.wrap()
+  end
 
   @doc """
   `t[..., indices[...], ...]` along `axis`, `indices` having `t`'s rank.
@@ -817,8 +929,11 @@ defmodule ExMLX do
       [2, 4]
   """
   @spec take_along_axis(Tensor.t(), Tensor.t(), integer()) :: Tensor.t()
-  def take_along_axis(%Tensor{ref: t}, %Tensor{ref: idx}, axis),
-    do: Call.run(&Native.take_along_axis(&1, t, idx, axis)) |> Tensor.wrap()
+  def take_along_axis(tensor, indices, axis) do
+    %Tensor{ref: t} = tensor!(tensor, :tensor)
+    %Tensor{ref: idx} = tensor!(indices, :indices)
+    Call.run(&Native.take_along_axis(&1, t, idx, axis)) |> Tensor.wrap()
+  end
 
   @doc """
   Nx's gather: each row of `indices` (`{..., k}`) picks one position over
@@ -830,7 +945,9 @@ defmodule ExMLX do
       [5, 0]
   """
   @spec gather(Tensor.t(), Tensor.t(), [integer()] | nil) :: Tensor.t()
-  def gather(%Tensor{ref: t, shape: shape}, %Tensor{ref: idx}, axes \\ nil) do
+  def gather(tensor, indices, axes \\ nil) do
+    %Tensor{ref: t, shape: shape} = tensor!(tensor, :tensor)
+    %Tensor{ref: idx} = tensor!(indices, :indices)
     axes = axes || Enum.to_list(0..(tuple_size(shape) - 1)//1)
     Call.run(&Native.gather(&1, t, idx, axes)) |> Tensor.wrap()
   end
@@ -847,7 +964,11 @@ defmodule ExMLX do
       [1, 0, 2]
   """
   @spec scatter(Tensor.t(), Tensor.t(), Tensor.t(), keyword()) :: Tensor.t()
-  def scatter(%Tensor{ref: t, shape: shape}, %Tensor{ref: idx}, %Tensor{ref: upd}, opts \\ []) do
+  def scatter(tensor, indices, updates, opts \\ []) do
+    %Tensor{ref: t, shape: shape} = tensor!(tensor, :tensor)
+    %Tensor{ref: idx} = tensor!(indices, :indices)
+    %Tensor{ref: upd} = tensor!(updates, :updates)
+    opts = opts!(opts, [:add, :axes])
     axes = Keyword.get_lazy(opts, :axes, fn -> Enum.to_list(0..(tuple_size(shape) - 1)//1) end)
 
     Call.run(&Native.scatter(&1, t, idx, upd, axes, Keyword.get(opts, :add, false)))
@@ -865,7 +986,11 @@ defmodule ExMLX do
       [3, 2, 1]
   """
   @spec sort(Tensor.t(), keyword()) :: Tensor.t()
-  def sort(%Tensor{} = t, opts \\ []), do: sort_call(t, opts, false)
+  def sort(t, opts \\ []) do
+    tensor!(t, :tensor)
+    opts = opts!(opts, [:axis, :direction])
+    sort_call(t, opts, false)
+  end
 
   @doc """
   Indices that sort along `:axis` (default the last); stable in both
@@ -875,7 +1000,11 @@ defmodule ExMLX do
       [0, 2, 1]
   """
   @spec argsort(Tensor.t(), keyword()) :: Tensor.t()
-  def argsort(%Tensor{} = t, opts \\ []), do: sort_call(t, opts, true)
+  def argsort(t, opts \\ []) do
+    tensor!(t, :tensor)
+    opts = opts!(opts, [:axis, :direction])
+    sort_call(t, opts, true)
+  end
 
   defp sort_call(%Tensor{ref: ref}, opts, indices?) do
     axis = Keyword.get(opts, :axis, -1)
@@ -891,7 +1020,8 @@ defmodule ExMLX do
       {[9, 9], [1, 3]}
   """
   @spec top_k(Tensor.t(), non_neg_integer()) :: {Tensor.t(), Tensor.t()}
-  def top_k(%Tensor{ref: ref}, k) do
+  def top_k(tensor, k) do
+    %Tensor{ref: ref} = tensor!(tensor, :tensor)
     [values, indices] = Call.run(&Native.top_k(&1, ref, k))
     {Tensor.wrap(values), Tensor.wrap(indices)}
   end
@@ -905,8 +1035,11 @@ defmodule ExMLX do
       3
   """
   @spec partition(Tensor.t(), non_neg_integer(), keyword()) :: Tensor.t()
-  def partition(%Tensor{ref: ref}, kth, opts \\ []),
-    do: Call.run(&Native.partition(&1, ref, kth, Keyword.get(opts, :axis, -1))) |> Tensor.wrap()
+  def partition(tensor, kth, opts \\ []) do
+    %Tensor{ref: ref} = tensor!(tensor, :tensor)
+    opts = opts!(opts, [:axis])
+    Call.run(&Native.partition(&1, ref, kth, Keyword.get(opts, :axis, -1))) |> Tensor.wrap()
+  end
 
   for op <- [:cumulative_sum, :cumulative_product, :cumulative_min, :cumulative_max] do
     @doc """
@@ -916,7 +1049,9 @@ defmodule ExMLX do
         {3}
     """
     @spec unquote(op)(Tensor.t(), keyword()) :: Tensor.t()
-    def unquote(op)(%Tensor{ref: ref}, opts \\ []) do
+    def unquote(op)(tensor, opts \\ []) do
+      %Tensor{ref: ref} = tensor!(tensor, :tensor)
+      opts = opts!(opts, [:axis, :reverse])
       axis = Keyword.get(opts, :axis, 0)
       reverse = Keyword.get(opts, :reverse, false)
       Call.run(&Native.cumulative(&1, unquote(op), ref, axis, reverse)) |> Tensor.wrap()
@@ -936,7 +1071,9 @@ defmodule ExMLX do
         1
     """
     @spec unquote(op)(Tensor.t(), keyword()) :: Tensor.t()
-    def unquote(op)(%Tensor{ref: ref}, opts \\ []) do
+    def unquote(op)(tensor, opts \\ []) do
+      %Tensor{ref: ref} = tensor!(tensor, :tensor)
+      opts = opts!(opts, [:axis, :length])
       axis = Keyword.get(opts, :axis, -1)
       Call.run(&Native.fft(&1, unquote(op), ref, opts[:length], axis)) |> Tensor.wrap()
     end
@@ -950,7 +1087,9 @@ defmodule ExMLX do
         {2, 2}
     """
     @spec unquote(op)(Tensor.t(), keyword()) :: Tensor.t()
-    def unquote(op)(%Tensor{ref: ref}, opts \\ []) do
+    def unquote(op)(tensor, opts \\ []) do
+      %Tensor{ref: ref} = tensor!(tensor, :tensor)
+      opts = opts!(opts, [:axes, :lengths])
       axes = Keyword.get(opts, :axes, [-2, -1])
       Call.run(&Native.fft2(&1, unquote(op), ref, opts[:lengths], axes)) |> Tensor.wrap()
     end

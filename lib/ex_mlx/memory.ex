@@ -186,7 +186,9 @@ defmodule ExMLX.Memory do
       {549_755_289_600, :sum, true}
   """
   @spec profile(term(), (() -> result)) :: {result, report()} when result: term()
-  def profile(label \\ nil, fun) when is_function(fun, 0) do
+  def profile(label \\ nil, fun)
+
+  def profile(label, fun) when is_function(fun, 0) do
     before = stats()
     Native.memory_reset_peak() |> ExMLX.Call.value()
     started = System.monotonic_time(:microsecond)
@@ -207,6 +209,9 @@ defmodule ExMLX.Memory do
 
     {result, report}
   end
+
+  def profile(_label, other),
+    do: raise(ArgumentError, "fun: expected a function of no arguments, got: #{inspect(other)}")
 
   defp peak_counter do
     case :persistent_term.get({__MODULE__, :peak}, nil) do
@@ -295,6 +300,9 @@ defmodule ExMLX.Memory do
     "#{Float.round(value, 1)} #{unit}"
   end
 
+  def format_bytes(other),
+    do: raise(ArgumentError, "bytes: expected an integer, got: #{inspect(other)}")
+
   @doc """
   A readable table of monitor samples or profile reports.
 
@@ -302,14 +310,33 @@ defmodule ExMLX.Memory do
       iex> ExMLX.Memory.summary([report]) =~ "noop"
       true
   """
+  @report_figures [:wall_us, :active_before, :active_after, :peak, :cache_delta]
+  @sample_figures [:active, :peak, :cache]
+
   @spec summary([map()]) :: String.t()
   def summary([]), do: "(no samples)\n"
 
-  def summary([%{wall_us: _} | _] = reports) do
+  def summary(items) when is_list(items) do
+    cond do
+      Enum.all?(items, &has_integers?(&1, @report_figures)) -> report_table(items)
+      Enum.all?(items, &has_integers?(&1, @sample_figures)) -> sample_table(items)
+      true -> summary({:mixed, items})
+    end
+  end
+
+  def summary(other) do
+    raise ArgumentError,
+          "expected a list of profile reports or of monitor samples, got: #{inspect(other)}"
+  end
+
+  defp has_integers?(item, keys),
+    do: is_map(item) and Enum.all?(keys, &is_integer(Map.get(item, &1)))
+
+  defp report_table(reports) do
     rows =
       for r <- reports do
         [
-          inspect(r.label),
+          inspect(Map.get(r, :label)),
           "#{Float.round(r.wall_us / 1000, 2)} ms",
           format_bytes(r.active_before),
           format_bytes(r.active_after),
@@ -321,7 +348,7 @@ defmodule ExMLX.Memory do
     table(["label", "wall", "active before", "active after", "peak", "cache Δ"], rows)
   end
 
-  def summary([%{active: _} | _] = samples) do
+  defp sample_table(samples) do
     rows =
       for s <- samples do
         [

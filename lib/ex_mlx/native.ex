@@ -114,6 +114,9 @@ defmodule ExMLX.Native do
   def mlx_version, do: not_loaded()
   # For the reliability tests: panics on purpose (:nif or :worker).
   def panic_for_test(_tag, _where), do: not_loaded()
+  # For the tests: keeps the CPU worker busy until release_worker_for_test/0.
+  def hold_worker_for_test(_tag), do: not_loaded()
+  def release_worker_for_test, do: not_loaded()
 
   # For bench/: seconds of each of `reps` plain Rust copies of `binary`
   # (dirty scheduler; ArgumentError past 1 GiB or 1000 reps).

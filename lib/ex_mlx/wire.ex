@@ -25,6 +25,8 @@ defmodule ExMLX.Wire do
       {{2, 3}, {:s, 16}, [0, 1, 2, 3, 4, 5]}
   """
 
+  import ExMLX.Args, only: [map!: 2, opts!: 2]
+
   alias ExMLX.{Call, Native, Tensor}
 
   @type tensor :: Tensor.t() | struct()
@@ -57,6 +59,7 @@ defmodule ExMLX.Wire do
   def decode(frame, opts \\ [])
 
   def decode(frame, opts) when is_binary(frame) do
+    opts = opts!(opts, [:device, :as])
     device = Keyword.get(opts, :device, ExMLX.default_device())
     tag = make_ref()
 
@@ -107,7 +110,7 @@ defmodule ExMLX.Wire do
   """
   @spec encode_bundle(%{optional(String.t()) => tensor()}, %{optional(String.t()) => String.t()}) ::
           binary()
-  def encode_bundle(tensors, metadata \\ %{}) when is_map(tensors) do
+  def encode_bundle(tensors, metadata \\ %{}) do
     {header, parts} = bundle_parts(tensors, metadata)
     IO.iodata_to_binary([header | Enum.map(parts, fn {_name, t} -> ExMLX.to_binary(t) end)])
   end
@@ -118,7 +121,10 @@ defmodule ExMLX.Wire do
   Options: `:device`, `as: :nx`.
   """
   @spec decode_bundle(binary(), keyword()) :: {:ok, map()} | {:error, error()}
-  def decode_bundle(bundle, opts \\ []) when is_binary(bundle) do
+  def decode_bundle(bundle, opts \\ [])
+
+  def decode_bundle(bundle, opts) when is_binary(bundle) do
+    opts = opts!(opts, [:device, :as])
     size = byte_size(bundle)
 
     with {:ok, h} <- header_length(binary_part(bundle, 0, min(8, size)), size),
@@ -131,12 +137,15 @@ defmodule ExMLX.Wire do
     end
   end
 
+  def decode_bundle(other, _opts),
+    do: {:error, {:argument, "bundle: expected a binary, got: #{inspect(other)}"}}
+
   @doc """
   Writes named tensors to a file in the safetensors layout, one tensor at a
   time (memory use is one tensor's bytes, not the file's).
   """
   @spec write_bundle(Path.t(), map(), map()) :: :ok | {:error, term()}
-  def write_bundle(path, tensors, metadata \\ %{}) when is_map(tensors) do
+  def write_bundle(path, tensors, metadata \\ %{}) do
     {header, parts} = bundle_parts(tensors, metadata)
 
     File.open(path, [:write, :binary, :raw], fn file ->
@@ -159,6 +168,8 @@ defmodule ExMLX.Wire do
   """
   @spec read_bundle(Path.t(), keyword()) :: {:ok, map()} | {:error, term()}
   def read_bundle(path, opts \\ []) do
+    opts = opts!(opts, [:device, :as])
+
     with {:ok, %File.Stat{size: size}} <- File.stat(path),
          {:ok, file} <- :file.open(path, [:read, :binary, :raw]) do
       try do
@@ -221,19 +232,31 @@ defmodule ExMLX.Wire do
   defp bundle_parts(tensors, metadata) do
     parts =
       tensors
-      |> Enum.map(fn {name, t} -> {to_string(name), to_ex_mlx(t)} end)
+      |> map!(:tensors)
+      |> Enum.map(fn {name, t} -> {text!(name, :tensors), to_ex_mlx(t)} end)
       |> Enum.sort_by(&elem(&1, 0))
 
     specs =
       Enum.map(parts, fn {name, %Tensor{type: type, shape: shape}} -> {name, type, shape} end)
 
-    meta = Enum.map(metadata, fn {k, v} -> {to_string(k), to_string(v)} end)
+    meta =
+      Enum.map(map!(metadata, :metadata), fn {k, v} ->
+        {text!(k, :metadata), text!(v, :metadata)}
+      end)
 
     case Native.bundle_header(specs, meta) do
       {:error, reason} -> raise ExMLX.Error.from_reason(reason)
       {header, _offsets} -> {header, parts}
     end
   end
+
+  # Tensor names, metadata keys and values: strings (atoms and numbers are
+  # written as text).
+  defp text!(value, _name) when is_binary(value), do: value
+  defp text!(value, _name) when is_atom(value) or is_number(value), do: to_string(value)
+
+  defp text!(other, name),
+    do: raise(ArgumentError, "#{name}: expected string keys and values, got: #{inspect(other)}")
 
   # ---------------------------------------------------------------------------
   # Nx interplay

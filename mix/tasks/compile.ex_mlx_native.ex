@@ -126,7 +126,9 @@ defmodule Mix.Tasks.Compile.ExMlxNative do
     |> Base.encode16(case: :lower)
   end
 
-  defp stamp_path, do: Path.join([Build.target_dir(), "ex_mlx_native.stamp"])
+  # Kept with Mix's manifests of this env's build of the app, beside the
+  # library it describes (the cargo target folder is shared by every env).
+  defp stamp_path, do: Path.join(Mix.Project.manifest_path(), "compile.ex_mlx_native")
 
   defp read_stamp do
     case File.read(stamp_path()) do

@@ -1,8 +1,9 @@
 defmodule ExMLX.MalformedArgsTest do
   # Feeds random, mostly wrong arguments to every NIF. Each call must come back
-  # as a value, an {:error, _} or an Elixir exception; the VM must live on.
+  # as a value or an {:error, {kind, message}} of a documented kind; an
+  # exception is a failure, and the VM must live on.
   use ExUnit.Case, async: false
-  import ExMLX.TestHelpers, only: [drain_mailbox: 0]
+  import ExMLX.TestHelpers, only: [drain_mailbox: 0, error_kinds: 0]
 
   @calls 30_000
   @seed 20_261_122
@@ -11,7 +12,15 @@ defmodule ExMLX.MalformedArgsTest do
     ExMLX.Native.__info__(:functions)
     # (panic_for_test panics on purpose; test/reliability/panic_test.exs covers it)
     |> Enum.reject(fn {name, _} ->
-      name in [:load_nif, :load_error, :not_loaded_error, :panic_for_test]
+      name in [
+        :load_nif,
+        :load_error,
+        :not_loaded_error,
+        :nif_path,
+        :panic_for_test,
+        :hold_worker_for_test,
+        :release_worker_for_test
+      ]
     end)
   end
 
@@ -110,31 +119,61 @@ defmodule ExMLX.MalformedArgsTest do
     nifs = nifs()
     assert length(nifs) >= 30
 
-    outcomes =
-      Enum.reduce(1..@calls, %{}, fn i, acc ->
+    {outcomes, bad} =
+      Enum.reduce(1..@calls, {%{}, []}, fn i, {counts, bad} ->
         {name, arity} = Enum.at(nifs, rem(i, length(nifs)))
         args = for _ <- 1..arity//1, do: random_term(tensors)
-
-        outcome =
-          try do
-            case apply(ExMLX.Native, name, args) do
-              {:error, {kind, message}} when is_atom(kind) and is_binary(message) -> :error
-              _ -> :value
-            end
-          rescue
-            ArgumentError -> :raised
-            ErlangError -> :raised
-          end
-
         if rem(i, 500) == 0, do: drain_mailbox()
-        Map.update(acc, outcome, 1, &(&1 + 1))
+
+        case call(name, args) do
+          {:ok, outcome} -> {Map.update(counts, outcome, 1, &(&1 + 1)), bad}
+          {:bad, what} -> {counts, [{name, args, what} | bad]}
+        end
       end)
 
     # Let queued work finish and check the workers still answer correctly.
     Process.sleep(50)
     drain_mailbox()
     assert ExMLX.iota({:s, 32}, {4}) |> ExMLX.sum() |> ExMLX.item() == 6
-    assert Enum.sum(Map.values(outcomes)) == @calls
+
+    assert bad == [],
+           "#{length(bad)} calls ended outside the NIF contract, e.g.:\n" <>
+             Enum.map_join(Enum.take(Enum.reverse(bad), 5), "\n", &inspect(&1, limit: 8))
+
     IO.puts("\n  malformed-argument calls: #{inspect(outcomes)}")
+  end
+
+  # The NIF contract for any arguments: a value, or `{:error, {kind, message}}`
+  # with a kind ExMLX.Error or ExMLX.Wire documents. An exception (ArgumentError
+  # from a badarg, ErlangError from a panic) breaks it.
+  defp call(name, args) do
+    case apply(ExMLX.Native, name, args) do
+      {:error, {kind, message}} = error when is_atom(kind) and is_binary(message) ->
+        if kind in error_kinds(), do: {:ok, kind}, else: {:bad, error}
+
+      {:error, other} ->
+        {:bad, {:error, other}}
+
+      _value ->
+        {:ok, :value}
+    end
+  rescue
+    e -> {:bad, e}
+  end
+
+  test "every NIF refuses an atom in place of each argument, naming the argument" do
+    # A term of the wrong kind in every position (a tuple is never a tag, a
+    # tensor, a type, an atom option or an integer, and its element is not a
+    # dimension): the first argument a NIF decodes is refused with an
+    # :argument error that names it and shows the term.
+    for {name, arity} <- nifs(), arity > 0 do
+      args = List.duplicate({:not_an_argument}, arity)
+
+      assert {:error, {:argument, message}} = apply(ExMLX.Native, name, args),
+             "#{name}/#{arity}"
+
+      assert message =~ ~r/^[a-z_]+: /, "#{name}/#{arity}: #{message}"
+      assert message =~ ":not_an_argument", "#{name}/#{arity}: #{message}"
+    end
   end
 end

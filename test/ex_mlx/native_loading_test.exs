@@ -24,7 +24,11 @@ defmodule ExMLX.NativeLoadingTest do
     end
 
     test "the priv folder beside ebin when :code.priv_dir/1 gives :bad_name" do
-      assert Native.nif_path(nil, {:error, :bad_name}, ~c"/tmp/bundle/ebin/Elixir.ExMLX.Native.beam") ==
+      assert Native.nif_path(
+               nil,
+               {:error, :bad_name},
+               ~c"/tmp/bundle/ebin/Elixir.ExMLX.Native.beam"
+             ) ==
                {:ok, ~c"/tmp/bundle/priv/native/libex_mlx"}
     end
 

@@ -54,6 +54,18 @@ defmodule ExMLX.TestHelpers do
     ]
   end
 
+  @doc """
+  Every error kind ExMLX documents: ExMLX.Error's kinds, then the wire
+  format's decoding errors (docs/wire-format.md).
+  """
+  def error_kinds do
+    [:argument, :type, :device, :out_of_memory, :mlx, :not_loaded, :internal] ++
+      [:bad_magic, :unsupported_version, :unknown_dtype, :bad_rank, :truncated] ++
+      [:trailing_bytes, :size_overflow, :length_mismatch, :checksum_mismatch] ++
+      [:invalid_bool, :bad_header_length, :invalid_header, :offsets_out_of_range] ++
+      [:overlapping_offsets]
+  end
+
   @doc "Lets garbage collection of dropped tensors (and their MLX memory) finish."
   def settle do
     for _ <- 1..3 do

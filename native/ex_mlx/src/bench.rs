@@ -1,7 +1,10 @@
 //! Reference measurements for bench/: what the hardware does without ExMLX,
 //! timed from Rust in the same run as the measurements of ExMLX.
 
-use rustler::{Binary, Error, NifResult};
+use ex_mlx_core::error::Error;
+use rustler::{NifResult, Term};
+
+use crate::term::{decode_binary, decode_int_in, error_tuple};
 
 /// The most bytes one call copies (the time is bounded: it runs on a dirty
 /// scheduler, but a call should not take seconds).
@@ -12,10 +15,15 @@ const MAX_BYTES: usize = 1 << 30;
 /// before timing, so its pages are mapped: this is the copy alone, the
 /// fastest a transfer of these bytes can be.
 #[rustler::nif(schedule = "DirtyCpu")]
-fn memcpy_seconds(binary: Binary, reps: usize) -> NifResult<Vec<f64>> {
+fn memcpy_seconds(binary: Term, reps: Term) -> NifResult<Vec<f64>> {
+    let binary = decode_binary("binary", binary).map_err(error_tuple)?;
+    let reps = decode_int_in("reps", reps, 1..=1000).map_err(error_tuple)? as usize;
     let source = binary.as_slice();
-    if source.len() > MAX_BYTES || !(1..=1000).contains(&reps) {
-        return Err(Error::BadArg);
+    if source.len() > MAX_BYTES {
+        return Err(error_tuple(Error::arg(
+            "binary",
+            format!("at most {MAX_BYTES} bytes, got: {}", source.len()),
+        )));
     }
     let mut destination = vec![0u8; source.len()];
     destination.copy_from_slice(source);
@@ -36,12 +44,11 @@ fn memcpy_seconds(binary: Binary, reps: usize) -> NifResult<Vec<f64>> {
 fn worker_chain_seconds<'a>(
     env: rustler::Env<'a>,
     tag: rustler::Term<'a>,
-    n: usize,
-    reps: usize,
+    n: Term<'a>,
+    reps: Term<'a>,
 ) -> NifResult<crate::reply::Submitted> {
-    if !(1..=100_000).contains(&n) || !(1..=1000).contains(&reps) {
-        return Err(Error::BadArg);
-    }
+    let n = decode_int_in("n", n, 1..=100_000).map_err(error_tuple)? as usize;
+    let reps = decode_int_in("reps", reps, 1..=1000).map_err(error_tuple)? as usize;
     crate::reply::queued(crate::reply::submit(
         env,
         tag,

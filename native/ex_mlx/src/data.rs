@@ -7,7 +7,7 @@ use rustler::{Binary, Encoder, Env, NifResult, Resource, ResourceArc, Term};
 
 use crate::reply::{queued, submit};
 use crate::tensor::{NewTensor, TensorRef};
-use crate::term::{decode_device, decode_shape, decode_tensor, decode_type};
+use crate::term::{decode_binary, decode_device, decode_shape, decode_tensor, decode_type};
 
 /// `from_binary(tag, binary, type, shape, device)`: a new tensor holding a copy
 /// of `binary`, read as little-endian elements of `type`.
@@ -21,9 +21,7 @@ fn from_binary<'a>(
     device: Term<'a>,
 ) -> NifResult<crate::reply::Submitted> {
     queued((|| -> Result<crate::reply::Submitted> {
-        let binary: Binary = data
-            .decode()
-            .map_err(|_| Error::arg("data", "expected a binary"))?;
+        let binary = decode_binary("data", data)?;
         let dtype = decode_type("type", type_)?;
         let shape = decode_shape("shape", shape)?;
         let device = decode_device("device", device)?;

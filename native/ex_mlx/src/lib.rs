@@ -4,7 +4,7 @@
 //! Modules: [`term`] (decoding arguments, encoding results), [`reply`] (how a
 //! call is queued and answered), [`tensor`] (the resource), [`data`] (binaries
 //! in and out), [`ops`] (MLX operations by family), [`bench`] (reference
-//! measurements for bench/).
+//! measurements for bench/), [`test_hooks`] (NIFs for ExMLX's own tests).
 
 pub mod bench;
 pub mod data;
@@ -13,6 +13,7 @@ pub mod ops;
 pub mod reply;
 pub mod tensor;
 pub mod term;
+pub mod test_hooks;
 pub mod wire;
 
 #[rustler::nif]
@@ -21,24 +22,3 @@ fn mlx_version() -> &'static str {
 }
 
 rustler::init!("Elixir.ExMLX.Native");
-
-/// `panic_for_test(where)`: panics on purpose, on the calling scheduler
-/// (`:nif`) or on the CPU worker (`:worker`, replying to `tag`), so the tests
-/// can check that a Rust panic becomes an Elixir error and the VM lives on.
-#[rustler::nif]
-fn panic_for_test<'a>(
-    env: rustler::Env<'a>,
-    tag: rustler::Term<'a>,
-    place: rustler::Atom,
-) -> rustler::NifResult<reply::Submitted> {
-    if place.to_term(env).atom_to_string().ok().as_deref() == Some("worker") {
-        reply::queued(reply::submit(
-            env,
-            tag,
-            ex_mlx_core::device::Device::Cpu,
-            || -> ex_mlx_core::Result<bool> { panic!("deliberate test panic on the worker") },
-        ))
-    } else {
-        panic!("deliberate test panic in a NIF")
-    }
-}

@@ -319,5 +319,5 @@ impl<T: Encoder> Encoder for Reply<T> {
 /// The NIF's own return: `:ok` or `{:deferred, tensor, device}` when the work
 /// was queued, `{:error, {kind, message}}` when not.
 pub fn queued(result: Result<Submitted>) -> NifResult<Submitted> {
-    result.map_err(|e| rustler::Error::Term(Box::new(ErrorTerm(e))))
+    result.map_err(crate::term::error_tuple)
 }

@@ -11,7 +11,7 @@ use ex_mlx_core::memory;
 use mlx_rs::{Array, Dtype};
 use rustler::{Encoder, Env, NifResult, Resource, ResourceArc, Term};
 
-use crate::term::{shape_term, DeviceTerm, TypeTerm};
+use crate::term::{decode_tensor_any, error_tuple, shape_term, DeviceTerm, TypeTerm};
 
 pub struct Tensor {
     // `Array` is `Send` but not `Sync`; the mutex makes the resource shareable.
@@ -252,7 +252,8 @@ rustler::atoms! { pending }
 /// `tensor_info(t)`: `{shape, type, device}`, or `:pending` while a deferred
 /// operation computes it (then `tensor_await/2` waits for it).
 #[rustler::nif]
-fn tensor_info<'a>(env: Env<'a>, tensor: TensorRef) -> NifResult<Term<'a>> {
+fn tensor_info<'a>(env: Env<'a>, tensor: Term<'a>) -> NifResult<Term<'a>> {
+    let tensor = decode_tensor_any("tensor", tensor).map_err(error_tuple)?;
     match tensor.info() {
         Ok(Some((shape, dtype))) => Ok((
             shape_term(env, &shape),
@@ -261,7 +262,7 @@ fn tensor_info<'a>(env: Env<'a>, tensor: TensorRef) -> NifResult<Term<'a>> {
         )
             .encode(env)),
         Ok(None) => Ok(pending().encode(env)),
-        Err(e) => Err(rustler::Error::Term(Box::new(crate::term::ErrorTerm(e)))),
+        Err(e) => Err(error_tuple(e)),
     }
 }
 
@@ -270,8 +271,9 @@ fn tensor_info<'a>(env: Env<'a>, tensor: TensorRef) -> NifResult<Term<'a>> {
 fn tensor_await<'a>(
     env: Env<'a>,
     tag: Term<'a>,
-    tensor: TensorRef,
+    tensor: Term<'a>,
 ) -> NifResult<crate::reply::Submitted> {
+    let tensor = decode_tensor_any("tensor", tensor).map_err(error_tuple)?;
     let device = tensor.device;
     crate::reply::queued(crate::reply::submit(env, tag, device, move || {
         tensor.array()?;
@@ -281,22 +283,25 @@ fn tensor_await<'a>(
 
 /// `tensor_size(t)`: `{elements, bytes}` (computing the tensor first if pending: call after await).
 #[rustler::nif]
-fn tensor_size(tensor: TensorRef) -> NifResult<(u64, u64)> {
+fn tensor_size(tensor: Term) -> NifResult<(u64, u64)> {
+    let tensor = decode_tensor_any("tensor", tensor).map_err(error_tuple)?;
     match tensor.info() {
         Ok(Some((shape, dtype))) => {
             let n: u64 = shape.iter().map(|&d| d as u64).product();
             Ok((n, n * dtype::size_of(dtype) as u64))
         }
-        Ok(None) => Err(rustler::Error::Term(Box::new(crate::term::ErrorTerm(
-            Error::arg("tensor", "the tensor is still being computed"),
-        )))),
-        Err(e) => Err(rustler::Error::Term(Box::new(crate::term::ErrorTerm(e)))),
+        Ok(None) => Err(error_tuple(Error::arg(
+            "tensor",
+            "the tensor is still being computed",
+        ))),
+        Err(e) => Err(error_tuple(e)),
     }
 }
 
 /// `deallocate(t)`: frees the tensor's data now (synchronous: dropping an
 /// array handle only decrements a reference count). `true` if it had data.
 #[rustler::nif]
-fn deallocate(tensor: TensorRef) -> bool {
-    tensor.deallocate()
+fn deallocate(tensor: Term) -> NifResult<bool> {
+    let tensor = decode_tensor_any("tensor", tensor).map_err(error_tuple)?;
+    Ok(tensor.deallocate())
 }

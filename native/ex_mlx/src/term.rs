@@ -116,17 +116,22 @@ pub fn decode_device(name: &'static str, term: Term) -> Result<Device, Error> {
         })
 }
 
-/// A tensor argument (the resource inside an `%ExMLX.Tensor{}`).
-/// A tensor argument. One that was deallocated, or whose deferred operation
-/// failed, is refused here, at the call, with that reason (a pending one is
-/// fine: the worker gets to it first).
-pub fn decode_tensor(name: &'static str, term: Term) -> Result<TensorRef, Error> {
-    let tensor: TensorRef = term.decode().map_err(|_| {
+/// A tensor argument (the resource inside an `%ExMLX.Tensor{}`), whatever its
+/// state: for queries that report a deallocated or failed tensor themselves.
+pub fn decode_tensor_any(name: &'static str, term: Term) -> Result<TensorRef, Error> {
+    term.decode().map_err(|_| {
         Error::arg(
             name,
             format!("expected a tensor reference, got: {}", show(term)),
         )
-    })?;
+    })
+}
+
+/// A tensor argument. One that was deallocated, or whose deferred operation
+/// failed, is refused here, at the call, with that reason (a pending one is
+/// fine: the worker gets to it first).
+pub fn decode_tensor(name: &'static str, term: Term) -> Result<TensorRef, Error> {
+    let tensor = decode_tensor_any(name, term)?;
     tensor.check_usable()?;
     Ok(tensor)
 }
@@ -137,6 +142,11 @@ pub fn decode_tensor(name: &'static str, term: Term) -> Result<TensorRef, Error>
 
 /// An error as Elixir receives it: `{kind, message}`.
 pub struct ErrorTerm(pub Error);
+
+/// A NIF's error return: `{:error, {kind, message}}`.
+pub fn error_tuple(e: Error) -> rustler::Error {
+    rustler::Error::Term(Box::new(ErrorTerm(e)))
+}
 
 impl Encoder for ErrorTerm {
     fn encode<'a>(&self, env: Env<'a>) -> Term<'a> {
@@ -197,6 +207,32 @@ pub fn decode_bool(name: &'static str, term: Term) -> Result<bool, Error> {
 pub fn decode_int(name: &'static str, term: Term) -> Result<i64, Error> {
     term.decode::<i64>()
         .map_err(|_| Error::arg(name, format!("expected an integer, got: {}", show(term))))
+}
+
+/// An integer in `range` (inclusive).
+pub fn decode_int_in(
+    name: &'static str,
+    term: Term,
+    range: std::ops::RangeInclusive<u64>,
+) -> Result<u64, Error> {
+    match term.decode::<u64>() {
+        Ok(n) if range.contains(&n) => Ok(n),
+        _ => Err(Error::arg(
+            name,
+            format!(
+                "expected an integer from {} to {}, got: {}",
+                range.start(),
+                range.end(),
+                show(term)
+            ),
+        )),
+    }
+}
+
+/// A binary argument.
+pub fn decode_binary<'a>(name: &'static str, term: Term<'a>) -> Result<Binary<'a>, Error> {
+    term.decode::<Binary>()
+        .map_err(|_| Error::arg(name, format!("expected a binary, got: {}", show(term))))
 }
 
 /// An integer, or `nil` for "none".

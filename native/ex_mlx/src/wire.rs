@@ -12,7 +12,8 @@ use rustler::{Binary, Encoder, Env, NifResult, OwnedBinary, Term};
 use crate::reply::{queued, submit};
 use crate::tensor::NewTensor;
 use crate::term::{
-    decode_device, decode_shape, decode_tensor, decode_type, show, ErrorTerm, TypeTerm,
+    decode_binary, decode_device, decode_int_in, decode_shape, decode_tensor, decode_type,
+    error_tuple, show, ErrorTerm, TypeTerm,
 };
 
 /// A binary built on a worker, handed to the reply exactly once.
@@ -115,17 +116,24 @@ fn bundle_header<'a>(env: Env<'a>, tensors: Term<'a>, metadata: Term<'a>) -> Nif
 
 /// `bundle_header_length(first_8_bytes, total_size)`: the JSON header's length.
 #[rustler::nif]
-fn bundle_header_length(prefix: Binary, total: u64) -> NifResult<u64> {
-    wire::bundle_header_len(prefix.as_slice(), total)
-        .map_err(|e| rustler::Error::Term(Box::new(ErrorTerm(e.into()))))
+fn bundle_header_length(prefix: Term, total: Term) -> NifResult<u64> {
+    let prefix = decode_binary("prefix", prefix).map_err(error_tuple)?;
+    let total = decode_int_in("total", total, 0..=u64::MAX).map_err(error_tuple)?;
+    wire::bundle_header_len(prefix.as_slice(), total).map_err(|e| error_tuple(e.into()))
 }
 
 /// `bundle_parse_header(json, data_len)`: `{[{name, type, shape, begin, end}], [{key, value}]}`.
 /// A header can be up to 100 MB of JSON: parsed off the normal schedulers.
 #[rustler::nif(schedule = "DirtyCpu")]
-fn bundle_parse_header<'a>(env: Env<'a>, json: Binary<'a>, data_len: u64) -> NifResult<Term<'a>> {
-    let header = wire::parse_bundle_header(json.as_slice(), data_len)
-        .map_err(|e| rustler::Error::Term(Box::new(ErrorTerm(e.into()))))?;
+fn bundle_parse_header<'a>(
+    env: Env<'a>,
+    json: Term<'a>,
+    data_len: Term<'a>,
+) -> NifResult<Term<'a>> {
+    let json = decode_binary("json", json).map_err(error_tuple)?;
+    let data_len = decode_int_in("data_len", data_len, 0..=u64::MAX).map_err(error_tuple)?;
+    let header =
+        wire::parse_bundle_header(json.as_slice(), data_len).map_err(|e| error_tuple(e.into()))?;
     let entries: Vec<Term> = header
         .entries
         .iter()

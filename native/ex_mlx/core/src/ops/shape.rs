@@ -229,13 +229,19 @@ fn clamp_starts(starts: &Array, shape: &[i32], sizes: &[i32]) -> Result<Array> {
     if starts.dtype().is_float() || starts.dtype().is_complex() {
         return Err(Error::Type("starts: start indices must be integers".into()));
     }
+    // Clamped in 64 bits (u64 for u64 starts, i64 otherwise: both hold every
+    // start and every limit), then narrowed to i32: the clamped values fit,
+    // while narrowing first would wrap a start past i32's range.
+    let wide = if starts.dtype() == mlx_rs::Dtype::Uint64 {
+        mlx_rs::Dtype::Uint64
+    } else {
+        mlx_rs::Dtype::Int64
+    };
     let limits: Vec<i32> = shape.iter().zip(sizes).map(|(&d, &s)| d - s).collect();
-    let limits = Array::from_slice(&limits, &[limits.len() as i32]);
-    let starts = starts.as_dtype(mlx_rs::Dtype::Int32)?;
-    Ok(ops::minimum(
-        ops::maximum(&starts, Array::from_int(0))?,
-        &limits,
-    )?)
+    let limits = Array::from_slice(&limits, &[limits.len() as i32]).as_dtype(wide)?;
+    let zero = Array::from_int(0).as_dtype(wide)?;
+    let clamped = ops::minimum(ops::maximum(starts.as_dtype(wide)?, &zero)?, &limits)?;
+    Ok(clamped.as_dtype(mlx_rs::Dtype::Int32)?)
 }
 
 /// A block of `sizes` starting at `starts` (a tensor, so it can come from a
