@@ -17,6 +17,7 @@ defmodule Bench.Suite do
       dispatch(cfg, python),
       matmul(cfg, python),
       transfers(cfg),
+      fairness(cfg),
       nx_section(cfg, python)
     ]
 
@@ -36,11 +37,27 @@ defmodule Bench.Suite do
     IO.puts(json)
   end
 
+  @kb 1024
+
   defp config(true),
-    do: %{reps: 5, graph: 200, rounds: 1, sizes: [256, 512], bytes: [1 * @mb, 8 * @mb]}
+    do: %{
+      reps: 5,
+      graph: 200,
+      rounds: 1,
+      sizes: [256, 512],
+      bytes: [4 * @kb, 1 * @mb],
+      load: {16, 100}
+    }
 
   defp config(false),
-    do: %{reps: 15, graph: 1000, rounds: 5, sizes: [512, 1024, 2048], bytes: [1 * @mb, 64 * @mb]}
+    do: %{
+      reps: 15,
+      graph: 1000,
+      rounds: 5,
+      sizes: [512, 1024, 2048],
+      bytes: [4 * @kb, 64 * @kb, 1 * @mb, 64 * @mb],
+      load: {64, 500}
+    }
 
   # -- measurement ------------------------------------------------------------
 
@@ -223,7 +240,7 @@ defmodule Bench.Suite do
         gbps = fn s -> bytes / s / 1.0e9 end
 
         [
-          "#{name} #{div(bytes, @mb)} MB",
+          "#{name} #{format_size(bytes)}",
           fmt(gbps.(t.median)),
           fmt(gbps.(memcpy.median)),
           fmt(gbps.(beam_copy.median)),
@@ -239,6 +256,9 @@ defmodule Bench.Suite do
     }
   end
 
+  defp format_size(bytes) when bytes >= @mb, do: "#{div(bytes, @mb)} MB"
+  defp format_size(bytes), do: "#{div(bytes, @kb)} KB"
+
   defp transfer_cases(bytes) do
     n = div(bytes, 4)
     tensor = ExMLX.iota({:f, 32}, {n}) |> ExMLX.eval()
@@ -251,6 +271,106 @@ defmodule Bench.Suite do
       {"wire encode", fn -> ExMLX.Wire.encode(tensor) end},
       {"wire decode", fn -> ExMLX.Wire.decode!(frame) end}
     ]
+  end
+
+  # Scheduler fairness under NIF load: a process asking to wake every 10 ms
+  # on the normal schedulers, while `processes` × `ops` mixed ExMLX calls
+  # run (the reliability suite's load, test/reliability/load_test.exs),
+  # beside the same ticker while as many processes run pure-Elixir work for
+  # as long. The ratio compares the longest gaps: how much worse the NIF
+  # load is for other processes than an equal Elixir load.
+  @tick_ms 10
+
+  defp fairness(%{load: {processes, ops}}) do
+    shared = ExMLX.iota({:f, 32}, {16}) |> ExMLX.eval()
+
+    nif_load = fn ->
+      1..processes
+      |> Enum.map(fn p -> Task.async(fn -> mixed_ops(p, ops, shared) end) end)
+      |> Task.await_many(:infinity)
+    end
+
+    {nif_ms, nif_ticks} = with_ticker(nif_load)
+
+    elixir_load = fn ->
+      deadline = System.monotonic_time(:millisecond) + nif_ms
+
+      1..processes
+      |> Enum.map(fn _ -> Task.async(fn -> spin_until(deadline) end) end)
+      |> Task.await_many(:infinity)
+    end
+
+    {elixir_ms, elixir_ticks} = with_ticker(elixir_load)
+    idle = fn -> Process.sleep(nif_ms) end
+    {idle_ms, idle_ticks} = with_ticker(idle)
+
+    row = fn label, ms, {ticks, missed, gap} ->
+      [label, "#{ms}", "#{ticks}", "#{missed}", "#{gap}"]
+    end
+
+    {_, _, nif_gap} = nif_ticks
+    {_, _, elixir_gap} = elixir_ticks
+
+    %{
+      title:
+        "Scheduler fairness: a #{@tick_ms} ms ticker on the normal schedulers " <>
+          "(longest gap, ms; lower is better)",
+      columns: ["run, ms", "ticks", "missed", "longest gap"],
+      rows: [
+        row.("during #{processes} processes × #{ops} mixed ExMLX calls", nif_ms, nif_ticks),
+        row.("during #{processes} processes of pure-Elixir work", elixir_ms, elixir_ticks),
+        row.("idle", idle_ms, idle_ticks)
+      ],
+      notes:
+        "Longest gap under the NIF load / under the Elixir load: " <>
+          ratio(nif_gap * 1.0, max(elixir_gap, 1) * 1.0) <>
+          " (a gap of k intervals counts k - 1 missed ticks)."
+    }
+  end
+
+  defp mixed_ops(p, ops, shared) do
+    private = ExMLX.full(p * 0.25, {:f, 32}, {16})
+
+    for i <- 1..ops do
+      case rem(i + p, 5) do
+        0 -> ExMLX.add(shared, private) |> ExMLX.sum() |> ExMLX.item()
+        1 -> ExMLX.matmul(ExMLX.reshape(shared, {4, 4}), ExMLX.reshape(private, {4, 4}))
+        2 -> ExMLX.from_binary(ExMLX.to_binary(shared), {:f, 32}, {16}) |> ExMLX.to_binary()
+        3 -> private |> ExMLX.Wire.encode() |> ExMLX.Wire.decode!() |> ExMLX.sum() |> ExMLX.item()
+        4 -> ExMLX.sort(private) |> ExMLX.to_binary()
+      end
+    end
+  end
+
+  defp spin_until(deadline) do
+    if System.monotonic_time(:millisecond) < deadline do
+      Enum.sum(1..1000)
+      spin_until(deadline)
+    end
+  end
+
+  defp with_ticker(load) do
+    parent = self()
+    started = System.monotonic_time(:millisecond)
+    ticker = spawn_link(fn -> tick(parent, started, {0, 0, 0}) end)
+    load.()
+    elapsed = System.monotonic_time(:millisecond) - started
+    send(ticker, :stop)
+
+    receive do
+      {:ticks, counts} -> {elapsed, counts}
+    end
+  end
+
+  defp tick(parent, last, {ticks, missed, gap} = counts) do
+    receive do
+      :stop -> send(parent, {:ticks, counts})
+    after
+      @tick_ms ->
+        now = System.monotonic_time(:millisecond)
+        g = now - last
+        tick(parent, now, {ticks + 1, missed + max(div(g, @tick_ms) - 1, 0), max(gap, g)})
+    end
   end
 
   defp nx_section(%{reps: reps, graph: graph}, py) do

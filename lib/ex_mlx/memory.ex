@@ -244,18 +244,43 @@ defmodule ExMLX.Memory do
   Starts a supervised process that samples `stats/0` every `interval_ms`
   (and emits `[:ex_mlx, :memory, :stats]` telemetry with each sample).
 
-      iex> {:ok, monitor} = ExMLX.Memory.start_monitor(5)
-      iex> Process.sleep(30)
+  Samples are due at fixed times (start + n × interval), so time spent
+  sampling or waiting for a busy scheduler does not add up; a sample that is
+  late is taken at once. Options:
+
+    * `:notify` - a pid that also receives each sample as the message
+      `{:ex_mlx_memory_sample, monitor, sample}` (for live displays)
+
+      iex> {:ok, monitor} = ExMLX.Memory.start_monitor(5, notify: self())
+      iex> for _ <- 1..3 do
+      ...>   receive do
+      ...>     {:ex_mlx_memory_sample, ^monitor, %{active: _}} -> :sampled
+      ...>   end
+      ...> end
+      [:sampled, :sampled, :sampled]
       iex> samples = ExMLX.Memory.stop_monitor(monitor)
       iex> length(samples) >= 3
       true
   """
-  @spec start_monitor(pos_integer()) :: {:ok, pid()}
-  def start_monitor(interval_ms) when is_integer(interval_ms) and interval_ms > 0 do
-    DynamicSupervisor.start_child(ExMLX.MonitorSupervisor, {ExMLX.Memory.Monitor, interval_ms})
+  @spec start_monitor(pos_integer(), keyword()) :: {:ok, pid()}
+  def start_monitor(interval_ms, opts \\ [])
+
+  def start_monitor(interval_ms, opts) when is_integer(interval_ms) and interval_ms > 0 do
+    opts = ExMLX.Args.opts!(opts, [:notify])
+
+    case opts[:notify] do
+      nil -> :ok
+      pid when is_pid(pid) -> :ok
+      other -> raise ArgumentError, "notify: expected a pid, got: #{inspect(other)}"
+    end
+
+    DynamicSupervisor.start_child(
+      ExMLX.MonitorSupervisor,
+      {ExMLX.Memory.Monitor, {interval_ms, opts[:notify]}}
+    )
   end
 
-  def start_monitor(interval_ms),
+  def start_monitor(interval_ms, _opts),
     do:
       raise(ArgumentError, "interval_ms must be a positive integer, got: #{inspect(interval_ms)}")
 
@@ -382,29 +407,34 @@ end
 defmodule ExMLX.Memory.Monitor do
   @moduledoc false
   # Samples ExMLX.Memory.stats/0 every interval; started by
-  # ExMLX.Memory.start_monitor/1 under ExMLX.MonitorSupervisor.
+  # ExMLX.Memory.start_monitor/2 under ExMLX.MonitorSupervisor.
   use GenServer, restart: :temporary
 
-  def start_link(interval_ms), do: GenServer.start_link(__MODULE__, interval_ms)
+  def start_link(args), do: GenServer.start_link(__MODULE__, args)
+
+  @doc """
+  Milliseconds to wait, at time `now`, for the next sample when `taken`
+  samples were taken since `started`: the next one is due at
+  `started + taken × interval`, not one interval after the last one.
+  """
+  def delay(started, taken, interval, now), do: max(started + taken * interval - now, 0)
 
   @impl true
-  def init(interval_ms) do
+  def init({interval_ms, notify}) do
     started = System.monotonic_time(:millisecond)
     send(self(), :sample)
-    {:ok, %{interval: interval_ms, started: started, taken: 0, samples: []}}
+    {:ok, %{interval: interval_ms, notify: notify, started: started, taken: 0, samples: []}}
   end
 
   @impl true
   def handle_info(:sample, state) do
     stats = ExMLX.Memory.stats()
-    sample = Map.put(stats, :at_ms, System.monotonic_time(:millisecond) - state.started)
+    now = System.monotonic_time(:millisecond)
+    sample = Map.put(stats, :at_ms, now - state.started)
     ExMLX.Telemetry.execute([:ex_mlx, :memory, :stats], stats, %{monitor: self()})
-    # The next sample is due at started + taken × interval, not one interval
-    # after this one: time spent sampling, or waiting for a busy scheduler,
-    # does not add up over the samples.
+    if state.notify, do: send(state.notify, {:ex_mlx_memory_sample, self(), sample})
     taken = state.taken + 1
-    due = state.started + taken * state.interval
-    Process.send_after(self(), :sample, max(due - System.monotonic_time(:millisecond), 0))
+    Process.send_after(self(), :sample, delay(state.started, taken, state.interval, now))
     {:noreply, %{state | taken: taken, samples: [sample | state.samples]}}
   end
 

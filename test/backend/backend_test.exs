@@ -307,7 +307,7 @@ if Code.ensure_loaded?(:telemetry) do
         {:ok, monitor} = ExMLX.Memory.start_monitor(5)
 
         assert_receive {[:ex_mlx, :memory, :stats], %{active: _, peak: _}, %{monitor: ^monitor}},
-                       1000
+                       5000
 
         ExMLX.Memory.stop_monitor(monitor)
       after

@@ -55,67 +55,57 @@ defmodule ExMLX.ConcurrencyTest do
     assert concurrent == sequential
   end
 
-  test "a caller waiting for a large matmul holds no scheduler, and others keep running" do
-    n = 2048
-    a = ExMLX.full(1.0e-3, {:f, 32}, {n, n})
-    ExMLX.eval(ExMLX.add(a, a))
+  test "a caller waiting for the worker holds no scheduler, and others keep running" do
+    # The CPU worker is held busy by a test hook until released, so the
+    # caller below cannot finish before the checks, however fast or loaded
+    # the machine is. With one scheduler online, had the NIF blocked the
+    # caller's scheduler, the probe process could not run until the release.
+    a = ExMLX.full(2.0, {:f, 32}, {4}) |> ExMLX.eval()
+    hold = make_ref()
+    :ok = ExMLX.Native.hold_worker_for_test(hold)
+    online = :erlang.system_flag(:schedulers_online, 1)
     parent = self()
 
-    # One scheduler only: if the NIF computed on the caller's scheduler, the
-    # ticker below could not run at all until the matmul finished.
-    online = :erlang.system_flag(:schedulers_online, 1)
-
     try do
-      ticker = spawn_link(fn -> send(parent, {:ticks, tick([])}) end)
-      started = System.monotonic_time(:millisecond)
-
       caller =
         spawn_link(fn ->
-          ExMLX.matmul(a, a) |> ExMLX.matmul(a) |> ExMLX.matmul(a) |> ExMLX.eval()
-          send(parent, :done)
+          send(parent, {:result, ExMLX.add(a, a) |> ExMLX.sum() |> ExMLX.item()})
         end)
 
-      # Sample the caller's state until it is done: it waits in a receive
-      # (:waiting) while the worker thread computes.
-      samples = sample_until_done(caller, [])
-      elapsed = System.monotonic_time(:millisecond) - started
-      send(ticker, :stop)
-      times = receive do: ({:ticks, times} -> times)
-      waiting = Enum.count(samples, &(&1 == :waiting))
-
-      assert length(samples) >= 5, "the matmul was too quick to observe (#{elapsed} ms)"
-
-      assert waiting / length(samples) >= 0.9,
-             "caller states: #{inspect(Enum.frequencies(samples))}"
-
-      # The ticker asks for a 1 ms timeout each time. BLAS threads share the
-      # cores with the VM, which delays ticks; a blocked scheduler would stop
-      # them for the whole matmul.
-      gaps = times |> Enum.chunk_every(2, 1, :discard) |> Enum.map(fn [l, e] -> l - e end)
-      assert length(times) >= 5, "#{length(times)} ticks in #{elapsed} ms"
-      assert Enum.max(gaps) < elapsed / 2, "longest pause #{Enum.max(gaps)} ms of #{elapsed} ms"
+      # The caller reaches its wait (in a receive) while the worker is held.
+      assert wait_for_status(caller, :waiting) == :waiting
+      # Another process runs meanwhile, on the one scheduler.
+      spawn_link(fn -> send(parent, :probe_ran) end)
+      assert_receive :probe_ran, 5_000
+      refute_received {:result, _}
+      assert Process.info(caller, :status) == {:status, :waiting}
     after
+      ExMLX.Native.release_worker_for_test()
       :erlang.system_flag(:schedulers_online, online)
     end
+
+    # The held job reports it was released (not timed out), then the caller's
+    # work runs and answers.
+    assert_receive {^hold, {:ok, true}}, 5_000
+    assert_receive {:result, 16.0}, 5_000
   end
 
-  defp tick(times) do
-    receive do
-      :stop -> times
-    after
-      1 -> tick([System.monotonic_time(:millisecond) | times])
-    end
-  end
+  # Polls a process's status until it is `status` (each poll lets the
+  # scheduler run others); the assertion guards against a hang.
+  defp wait_for_status(pid, status, polls \\ 50_000)
+  defp wait_for_status(_pid, _status, 0), do: :never
 
-  defp sample_until_done(pid, acc) do
-    receive do
-      :done -> acc
-    after
-      1 ->
-        case Process.info(pid, :status) do
-          {:status, status} -> sample_until_done(pid, [status | acc])
-          nil -> receive(do: (:done -> acc))
-        end
+  defp wait_for_status(pid, status, polls) do
+    case Process.info(pid, :status) do
+      {:status, ^status} ->
+        status
+
+      nil ->
+        :exited
+
+      _ ->
+        Process.sleep(1)
+        wait_for_status(pid, status, polls - 1)
     end
   end
 

@@ -127,17 +127,47 @@ defmodule ExMLX.MemoryTest do
     assert outer.label == :outer
     # the inner profile reset MLX's peak; the outer still sees the allocation
     assert Memory.stats().peak >= 16 * @mb
-    assert outer.wall_us > 0
+    assert is_integer(outer.wall_us) and outer.wall_us >= 0
   end
 
-  test "the monitor returns at least N samples for N intervals" do
-    {:ok, monitor} = Memory.start_monitor(10)
-    Process.sleep(105)
+  test "the monitor's samples: every one it announced, in order, then it stops" do
+    {:ok, monitor} = Memory.start_monitor(1, notify: self())
+
+    announced =
+      for _ <- 1..5 do
+        assert_receive {:ex_mlx_memory_sample, ^monitor, sample}, 5_000
+        sample
+      end
+
     samples = Memory.stop_monitor(monitor)
-    assert length(samples) >= 10
+    # what it returns starts with what it announced (it may have taken more)
+    assert Enum.take(samples, 5) == announced
     assert Enum.all?(samples, &match?(%{active: _, peak: _, cache: _, at_ms: _}, &1))
+    at = Enum.map(samples, & &1.at_ms)
+    assert at == Enum.sort(at)
     assert Memory.summary(samples) =~ "active"
     refute Process.alive?(monitor)
+  end
+
+  test "the monitor's cadence: samples are due at start + n × interval" do
+    alias ExMLX.Memory.Monitor
+    # on time: the next sample is one interval after the previous due time
+    assert Monitor.delay(1_000, 3, 10, 1_021) == 9
+    # a slow sample does not push the ones after it back
+    assert Monitor.delay(1_000, 3, 10, 1_029) == 1
+    # late (a busy scheduler): taken at once, and the next is due on the grid
+    assert Monitor.delay(1_000, 3, 10, 1_045) == 0
+    assert Monitor.delay(1_000, 5, 10, 1_046) == 4
+  end
+
+  test "start_monitor checks its options" do
+    assert_raise ArgumentError, "notify: expected a pid, got: :me", fn ->
+      Memory.start_monitor(10, notify: :me)
+    end
+
+    assert_raise ArgumentError, ~r/unknown keys \[:every\]/, fn ->
+      Memory.start_monitor(10, every: 1)
+    end
   end
 
   test "creating and dropping 10,000 small tensors leaks nothing" do
