@@ -158,9 +158,10 @@ defmodule ExMLX.Build do
     end
   end
 
-  # The wheel's libmlx.so links a bundled reference BLAS/LAPACK that runs a
-  # 1024² f32 matmul at ~6 GFLOPS. Pointing it at the system's threaded
-  # OpenBLAS gives 100-190 GFLOPS on the same machine (shared/design.md §3).
+  # The wheel's libmlx.so links a bundled reference BLAS/LAPACK, far slower
+  # at matmul than the system's threaded OpenBLAS; this points it at
+  # OpenBLAS (native/ex_mlx/linux/README.md; bin/bench's matmul rows compare
+  # the result with numpy).
   def relink_blas(libmlx) do
     patchelf = System.find_executable("patchelf")
     openblas = Enum.find(@openblas_dirs, &File.exists?(Path.join(&1, "libopenblas.so.0")))

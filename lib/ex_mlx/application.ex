@@ -23,8 +23,8 @@ defmodule ExMLX.Application do
 
   # MLX's CPU allocator keeps freed buffers for reuse only up to its cache
   # limit, 32 MB by default: every larger buffer then comes fresh from the
-  # OS, and writing it first costs a page fault per 4 KB page (a 64 MB
-  # from_binary took 55 ms instead of 8 ms here). ExMLX starts with a larger
+  # OS, and writing it first costs a page fault per 4 KB page (bin/bench's
+  # 64 MB transfer rows show the difference). ExMLX starts with a larger
   # limit (see `ExMLX.Memory.default_cache_limit/0`); `config :ex_mlx,
   # cache_limit: bytes` sets another, `:mlx` keeps MLX's own.
   defp apply_cache_limit(:mlx), do: :ok

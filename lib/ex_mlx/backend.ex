@@ -148,7 +148,7 @@ if Code.ensure_loaded?(Nx) do
 
     @impl true
     def init(opts) do
-      case Keyword.get(opts, :device, :cpu) do
+      case Keyword.get(opts, :device, default_device()) do
         device when device in [:cpu, :gpu] ->
           [device: device]
 
@@ -1131,12 +1131,10 @@ if Code.ensure_loaded?(Nx) do
       # a); Nx wants the permutation matrix P with P · a = l · u... built from
       # the indices with an equality against iota.
       {pref, _, _, device} = p
-      n = elem(p_out.shape, tuple_size(p_out.shape) - 1)
       rank = tuple_size(p_out.shape)
       iota = run(&Native.iota(&1, {:u, 32}, p_out.shape, rank - 1, device)) |> elem(0)
       pcol = run(&Native.expand_dims(&1, pref, [-1])) |> elem(0)
       pcol = run(&Native.as_type(&1, pcol, {:u, 32})) |> elem(0)
-      _ = n
       # a = P · l · u with P[i][j] = (j == p[i])
       perm = run(&Native.binary(&1, :equal, pcol, iota))
       {to_nx(perm, p_out), to_nx(l, l_out), to_nx(u, u_out)}

@@ -130,8 +130,8 @@ defmodule ExMLX.Memory do
 
   MLX's own default on the CPU is 32 MB, below which a freed buffer is kept
   for reuse; every larger tensor then gets fresh pages from the OS, and the
-  first write to them costs a page fault per 4 KB (a 64 MB `from_binary/4`
-  took 55 ms instead of 8 ms). With the larger cache, steady-state work
+  first write to them costs a page fault per 4 KB, which made a 64 MB
+  `from_binary/4` several times slower. With the larger cache, steady-state work
   reuses warm buffers. The cached bytes show as `:cache` in `stats/0` and
   `clear_cache/0` returns them to the OS. To choose another limit, set it in
   your config (`:mlx` keeps MLX's):

@@ -203,6 +203,16 @@ if Code.ensure_loaded?(Nx) do
       Nx.default_backend(Nx.BinaryBackend)
     end
 
+    test "init takes the device from the options, else from config :ex_mlx, default_device" do
+      assert ExMLX.Backend.init([]) == [device: :cpu]
+      assert ExMLX.Backend.init(device: :gpu) == [device: :gpu]
+      Application.put_env(:ex_mlx, :default_device, :gpu)
+      assert ExMLX.Backend.init([]) == [device: :gpu]
+      assert ExMLX.Backend.init(device: :cpu) == [device: :cpu]
+    after
+      Application.delete_env(:ex_mlx, :default_device)
+    end
+
     test "inspect shows the backend and device" do
       t = Nx.tensor([1, 2], backend: ExMLX.Backend)
       assert inspect(t) =~ "ExMLX.Backend<cpu>"

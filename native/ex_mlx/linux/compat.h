@@ -1,5 +1,5 @@
 /*
- * Linux adapter, fix 4 of 4: two header gaps between mlx-c 0.7.0 and an x86_64
+ * Linux adapter (see README.md here): two header gaps between mlx-c 0.7.0 and an x86_64
  * Linux toolchain (GCC 12 / clang 14). Force-included into every C++ file of the
  * mlx-c build (CXXFLAGS=-include) and into bindgen's parse of the C headers
  * (BINDGEN_EXTRA_CLANG_ARGS=-include). The Mix compiler sets both.

@@ -1,4 +1,4 @@
-# Linux adapter, fix 1 of 4: build mlx-c against the prebuilt MLX instead of
+# Linux adapter (see README.md here): build mlx-c against the prebuilt MLX instead of
 # downloading and compiling MLX from GitHub.
 #
 # mlx-sys's build script runs CMake on mlx-c, whose CMakeLists FetchContent's

@@ -222,9 +222,9 @@ where
 
 /// How long a NIF waits for an idle worker before returning `:ok` and
 /// leaving the result to a message. Most calls on small tensors finish within
-/// it (an eval of a small graph: 20–40 µs here), and then the result comes
-/// back as the NIF's return value: no message, and no wake-up of a scheduler
-/// that went to sleep in `receive` (tens of µs on a virtual machine). Short
+/// it (an eval of a small graph), and then the result comes back as the
+/// NIF's return value: no message, and no wake-up of a scheduler that went
+/// to sleep in `receive` (bench/README.md has the figures). Short
 /// enough not to hold a scheduler noticeably; a NIF whose job is queued
 /// behind others does not wait at all.
 const QUICK_WAIT: Duration = Duration::from_micros(60);

@@ -190,8 +190,8 @@ pub fn common_device(tensors: &[&TensorRef]) -> Result<Device> {
     }
 }
 
-/// A new tensor as Elixir receives it: `{resource, shape, type, device}`.
-/// A tensor an operation returns. A fresh result stays a plain array until
+/// A tensor an operation returns, encoded for Elixir as `{resource, shape,
+/// type, device}`. A fresh result stays a plain array until
 /// it is encoded for Elixir: in deferred mode it never is (its array goes
 /// into the pending tensor), so no resource is made and dropped for it.
 pub enum NewTensor {
@@ -281,7 +281,8 @@ fn tensor_await<'a>(
     }))
 }
 
-/// `tensor_size(t)`: `{elements, bytes}` (computing the tensor first if pending: call after await).
+/// `tensor_size(t)`: `{elements, bytes}`; an `:argument` error while a
+/// deferred operation still computes `t` (`tensor_await/2` first).
 #[rustler::nif]
 fn tensor_size(tensor: Term) -> NifResult<(u64, u64)> {
     let tensor = decode_tensor_any("tensor", tensor).map_err(error_tuple)?;

@@ -3,7 +3,7 @@
 //!
 //! Why: MLX 0.32 binds a stream to the thread that created it. A graph built on
 //! one thread and evaluated on another fails with "There is no Stream(cpu, 0) in
-//! current thread" (shared/design.md §4). BEAM processes migrate between
+//! current thread" (an mlx-rs `Exception`). BEAM processes migrate between
 //! scheduler threads, and dirty NIFs run on yet other threads, so no NIF may
 //! touch an MLX array on the thread it happens to run on. Instead:
 //!
