@@ -85,12 +85,29 @@ defmodule ExMLX do
       iex> ExMLX.from_binary(<<1, 2, 3>>, {:u, 16}, {2})
       ** (ExMLX.Error) data: binary has 3 bytes, but shape {2} of {:u, 16} needs 4
   """
+  # the most bytes from_binary copies on a normal scheduler (as the NIF)
+  @here_normal_max 64 * 1024
+
   @spec from_binary(binary(), type(), shape(), keyword()) :: Tensor.t()
   def from_binary(binary, type, shape, opts \\ []) do
     opts = opts!(opts, [:device])
-    device = Keyword.get(opts, :device, default_device())
-    Call.run(&Native.from_binary(&1, binary, type, shape, device)) |> Tensor.wrap()
+
+    case Keyword.get(opts, :device, default_device()) do
+      # Made on this process's thread, not the worker's: no stream is
+      # involved (native/ex_mlx/src/data.rs says why that is safe).
+      :cpu when is_binary(binary) and byte_size(binary) <= @here_normal_max ->
+        Native.from_binary_here(binary, type, shape) |> made_here()
+
+      :cpu ->
+        Native.from_binary_here_dirty(binary, type, shape) |> made_here()
+
+      device ->
+        Call.run(&Native.from_binary(&1, binary, type, shape, device)) |> Tensor.wrap()
+    end
   end
+
+  defp made_here({:ok, native}), do: Tensor.wrap(native)
+  defp made_here(error), do: Call.value(error)
 
   @doc """
   The tensor's elements as a binary (row-major, little-endian), computing

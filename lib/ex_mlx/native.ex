@@ -133,6 +133,10 @@ defmodule ExMLX.Native do
 
   # Data in and out
   def from_binary(_tag, _binary, _type, _shape, _device), do: not_loaded()
+  # CPU tensors made on the calling thread (no worker): up to 64 KB on a
+  # normal scheduler, any size on a dirty one.
+  def from_binary_here(_binary, _type, _shape), do: not_loaded()
+  def from_binary_here_dirty(_binary, _type, _shape), do: not_loaded()
   def to_binary(_tag, _tensor), do: not_loaded()
   def data_pointer(_tag, _tensor), do: not_loaded()
 

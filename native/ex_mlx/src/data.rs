@@ -7,7 +7,11 @@ use rustler::{Binary, Encoder, Env, NifResult, Resource, ResourceArc, Term};
 
 use crate::reply::{queued, submit};
 use crate::tensor::{NewTensor, TensorRef};
-use crate::term::{decode_binary, decode_device, decode_shape, decode_tensor, decode_type};
+use ex_mlx_core::device::Device;
+
+use crate::term::{
+    decode_binary, decode_device, decode_shape, decode_tensor, decode_type, error_tuple,
+};
 
 /// `from_binary(tag, binary, type, shape, device)`: a new tensor holding a copy
 /// of `binary`, read as little-endian elements of `type`.
@@ -38,10 +42,76 @@ fn from_binary<'a>(
                     .decode()
                     .map_err(|_| Error::Internal("the saved binary vanished".into()))?;
                 let array = host::array_from_bytes(binary.as_slice(), &shape, dtype)?;
-                NewTensor::new(array, device)
+                Ok(NewTensor::checked(array, device))
             })
         })
     })())
+}
+
+/// `from_binary_here(binary, type, shape)`: a new CPU tensor holding a copy of
+/// `binary`, made on the calling thread: `{:ok, tensor}` or `{:error, reason}`.
+///
+/// No worker is needed: making an array from host bytes runs no MLX stream.
+/// MLX allocates a buffer (its allocator takes a lock, so any thread may) and
+/// copies the bytes; the array is born evaluated, with no graph node, so
+/// nothing ever evaluates it on this thread, and the CPU worker may use it
+/// like any other array afterwards. (Only the CPU device: the worker path
+/// stays for `:gpu`.) Up to [`HERE_NORMAL_MAX`] bytes on the normal
+/// scheduler, where the copy takes microseconds; larger ones through
+/// `from_binary_here_dirty`.
+#[rustler::nif]
+fn from_binary_here<'a>(
+    env: Env<'a>,
+    data: Term<'a>,
+    type_: Term<'a>,
+    shape: Term<'a>,
+) -> NifResult<Term<'a>> {
+    from_binary_on_caller(env, data, type_, shape, HERE_NORMAL_MAX)
+}
+
+/// `from_binary_here_dirty(binary, type, shape)`: `from_binary_here` on a
+/// dirty CPU scheduler, for binaries of any size.
+#[rustler::nif(schedule = "DirtyCpu")]
+fn from_binary_here_dirty<'a>(
+    env: Env<'a>,
+    data: Term<'a>,
+    type_: Term<'a>,
+    shape: Term<'a>,
+) -> NifResult<Term<'a>> {
+    from_binary_on_caller(env, data, type_, shape, usize::MAX)
+}
+
+/// The most bytes `from_binary_here` copies on a normal scheduler.
+const HERE_NORMAL_MAX: usize = 64 * 1024;
+
+fn from_binary_on_caller<'a>(
+    env: Env<'a>,
+    data: Term<'a>,
+    type_: Term<'a>,
+    shape: Term<'a>,
+    max_bytes: usize,
+) -> NifResult<Term<'a>> {
+    let made = (|| -> Result<NewTensor> {
+        let binary = decode_binary("data", data)?;
+        let dtype = decode_type("type", type_)?;
+        let shape = decode_shape("shape", shape)?;
+        if binary.len() > max_bytes {
+            return Err(Error::arg(
+                "data",
+                format!(
+                    "{} bytes is more than this NIF copies on a normal scheduler ({max_bytes})",
+                    binary.len()
+                ),
+            ));
+        }
+        ex_mlx_core::device::check_dtype(dtype, Device::Cpu)?;
+        let array = host::array_from_bytes(binary.as_slice(), &shape, dtype)?;
+        Ok(NewTensor::checked(array, Device::Cpu))
+    })();
+    match made {
+        Ok(tensor) => Ok((rustler::types::atom::ok(), tensor).encode(env)),
+        Err(e) => Err(error_tuple(e)),
+    }
 }
 
 /// Keeps a [`HostBuffer`] alive for as long as a binary points into it.

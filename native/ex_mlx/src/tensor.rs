@@ -214,6 +214,13 @@ impl NewTensor {
         NewTensor::Fresh { array, device }
     }
 
+    /// A result whose buffer was checked against the memory limit before it
+    /// was allocated ([`ex_mlx_core::host::array_from_bytes`]): checking it
+    /// again would count its bytes twice.
+    pub fn checked(array: Array, device: Device) -> Self {
+        NewTensor::Fresh { array, device }
+    }
+
     /// The array (for a deferred operation's pending tensor).
     pub fn into_array(self) -> Result<Array> {
         match self {
