@@ -85,8 +85,8 @@ defmodule ExMLX do
       iex> ExMLX.from_binary(<<1, 2, 3>>, {:u, 16}, {2})
       ** (ExMLX.Error) data: binary has 3 bytes, but shape {2} of {:u, 16} needs 4
   """
-  # the most bytes from_binary copies on a normal scheduler (as the NIF)
-  @here_normal_max 64 * 1024
+
+  @here_normal_max 1024 * 1024
 
   @spec from_binary(binary(), type(), shape(), keyword()) :: Tensor.t()
   def from_binary(binary, type, shape, opts \\ []) do
@@ -96,18 +96,15 @@ defmodule ExMLX do
       # Made on this process's thread, not the worker's: no stream is
       # involved (native/ex_mlx/src/data.rs says why that is safe).
       :cpu when is_binary(binary) and byte_size(binary) <= @here_normal_max ->
-        Native.from_binary_here(binary, type, shape) |> made_here()
+        Native.from_binary_here(binary, type, shape) |> ExMLX.made_here()
 
       :cpu ->
-        Native.from_binary_here_dirty(binary, type, shape) |> made_here()
+        Native.from_binary_here_dirty(binary, type, shape) |> ExMLX.made_here()
 
       device ->
         Call.run(&Native.from_binary(&1, binary, type, shape, device)) |> Tensor.wrap()
     end
   end
-
-  defp made_here({:ok, native}), do: Tensor.wrap(native)
-  defp made_here(error), do: Call.value(error)
 
   @doc """
   The tensor's elements as a binary (row-major, little-endian), computing
@@ -1111,4 +1108,17 @@ defmodule ExMLX do
       Call.run(&Native.fft2(&1, unquote(op), ref, opts[:lengths], axes)) |> Tensor.wrap()
     end
   end
+
+  # ---------------------------------------------------------------------------
+  # Copies on the calling thread
+  # ---------------------------------------------------------------------------
+
+  @doc false
+  # The most data bytes a NIF copies on a normal scheduler (HERE_NORMAL_MAX
+  # in native/ex_mlx/src/data.rs); larger copies go to a dirty scheduler.
+  def here_normal_max, do: @here_normal_max
+
+  @doc false
+  def made_here({:ok, native}), do: Tensor.wrap(native)
+  def made_here(error), do: Call.value(error)
 end

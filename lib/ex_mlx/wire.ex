@@ -42,8 +42,23 @@ defmodule ExMLX.Wire do
   """
   @spec encode(tensor()) :: binary()
   def encode(tensor) do
-    %Tensor{ref: ref} = to_ex_mlx(tensor)
-    Call.run(&Native.wire_encode(&1, ref))
+    %Tensor{ref: ref} = t = to_ex_mlx(tensor)
+
+    # A computed CPU tensor above 1 MB is encoded on a dirty scheduler (the
+    # NIF says :not_evaluated when the worker must compute it first); below,
+    # wire_encode/2 encodes it on this scheduler itself.
+    with true <- t.device == :cpu and data_bytes(t) > ExMLX.here_normal_max(),
+         {:ok, frame} <- Native.wire_encode_here_dirty(ref) do
+      frame
+    else
+      {:error, _} = error -> Call.value(error)
+      _ -> Call.run(&Native.wire_encode(&1, ref))
+    end
+  end
+
+  defp data_bytes(%Tensor{shape: shape, type: type}) do
+    bits = if type == :bool, do: 8, else: elem(type, 1)
+    shape |> Tuple.to_list() |> Enum.reduce(div(bits, 8), &(&1 * &2))
   end
 
   @doc """
@@ -63,7 +78,16 @@ defmodule ExMLX.Wire do
     device = Keyword.get(opts, :device, ExMLX.default_device())
     tag = make_ref()
 
-    case Native.wire_decode(tag, frame, device) do
+    # CPU tensors are made on this process's thread (no worker needed: see
+    # native/ex_mlx/src/data.rs), on a dirty scheduler above 1 MB.
+    result =
+      cond do
+        device != :cpu -> Native.wire_decode(tag, frame, device)
+        byte_size(frame) <= ExMLX.here_normal_max() -> Native.wire_decode_here(frame)
+        true -> Native.wire_decode_here_dirty(frame)
+      end
+
+    case result do
       {:ok, native} ->
         {:ok, native |> Tensor.wrap() |> output(opts)}
 

@@ -60,6 +60,29 @@ defmodule ExMLX.WireTest do
       end
     end
 
+    test "frames of every size and state round-trip, on the calling thread or the worker" do
+      # Computed CPU tensors are encoded and decoded on the calling thread
+      # (a normal scheduler up to 1 MB of data, a dirty one above); lazy ones
+      # and views are computed by the worker first. The bytes are the same.
+      for n <- [0, 1, 1000, div(1024 * 1024, 4), div(1024 * 1024, 4) + 1, 3 * 262_144] do
+        data = for i <- 0..(n - 1)//1, into: <<>>, do: <<i * 1.5::32-float-little>>
+        computed = ExMLX.from_binary(data, {:f, 32}, {n})
+        lazy = ExMLX.add(computed, ExMLX.full(0.0, {:f, 32}, {}))
+        evaluated = ExMLX.eval(ExMLX.multiply(computed, ExMLX.full(1.0, {:f, 32}, {})))
+
+        for t <- [computed, lazy, evaluated] do
+          frame = Wire.encode(t)
+          assert byte_size(frame) == 20 + 8 + byte_size(data)
+          assert binary_part(frame, byte_size(frame), -byte_size(data)) == data
+          assert Wire.decode!(frame) |> ExMLX.to_binary() == data
+        end
+      end
+
+      # an evaluated view (not row-contiguous) is made contiguous by the worker
+      m = ExMLX.iota({:s, 32}, {2, 3}) |> ExMLX.transpose() |> ExMLX.eval()
+      assert Wire.encode(m) |> Wire.decode!() |> ExMLX.to_list() == [0, 3, 1, 4, 2, 5]
+    end
+
     test "the frame layout is the documented one" do
       t = ExMLX.from_binary(<<1, 2, 3>>, {:u, 8}, {3})
       frame = Wire.encode(t)

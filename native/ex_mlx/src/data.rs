@@ -5,7 +5,7 @@ use ex_mlx_core::host::{self, HostBuffer};
 use rustler::env::OwnedEnv;
 use rustler::{Binary, Encoder, Env, NifResult, Resource, ResourceArc, Term};
 
-use crate::reply::{queued, submit};
+use crate::reply::{done_here, queued, submit};
 use crate::tensor::{NewTensor, TensorRef};
 use ex_mlx_core::device::Device;
 
@@ -42,7 +42,7 @@ fn from_binary<'a>(
                     .decode()
                     .map_err(|_| Error::Internal("the saved binary vanished".into()))?;
                 let array = host::array_from_bytes(binary.as_slice(), &shape, dtype)?;
-                Ok(NewTensor::checked(array, device))
+                Ok(NewTensor::from_host(array, device))
             })
         })
     })())
@@ -57,8 +57,7 @@ fn from_binary<'a>(
 /// nothing ever evaluates it on this thread, and the CPU worker may use it
 /// like any other array afterwards. (Only the CPU device: the worker path
 /// stays for `:gpu`.) Up to [`HERE_NORMAL_MAX`] bytes on the normal
-/// scheduler, where the copy takes microseconds; larger ones through
-/// `from_binary_here_dirty`.
+/// scheduler; larger ones through `from_binary_here_dirty`.
 #[rustler::nif]
 fn from_binary_here<'a>(
     env: Env<'a>,
@@ -81,8 +80,11 @@ fn from_binary_here_dirty<'a>(
     from_binary_on_caller(env, data, type_, shape, usize::MAX)
 }
 
-/// The most bytes `from_binary_here` copies on a normal scheduler.
-const HERE_NORMAL_MAX: usize = 64 * 1024;
+/// The most bytes a NIF copies on a normal scheduler (`from_binary_here`,
+/// `wire_encode`, `wire_decode_here`): a copy of this size takes well under
+/// a millisecond, and a dirty scheduler's wake-up would cost more than the
+/// copy. `ExMLX` sends larger ones to the `_dirty` variants.
+pub const HERE_NORMAL_MAX: usize = 1024 * 1024;
 
 fn from_binary_on_caller<'a>(
     env: Env<'a>,
@@ -106,11 +108,24 @@ fn from_binary_on_caller<'a>(
         }
         ex_mlx_core::device::check_dtype(dtype, Device::Cpu)?;
         let array = host::array_from_bytes(binary.as_slice(), &shape, dtype)?;
-        Ok(NewTensor::checked(array, Device::Cpu))
+        Ok(NewTensor::from_host(array, Device::Cpu))
     })();
     match made {
         Ok(tensor) => Ok((rustler::types::atom::ok(), tensor).encode(env)),
         Err(e) => Err(error_tuple(e)),
+    }
+}
+
+/// The bytes of `tensor` readable on the calling thread: its array is on the
+/// CPU, known to be evaluated, and row-contiguous. `None` otherwise (then
+/// the worker evaluates it, or makes a contiguous copy).
+pub fn evaluated_host_buffer(tensor: &TensorRef) -> Result<Option<HostBuffer>> {
+    if tensor.device != Device::Cpu {
+        return Ok(None);
+    }
+    match tensor.evaluated_array() {
+        Some(array) => HostBuffer::in_place(&array),
+        None => Ok(None),
     }
 }
 
@@ -140,8 +155,18 @@ fn to_binary<'a>(
 ) -> NifResult<crate::reply::Submitted> {
     queued((|| -> Result<crate::reply::Submitted> {
         let tensor: TensorRef = decode_tensor("tensor", tensor)?;
+        // An evaluated, row-contiguous CPU array is read in place here: no
+        // copy and no MLX stream (see `HostBuffer::in_place`).
+        if let Some(buffer) = evaluated_host_buffer(&tensor)? {
+            let binary = HostBinary(ResourceArc::new(HostBufferResource(buffer)));
+            if let Ok(done) = done_here(tag, binary) {
+                return Ok(done);
+            }
+        }
         submit(env, tag, tensor.device, move || {
-            let buffer = HostBuffer::new(&tensor.array()?)?;
+            let array = tensor.array()?;
+            let buffer = HostBuffer::new(&array)?;
+            tensor.mark_evaluated(&array);
             Ok(HostBinary(ResourceArc::new(HostBufferResource(buffer))))
         })
     })())
@@ -166,7 +191,7 @@ fn data_pointer<'a>(
             let bytes = buffer.bytes();
             let address = bytes.as_ptr() as u64;
             let len = bytes.len() as u64;
-            tensor.replace(buffer.array().clone())?;
+            tensor.replace_evaluated(buffer.array().clone())?;
             Ok((address, len))
         })
     })())

@@ -89,6 +89,22 @@ impl Encoder for Submitted {
     }
 }
 
+/// A result computed on the calling thread, returned as `{:ok, value}` like
+/// one the worker finished within the quick wait. For a reference tag only:
+/// a deferred tag gets the value back, and the caller queues the work.
+pub fn done_here<T: Encoder + Send + 'static>(
+    tag: Term,
+    value: T,
+) -> std::result::Result<Submitted, T> {
+    if tag.get_type() == rustler::TermType::Ref {
+        Ok(Submitted::Done(AssertUnwindSafe(Box::new(Reply(Ok(
+            value,
+        ))))))
+    } else {
+        Err(value)
+    }
+}
+
 /// What a deferred result must be.
 enum Expected {
     /// `{:deferred, type}`: cast to `type` if MLX produced another (Nx

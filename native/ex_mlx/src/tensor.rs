@@ -34,6 +34,10 @@ enum State {
         array: Array,
         dtype: Dtype,
         shape: Vec<i64>,
+        /// The array is known to be computed (made from host bytes, or
+        /// evaluated by the worker): its data can be read on any thread
+        /// without building or running a graph (see `evaluated_array`).
+        evaluated: bool,
     },
     /// The deferred operation failed; using the tensor gives its error.
     Failed(Error),
@@ -46,13 +50,14 @@ impl Resource for Tensor {}
 
 pub type TensorRef = ResourceArc<Tensor>;
 
-fn ready(array: Array) -> State {
+fn ready(array: Array, evaluated: bool) -> State {
     let dtype = array.dtype();
     let shape = array.shape().iter().map(|&d| d as i64).collect();
     State::Ready {
         array,
         dtype,
         shape,
+        evaluated,
     }
 }
 
@@ -64,9 +69,9 @@ fn deallocated() -> Error {
 }
 
 impl Tensor {
-    pub fn wrap(array: Array, device: Device) -> TensorRef {
+    pub fn wrap(array: Array, device: Device, evaluated: bool) -> TensorRef {
         ResourceArc::new(Tensor {
-            state: Mutex::new(ready(array)),
+            state: Mutex::new(ready(array, evaluated)),
             filled: Condvar::new(),
             waiters: AtomicUsize::new(0),
             device,
@@ -94,7 +99,7 @@ impl Tensor {
         let mut state = self.lock();
         if matches!(*state, State::Pending) {
             *state = match result {
-                Ok(array) => ready(array),
+                Ok(array) => ready(array, false),
                 Err(e) => State::Failed(e),
             };
         }
@@ -150,16 +155,47 @@ impl Tensor {
         }
     }
 
-    /// Replaces the array by an equal one (e.g. its evaluated, contiguous
-    /// copy), unless the tensor was deallocated meanwhile.
-    pub fn replace(&self, array: Array) -> Result<()> {
+    /// Replaces the array by its evaluated, contiguous copy, unless the
+    /// tensor was deallocated meanwhile.
+    pub fn replace_evaluated(&self, array: Array) -> Result<()> {
         let mut state = self.lock();
         match &*state {
             State::Ready { .. } => {
-                *state = ready(array);
+                *state = ready(array, true);
                 Ok(())
             }
             _ => Err(deallocated()),
+        }
+    }
+
+    /// Records that `array` (this tensor's array, as returned by
+    /// [`Tensor::array`]) was evaluated. Call on the worker after the
+    /// evaluation returned; a tensor whose array changed meanwhile is left
+    /// as it is.
+    pub fn mark_evaluated(&self, array: &Array) {
+        if let State::Ready {
+            array: current,
+            evaluated,
+            ..
+        } = &mut *self.lock()
+        {
+            if current.as_ptr().ctx == array.as_ptr().ctx {
+                *evaluated = true;
+            }
+        }
+    }
+
+    /// The array if it is known to be computed (see `State::Ready`), for
+    /// reads on the calling thread; `None` otherwise (then the worker reads
+    /// it, evaluating it first).
+    pub fn evaluated_array(&self) -> Option<Array> {
+        match &*self.lock() {
+            State::Ready {
+                array,
+                evaluated: true,
+                ..
+            } => Some(array.clone()),
+            _ => None,
         }
     }
 
@@ -195,7 +231,11 @@ pub fn common_device(tensors: &[&TensorRef]) -> Result<Device> {
 /// it is encoded for Elixir: in deferred mode it never is (its array goes
 /// into the pending tensor), so no resource is made and dropped for it.
 pub enum NewTensor {
-    Fresh { array: Array, device: Device },
+    Fresh {
+        array: Array,
+        device: Device,
+        evaluated: bool,
+    },
     Existing(TensorRef),
 }
 
@@ -205,20 +245,32 @@ impl NewTensor {
     /// CPU allocator does not enforce the limit itself).
     pub fn new(array: Array, device: Device) -> Result<Self> {
         memory::check_allocation(array.nbytes())?;
-        Ok(NewTensor::Fresh { array, device })
+        Ok(NewTensor::Fresh {
+            array,
+            device,
+            evaluated: false,
+        })
     }
 
     /// A result that shares its input's buffer (a reshape, transpose,
     /// broadcast or slice), so allocates nothing to check.
     pub fn view(array: Array, device: Device) -> Self {
-        NewTensor::Fresh { array, device }
+        NewTensor::Fresh {
+            array,
+            device,
+            evaluated: false,
+        }
     }
 
-    /// A result whose buffer was checked against the memory limit before it
-    /// was allocated ([`ex_mlx_core::host::array_from_bytes`]): checking it
-    /// again would count its bytes twice.
-    pub fn checked(array: Array, device: Device) -> Self {
-        NewTensor::Fresh { array, device }
+    /// An array made from host bytes by [`ex_mlx_core::host::array_from_bytes`]:
+    /// born evaluated, its buffer checked against the memory limit before it
+    /// was allocated (checking it again would count its bytes twice).
+    pub fn from_host(array: Array, device: Device) -> Self {
+        NewTensor::Fresh {
+            array,
+            device,
+            evaluated: true,
+        }
     }
 
     /// The array (for a deferred operation's pending tensor).
@@ -233,7 +285,11 @@ impl NewTensor {
 impl Encoder for NewTensor {
     fn encode<'a>(&self, env: Env<'a>) -> Term<'a> {
         let t = match self {
-            NewTensor::Fresh { array, device } => Tensor::wrap(array.clone(), *device),
+            NewTensor::Fresh {
+                array,
+                device,
+                evaluated,
+            } => Tensor::wrap(array.clone(), *device, *evaluated),
             NewTensor::Existing(t) => t.clone(),
         };
         match t.info() {

@@ -1,15 +1,19 @@
-//! Wire-format NIFs (docs/wire-format.md): frames encode and decode on the
-//! tensor's worker (they touch every byte); bundle headers are parsed here.
+//! Wire-format NIFs (docs/wire-format.md): frames of computed CPU tensors
+//! encode and decode on the calling thread (normal scheduler up to
+//! [`HERE_NORMAL_MAX`] data bytes, dirty above), others on the tensor's
+//! worker; bundle headers are parsed here.
 
 use std::sync::Mutex;
 
+use ex_mlx_core::device::Device;
 use ex_mlx_core::error::{Error, Result};
 use ex_mlx_core::host::{self, HostBuffer};
 use ex_mlx_core::wire;
 use rustler::env::OwnedEnv;
 use rustler::{Binary, Encoder, Env, NifResult, OwnedBinary, Term};
 
-use crate::reply::{queued, submit};
+use crate::data::{evaluated_host_buffer, HERE_NORMAL_MAX};
+use crate::reply::{done_here, queued, submit};
 use crate::tensor::NewTensor;
 use crate::term::{
     decode_binary, decode_device, decode_int_in, decode_shape, decode_tensor, decode_type,
@@ -29,25 +33,93 @@ impl Encoder for BinaryReply {
     }
 }
 
-/// `wire_encode(tag, t)`: the tensor as one frame.
+/// The frame of an evaluated, row-contiguous buffer.
+fn encode_frame(buffer: &HostBuffer) -> BinaryReply {
+    let data = buffer.bytes();
+    let shape = buffer.shape().to_vec();
+    let len = wire::header_len(shape.len()) + data.len();
+    let mut owned = OwnedBinary::new(len);
+    wire::write_frame(owned.as_mut_slice(), buffer.dtype(), &shape, data);
+    BinaryReply(Mutex::new(Some(owned)))
+}
+
+/// `wire_encode(tag, t)`: the tensor as one frame. An evaluated CPU tensor of
+/// at most [`HERE_NORMAL_MAX`] bytes is encoded here, on the calling thread
+/// (no MLX stream is needed to read computed data); others on the worker.
 #[rustler::nif]
 fn wire_encode<'a>(env: Env<'a>, tag: Term<'a>, t: Term<'a>) -> NifResult<crate::reply::Submitted> {
     queued((|| -> Result<crate::reply::Submitted> {
         let t = decode_tensor("tensor", t)?;
+        if let Some(buffer) = evaluated_host_buffer(&t)? {
+            if buffer.bytes().len() <= HERE_NORMAL_MAX {
+                if let Ok(done) = done_here(tag, encode_frame(&buffer)) {
+                    return Ok(done);
+                }
+            }
+        }
         let device = t.device;
         submit(env, tag, device, move || {
-            let buffer = HostBuffer::new(&t.array()?)?;
-            let data = buffer.bytes();
-            let shape = buffer.shape().to_vec();
-            let len = wire::header_len(shape.len()) + data.len();
-            let mut owned = OwnedBinary::new(len);
-            wire::write_frame(owned.as_mut_slice(), buffer.dtype(), &shape, data);
-            Ok(BinaryReply(Mutex::new(Some(owned))))
+            let array = t.array()?;
+            let buffer = HostBuffer::new(&array)?;
+            t.mark_evaluated(&array);
+            Ok(encode_frame(&buffer))
         })
     })())
 }
 
-/// `wire_decode(tag, frame, device)`: a tensor from one frame.
+/// `wire_encode_here_dirty(t)`: `{:ok, frame}` for an evaluated CPU tensor,
+/// encoded on a dirty scheduler; `:not_evaluated` when the worker must do it
+/// (`wire_encode/2`).
+#[rustler::nif(schedule = "DirtyCpu")]
+fn wire_encode_here_dirty<'a>(env: Env<'a>, t: Term<'a>) -> NifResult<Term<'a>> {
+    let t = decode_tensor("tensor", t).map_err(error_tuple)?;
+    match evaluated_host_buffer(&t).map_err(error_tuple)? {
+        Some(buffer) => Ok((rustler::types::atom::ok(), encode_frame(&buffer)).encode(env)),
+        None => Ok(not_evaluated().encode(env)),
+    }
+}
+
+rustler::atoms! { not_evaluated }
+
+/// A CPU tensor from a frame, made on the calling thread (see
+/// `crate::data::from_binary_here` for why no worker is needed).
+fn decode_here<'a>(env: Env<'a>, frame: Term<'a>, max_data: Option<usize>) -> NifResult<Term<'a>> {
+    let binary = decode_binary("frame", frame).map_err(error_tuple)?;
+    // (the largest header is that of rank 32)
+    if max_data.is_some_and(|max| binary.len() > max + wire::header_len(32)) {
+        return Err(error_tuple(Error::arg(
+            "frame",
+            format!(
+                "{} bytes is more than this NIF decodes on a normal scheduler",
+                binary.len()
+            ),
+        )));
+    }
+    let array = wire::decode_frame_with(binary.as_slice(), |frame| {
+        ex_mlx_core::device::check_dtype(frame.dtype, Device::Cpu)?;
+        host::array_from_bytes(frame.data, &frame.shape, frame.dtype)
+    })
+    .map_err(error_tuple)?;
+    let tensor = NewTensor::from_host(array, Device::Cpu);
+    Ok((rustler::types::atom::ok(), tensor).encode(env))
+}
+
+/// `wire_decode_here(frame)`: `{:ok, tensor}` on the CPU, decoded on this
+/// (normal) scheduler; frames of at most [`HERE_NORMAL_MAX`] data bytes.
+#[rustler::nif]
+fn wire_decode_here<'a>(env: Env<'a>, frame: Term<'a>) -> NifResult<Term<'a>> {
+    decode_here(env, frame, Some(HERE_NORMAL_MAX))
+}
+
+/// `wire_decode_here_dirty(frame)`: `wire_decode_here` on a dirty scheduler,
+/// for frames of any size.
+#[rustler::nif(schedule = "DirtyCpu")]
+fn wire_decode_here_dirty<'a>(env: Env<'a>, frame: Term<'a>) -> NifResult<Term<'a>> {
+    decode_here(env, frame, None)
+}
+
+/// `wire_decode(tag, frame, device)`: a tensor from one frame, made on the
+/// device's worker.
 #[rustler::nif]
 fn wire_decode<'a>(
     env: Env<'a>,
@@ -56,9 +128,7 @@ fn wire_decode<'a>(
     device: Term<'a>,
 ) -> NifResult<crate::reply::Submitted> {
     queued((|| -> Result<crate::reply::Submitted> {
-        let _: Binary = frame
-            .decode()
-            .map_err(|_| Error::arg("frame", format!("expected a binary, got: {}", show(frame))))?;
+        decode_binary("frame", frame)?;
         let device = decode_device("device", device)?;
         let keep = OwnedEnv::new();
         let saved = keep.save(frame);
@@ -73,7 +143,7 @@ fn wire_decode<'a>(
                     ex_mlx_core::device::check_dtype(frame.dtype, device)?;
                     host::array_from_bytes(frame.data, &frame.shape, frame.dtype)
                 })?;
-                NewTensor::new(array, device)
+                Ok(NewTensor::from_host(array, device))
             })
         })
     })())

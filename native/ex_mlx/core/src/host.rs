@@ -133,7 +133,7 @@ impl HostBuffer {
         };
         let len = array.size() * dtype::size_of(array.dtype());
         let buffer = HostBuffer { array, len };
-        // Check the layout now, so `bytes` cannot fail later.
+        // Check the data pointer now, so `bytes` cannot fail later.
         buffer.checked_bytes()?;
         Ok(buffer)
     }
@@ -155,43 +155,34 @@ impl HostBuffer {
         if self.len == 0 {
             return Ok(&[]);
         }
-        macro_rules! bytes_of {
-            ($t:ty) => {{
-                let typed: &[$t] = self.array.try_as_slice::<$t>()?;
-                // SAFETY: `typed` is a live slice of plain-old-data elements; we
-                // view the same memory as bytes for the same lifetime.
-                unsafe {
-                    std::slice::from_raw_parts(
-                        typed.as_ptr().cast::<u8>(),
-                        std::mem::size_of_val(typed),
-                    )
-                }
-            }};
+        // SAFETY: `self.array` is a live, evaluated array (evaluated by
+        // `new`, or known evaluated by the caller of `in_place`), so its data
+        // pointer is set; mlx_array_data_uint8 only returns that pointer
+        // (reinterpreted, with no evaluation and no dtype check).
+        let data = unsafe { mlx_sys::mlx_array_data_uint8(self.array.as_ptr()) };
+        if data.is_null() {
+            return Err(Error::Internal("an evaluated array has no data".into()));
         }
-        let bytes: &[u8] = match self.array.dtype() {
-            Dtype::Bool => bytes_of!(bool),
-            Dtype::Uint8 => bytes_of!(u8),
-            Dtype::Uint16 => bytes_of!(u16),
-            Dtype::Uint32 => bytes_of!(u32),
-            Dtype::Uint64 => bytes_of!(u64),
-            Dtype::Int8 => bytes_of!(i8),
-            Dtype::Int16 => bytes_of!(i16),
-            Dtype::Int32 => bytes_of!(i32),
-            Dtype::Int64 => bytes_of!(i64),
-            Dtype::Float16 => bytes_of!(half::f16),
-            Dtype::Bfloat16 => bytes_of!(half::bf16),
-            Dtype::Float32 => bytes_of!(f32),
-            Dtype::Float64 => bytes_of!(f64),
-            Dtype::Complex64 => bytes_of!(mlx_rs::complex64),
-        };
-        if bytes.len() != self.len {
-            return Err(Error::Internal(format!(
-                "array data has {} bytes, expected {}",
-                bytes.len(),
-                self.len
-            )));
+        // SAFETY: the array is row-contiguous (checked when the buffer was
+        // made), so its `len` bytes (elements × element size) lie in order
+        // from `data`; the buffer owns a handle to the array, so the memory
+        // lives as long as the returned slice, and nothing writes to it.
+        Ok(unsafe { std::slice::from_raw_parts(data, self.len) })
+    }
+
+    /// A buffer over `array` as it is, without evaluating anything: `None`
+    /// if it is not row-contiguous. Needs no MLX stream, so it may run on
+    /// any thread; the caller must know `array` is already evaluated
+    /// (made from host bytes, or evaluated on its worker earlier).
+    pub fn in_place(array: &Array) -> Result<Option<HostBuffer>> {
+        if !is_row_contiguous(array)? {
+            return Ok(None);
         }
-        Ok(bytes)
+        let len = array.size() * dtype::size_of(array.dtype());
+        Ok(Some(HostBuffer {
+            array: array.clone(),
+            len,
+        }))
     }
 
     /// The elements, row-major, little-endian.
