@@ -1073,39 +1073,40 @@ defmodule ExMLX do
   end
 
   # ---------------------------------------------------------------------------
-  # Fourier transforms
+  # Fourier transforms (ExMLX.FFT has them all)
   # ---------------------------------------------------------------------------
 
   for op <- [:fft, :ifft, :rfft, :irfft] do
+    @doc deprecated: "Use ExMLX.FFT.#{op}/2 instead"
     @doc """
-    `#{op}` along `:axis` (default the last), with length `:length`
-    (the axis' size by default; shorter inputs are zero-padded).
+    `ExMLX.FFT.#{op}/2` with its `:n` option named `:length`; kept for
+    existing callers.
 
-        iex> ExMLX.full(1.0, {:f, 32}, {4}) |> ExMLX.#{op}() |> ExMLX.shape() |> tuple_size()
+        iex> ExMLX.full(1.0, {:f, 32}, {4}) |> ExMLX.#{op}(length: 4) |> ExMLX.shape() |> tuple_size()
         1
     """
     @spec unquote(op)(Tensor.t(), keyword()) :: Tensor.t()
     def unquote(op)(tensor, opts \\ []) do
-      %Tensor{ref: ref} = tensor!(tensor, :tensor)
-      opts = opts!(opts, [:axis, :length])
-      axis = Keyword.get(opts, :axis, -1)
-      Call.run(&Native.fft(&1, unquote(op), ref, opts[:length], axis)) |> Tensor.wrap()
+      tensor!(tensor, :tensor)
+      opts = opts!(opts, [:length, axis: -1])
+      ExMLX.FFT.unquote(op)(tensor, n: opts[:length], axis: opts[:axis])
     end
   end
 
   for op <- [:fft2, :ifft2] do
+    @doc deprecated: "Use ExMLX.FFT.#{op}/2 instead"
     @doc """
-    `#{op}` over `:axes` (default the last two), with `:lengths`.
+    `ExMLX.FFT.#{op}/2` with its `:s` option named `:lengths`; kept for
+    existing callers.
 
-        iex> ExMLX.full(1.0, {:f, 32}, {2, 2}) |> ExMLX.#{op}() |> ExMLX.shape()
-        {2, 2}
+        iex> ExMLX.full(1.0, {:f, 32}, {2, 2}) |> ExMLX.#{op}(lengths: [2, 3]) |> ExMLX.shape()
+        {2, 3}
     """
     @spec unquote(op)(Tensor.t(), keyword()) :: Tensor.t()
     def unquote(op)(tensor, opts \\ []) do
-      %Tensor{ref: ref} = tensor!(tensor, :tensor)
-      opts = opts!(opts, [:axes, :lengths])
-      axes = Keyword.get(opts, :axes, [-2, -1])
-      Call.run(&Native.fft2(&1, unquote(op), ref, opts[:lengths], axes)) |> Tensor.wrap()
+      tensor!(tensor, :tensor)
+      opts = opts!(opts, [:lengths, axes: [-2, -1]])
+      ExMLX.FFT.unquote(op)(tensor, s: opts[:lengths], axes: opts[:axes])
     end
   end
 

@@ -918,11 +918,11 @@ if Code.ensure_loaded?(Nx) do
     @impl true
     def ifft(out, tensor, opts), do: fft_op(:ifft, out, tensor, opts)
 
+    # Every transform takes ExMLX.FFT's path (ExMLX.FFT.native_call/4),
+    # queued rather than awaited: Nx knows the result's shape and type.
     defp fft_op(op, %T{type: type} = out, tensor, opts) do
-      length = opts[:length]
-      axis = opts[:axis] || -1
       r = ref_as(tensor, type)
-      defer(out, &Native.fft(&1, op, r, length, axis))
+      defer(out, ExMLX.FFT.native_call(op, r, opts[:length], opts[:axis] || -1))
     end
 
     # -------------------------------------------------------------------------
@@ -982,11 +982,11 @@ if Code.ensure_loaded?(Nx) do
 
         {Nx.Block.RFFT, [t]} ->
           r = ref_as(t, real_of(output.type))
-          defer(output, &Native.fft(&1, :rfft, r, struct.length, struct.axis || -1))
+          defer(output, ExMLX.FFT.native_call(:rfft, r, struct.length, struct.axis || -1))
 
         {Nx.Block.IRFFT, [t]} ->
           r = ref_as(t, complex_of(output.type))
-          defer(output, &Native.fft(&1, :irfft, r, struct.length, struct.axis || -1))
+          defer(output, ExMLX.FFT.native_call(:irfft, r, struct.length, struct.axis || -1))
 
         {Nx.Block.AllClose, [a, b]} ->
           all_close(output, a, b, struct)
@@ -1146,7 +1146,7 @@ if Code.ensure_loaded?(Nx) do
 
     defp fft2(op, %T{type: type} = output, t, %{lengths: lengths, axes: axes}) do
       r = ref_as(t, type)
-      defer(output, &Native.fft2(&1, op, r, lengths, axes || [-2, -1]))
+      defer(output, ExMLX.FFT.native_call(op, r, lengths, axes || [-2, -1]))
     end
 
     defp phase(output, t) do

@@ -207,9 +207,10 @@ defmodule ExMLX.Native do
   def partition(_tag, _tensor, _kth, _axis), do: not_loaded()
   def cumulative(_tag, _op, _tensor, _axis, _reverse), do: not_loaded()
 
-  # Fourier transforms
+  # Fourier transforms (ExMLX.FFT)
   def fft(_tag, _op, _tensor, _n, _axis), do: not_loaded()
-  def fft2(_tag, _op, _tensor, _lengths, _axes), do: not_loaded()
+  def fftn(_tag, _op, _tensor, _s, _axes), do: not_loaded()
+  def fftshift(_tag, _op, _tensor, _axes), do: not_loaded()
 
   # Linear algebra
   def matmul(_tag, _a, _b), do: not_loaded()

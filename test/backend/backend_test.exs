@@ -357,3 +357,51 @@ if Code.ensure_loaded?(Nx) do
     end
   end
 end
+
+if Code.ensure_loaded?(Nx) do
+  defmodule ExMLX.Backend.FFTTest do
+    @moduledoc """
+    Nx's transforms on ExMLX.Backend (the fft/ifft callbacks and the FFT2,
+    IFFT2, RFFT and IRFFT block natives, all through ExMLX.FFT) against
+    Nx.BinaryBackend's own implementation.
+    """
+    use ExUnit.Case, async: false
+    import ExMLX.Backend.TestHelpers
+
+    defp both(x, fun) do
+      {on_mlx(fn -> fun.(Nx.backend_copy(x, ExMLX.Backend)) end), on_binary(fn -> fun.(x) end)}
+    end
+
+    test "lengths that pad and crop, chosen axes, odd sizes" do
+      real = Nx.iota({3, 5}, type: :f32) |> Nx.multiply(0.37) |> Nx.sin()
+      complex = Nx.complex(real, Nx.cos(real))
+
+      for {x, fun} <- [
+            {real, &Nx.fft/1},
+            {real, &Nx.fft(&1, length: 8)},
+            {real, &Nx.fft(&1, length: 3, axis: 0)},
+            {complex, &Nx.ifft(&1, length: 4)},
+            {complex, &Nx.ifft(&1, axis: 0, length: 7)},
+            {real, &Nx.fft2/1},
+            {complex, &Nx.fft2(&1, lengths: [4, 3])},
+            {complex, &Nx.ifft2(&1, lengths: [2, 6], axes: [1, 0])},
+            {real, &Nx.rfft/1},
+            {real, &Nx.rfft(&1, length: 8, axis: 0)},
+            {complex, &Nx.irfft/1},
+            {complex, &Nx.irfft(&1, length: 7)},
+            {complex, &Nx.irfft(&1, axis: 0, length: 5)}
+          ] do
+        {ours, reference} = both(x, fun)
+        assert {ours.shape, ours.type} == {reference.shape, reference.type}
+        assert_all_close(ours, reference, atol: 1.0e-5, rtol: 1.0e-5)
+      end
+    end
+
+    test "f64 input raises: its transform would be c128, which MLX lacks" do
+      x = Nx.tensor([1.0, 2.0, 3.0], type: :f64, backend: ExMLX.Backend)
+
+      assert_raise ArgumentError, ~r/does not support \{:c, 128\}/, fn -> Nx.fft(x) end
+      assert_raise ArgumentError, ~r/does not support \{:c, 128\}/, fn -> Nx.rfft(x) end
+    end
+  end
+end

@@ -26,7 +26,7 @@ defmodule ExMLX.Reliability.BadInputTest do
 
   defp modules do
     # (ExMLX.Telemetry's functions are internal: @doc false)
-    base = [ExMLX, ExMLX.Wire, ExMLX.Memory, ExMLX.Tensor]
+    base = [ExMLX, ExMLX.FFT, ExMLX.Wire, ExMLX.Memory, ExMLX.Tensor]
     if Code.ensure_loaded?(ExMLX.Backend), do: base ++ [ExMLX.Backend], else: base
   end
 
@@ -142,7 +142,7 @@ defmodule ExMLX.Reliability.BadInputTest do
   end
 
   @option_keys [:device, :axes, :axis, :type, :keep_axes, :as, :names, :metadata, :reverse] ++
-                 [:stable, :direction, :strides, :padding, :k, :mode, :tie_break, :label]
+                 [:stable, :direction, :strides, :padding, :k, :mode, :tie_break, :label, :n, :s]
 
   defp random_options(pool, depth) do
     for _ <- 1..:rand.uniform(3) do
@@ -159,7 +159,7 @@ defmodule ExMLX.Reliability.BadInputTest do
   # Tensors are put where tensors usually go (first) more often, so calls
   # get past the first clause and fail deeper: in the argument checks of
   # the NIFs and in MLX.
-  defp random_args(pool, module, _name, arity) when module in [ExMLX, ExMLX.Wire] do
+  defp random_args(pool, module, _name, arity) when module in [ExMLX, ExMLX.FFT, ExMLX.Wire] do
     for position <- 1..arity do
       chance = if position == 1, do: 0.6, else: 0.4
       if :rand.uniform() < chance, do: pick(pool.tensors), else: plausible_or_random(pool)

@@ -1,15 +1,14 @@
-//! Fourier transform NIFs.
+//! Fourier transform and spectrum shift NIFs (`ExMLX.FFT`).
 
 use ex_mlx_core::ops::fft;
 use rustler::{Env, NifResult, Term};
 
 use crate::reply::{queued, submit};
 use crate::tensor::NewTensor;
-use crate::term::{
-    decode_int, decode_ints, decode_op, decode_opt_int, decode_opt_ints, decode_tensor,
-};
+use crate::term::{decode_int, decode_op, decode_opt_int, decode_opt_ints, decode_tensor};
 
-/// `fft(tag, op, t, n | nil, axis)` for :fft, :ifft, :rfft, :irfft.
+/// `fft(tag, op, t, n | nil, axis)` for the 1-D transforms :fft, :ifft,
+/// :rfft, :irfft.
 #[rustler::nif]
 fn fft<'a>(
     env: Env<'a>,
@@ -31,27 +30,50 @@ fn fft<'a>(
     })())
 }
 
-/// `fft2(tag, op, t, lengths | nil, axes)` for :fft2, :ifft2.
+/// `fftn(tag, op, t, s | nil, axes | nil)` for the 2-D and N-D transforms
+/// :fft2, :ifft2, :rfft2, :irfft2, :fftn, :ifftn, :rfftn, :irfftn (`nil`
+/// takes the op's default).
 #[rustler::nif]
-fn fft2<'a>(
+fn fftn<'a>(
     env: Env<'a>,
     tag: Term<'a>,
     op: Term<'a>,
     t: Term<'a>,
-    lengths: Term<'a>,
+    s: Term<'a>,
     axes: Term<'a>,
 ) -> NifResult<crate::reply::Submitted> {
     queued((|| {
         let op = decode_op(op)?;
         let t = decode_tensor("tensor", t)?;
-        let lengths = decode_opt_ints("lengths", lengths)?;
-        let axes = decode_ints("axes", axes)?;
+        let s = decode_opt_ints("s", s)?;
+        let axes = decode_opt_ints("axes", axes)?;
         let device = t.device;
         submit(env, tag, device, move || {
             NewTensor::new(
-                fft::fft2(&op, &t.array()?, lengths.as_deref(), &axes)?,
+                fft::fftn(&op, &t.array()?, s.as_deref(), axes.as_deref())?,
                 device,
             )
+        })
+    })())
+}
+
+/// `fftshift(tag, op, t, axes | nil)` for :fftshift and :ifftshift (`nil`:
+/// every axis).
+#[rustler::nif]
+fn fftshift<'a>(
+    env: Env<'a>,
+    tag: Term<'a>,
+    op: Term<'a>,
+    t: Term<'a>,
+    axes: Term<'a>,
+) -> NifResult<crate::reply::Submitted> {
+    queued((|| {
+        let op = decode_op(op)?;
+        let t = decode_tensor("tensor", t)?;
+        let axes = decode_opt_ints("axes", axes)?;
+        let device = t.device;
+        submit(env, tag, device, move || {
+            NewTensor::new(fft::shift(&op, &t.array()?, axes.as_deref())?, device)
         })
     })())
 }
