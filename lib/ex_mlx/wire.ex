@@ -326,9 +326,12 @@ defmodule ExMLX.Wire do
       }
     end
   else
-    defp to_ex_mlx(other),
-      do: raise(ArgumentError, "expected an ExMLX.Tensor, got: #{inspect(other)}")
-
     defp output(t, _opts), do: t
   end
+
+  @tensors if Code.ensure_loaded?(Nx),
+             do: "an ExMLX.Tensor or an Nx.Tensor",
+             else: "an ExMLX.Tensor"
+
+  defp to_ex_mlx(other), do: raise(ArgumentError, "expected #{@tensors}, got: #{inspect(other)}")
 end

@@ -281,9 +281,14 @@ if Code.ensure_loaded?(Nx) do
 
       try do
         big = Nx.broadcast(Nx.tensor(1.0, backend: ExMLX.Backend), {4096, 4096})
-        # the add is queued without waiting; its refusal surfaces on reading
-        sum = big |> Nx.add(1.0) |> Nx.sum()
-        error = assert_raise ExMLX.Error, fn -> Nx.to_number(sum) end
+        # The add is queued without waiting, so the call itself returns; the
+        # worker refuses it, and the refusal surfaces where its result is
+        # used next: in the sum if the worker got there first, else when
+        # the sum is read.
+        added = Nx.add(big, 1.0)
+
+        error = assert_raise ExMLX.Error, fn -> added |> Nx.sum() |> Nx.to_number() end
+
         assert error.kind == :out_of_memory
       after
         ExMLX.Memory.set_memory_limit(previous)
