@@ -300,6 +300,9 @@ defmodule ExMLX.Wire do
       ExMLX.from_binary(Nx.to_binary(t), type, shape)
     end
 
+    defp to_ex_mlx(other),
+      do: raise(ArgumentError, "expected an ExMLX.Tensor or an Nx.Tensor, got: #{inspect(other)}")
+
     defp check_nx_type!(type) do
       if ExMLX.Backend.storage_type(type) != type do
         raise ExMLX.Error,
@@ -326,12 +329,9 @@ defmodule ExMLX.Wire do
       }
     end
   else
+    defp to_ex_mlx(other),
+      do: raise(ArgumentError, "expected an ExMLX.Tensor, got: #{inspect(other)}")
+
     defp output(t, _opts), do: t
   end
-
-  @tensors if Code.ensure_loaded?(Nx),
-             do: "an ExMLX.Tensor or an Nx.Tensor",
-             else: "an ExMLX.Tensor"
-
-  defp to_ex_mlx(other), do: raise(ArgumentError, "expected #{@tensors}, got: #{inspect(other)}")
 end
