@@ -205,7 +205,7 @@ defmodule ExMLX do
   @spec deallocate(Tensor.t()) :: :ok | :already_deallocated
   def deallocate(tensor) do
     %Tensor{ref: ref} = tensor!(tensor, :tensor)
-    if(Native.deallocate(ref), do: :ok, else: :already_deallocated)
+    if Native.deallocate(ref), do: :ok, else: :already_deallocated
   end
 
   # ---------------------------------------------------------------------------
