@@ -1,10 +1,11 @@
 # Per-call cost of ExMLX's thread model (run: mix run bench/dispatch.exs).
 #
 #   sync NIF      a NIF that answers on the calling scheduler (tensor_info): the floor
-#   hand-off      an async NIF whose work is nothing (eval of an evaluated tensor):
-#                 queue to the worker, wake it, enif_send back, wake the caller
+#   hand-off      an async NIF whose work is nothing (waiting for a tensor that is
+#                 ready): queue to the worker, wake it, answer, wake the caller
+#   eval          eval of a computed tensor: answered on the calling scheduler
 #   lazy add      building one graph node (add) through the worker
-#   eager add     add + eval + item: what a scalar round trip costs
+#   eager add     add + item: what a scalar round trip costs
 #
 # Reports the median and the 10th/90th percentiles over batches of calls.
 
@@ -18,9 +19,11 @@ defmodule Bench.Dispatch do
 
     cases = [
       {"sync NIF (tensor_info)", fn -> ExMLX.Native.tensor_info(one.ref) end},
-      {"hand-off (eval of an evaluated tensor)", fn -> ExMLX.eval(one) end},
+      {"hand-off (await of a ready tensor)",
+       fn -> ExMLX.Call.run(&ExMLX.Native.tensor_await(&1, one.ref)) end},
+      {"eval of a computed tensor", fn -> ExMLX.eval(one) end},
       {"lazy add", fn -> ExMLX.add(one, one) end},
-      {"eager add + eval + item", fn -> ExMLX.add(one, one) |> ExMLX.item() end}
+      {"eager add + item", fn -> ExMLX.add(one, one) |> ExMLX.item() end}
     ]
 
     IO.puts("| call | median µs | p10 µs | p90 µs |")

@@ -120,7 +120,7 @@ defmodule Bench.Suite do
        fn -> Enum.reduce(1..graph, one, fn _, acc -> ExMLX.add(acc, one) end) |> ExMLX.eval() end},
       {"lazy op, graph building only, µs/op", "lazy_build_s_per_op", graph,
        fn -> Enum.reduce(1..graph, one, fn _, acc -> ExMLX.add(acc, one) end) end},
-      {"eager op (add + eval + item), µs/op", "eager_s_per_op", eager_n,
+      {"eager op (add + item: one round trip), µs/op", "eager_s_per_op", eager_n,
        fn -> for _ <- 1..eager_n, do: ExMLX.add(one, one) |> ExMLX.item() end},
       # The floor of the first row in this VM: the same graph built and
       # evaluated by Rust on ExMLX's worker thread, no Elixir per op.
