@@ -86,23 +86,18 @@ defmodule ExMLX do
       ** (ExMLX.Error) data: binary has 3 bytes, but shape {2} of {:u, 16} needs 4
   """
 
-  @here_normal_max 1024 * 1024
-
   @spec from_binary(binary(), type(), shape(), keyword()) :: Tensor.t()
   def from_binary(binary, type, shape, opts \\ []) do
     opts = opts!(opts, [:device])
 
-    case Keyword.get(opts, :device, default_device()) do
-      # Made on this process's thread, not the worker's: no stream is
-      # involved (native/ex_mlx/src/data.rs says why that is safe).
-      :cpu when is_binary(binary) and byte_size(binary) <= @here_normal_max ->
-        Native.from_binary_here(binary, type, shape) |> ExMLX.made_here()
+    device = Keyword.get(opts, :device, default_device())
 
-      :cpu ->
-        Native.from_binary_here_dirty(binary, type, shape) |> ExMLX.made_here()
-
-      device ->
-        Call.run(&Native.from_binary(&1, binary, type, shape, device)) |> Tensor.wrap()
+    # CPU tensors are made without the worker where that is quicker: no MLX
+    # stream is involved (native/ex_mlx/src/data.rs says why that is safe).
+    case is_binary(binary) && Call.copy_path(byte_size(binary), device) do
+      :here -> Native.from_binary_here(binary, type, shape) |> made_here()
+      :dirty -> Native.from_binary_here_dirty(binary, type, shape) |> made_here()
+      _ -> Call.run(&Native.from_binary(&1, binary, type, shape, device)) |> Tensor.wrap()
     end
   end
 
@@ -1110,16 +1105,6 @@ defmodule ExMLX do
     end
   end
 
-  # ---------------------------------------------------------------------------
-  # Copies on the calling thread
-  # ---------------------------------------------------------------------------
-
-  @doc false
-  # The most data bytes a NIF copies on a normal scheduler (HERE_NORMAL_MAX
-  # in native/ex_mlx/src/data.rs); larger copies go to a dirty scheduler.
-  def here_normal_max, do: @here_normal_max
-
-  @doc false
-  def made_here({:ok, native}), do: Tensor.wrap(native)
-  def made_here(error), do: Call.value(error)
+  defp made_here({:ok, native}), do: Tensor.wrap(native)
+  defp made_here(error), do: Call.value(error)
 end

@@ -65,4 +65,24 @@ defmodule ExMLX.Call do
     do: raise(ExMLX.Error.from_reason(reason))
 
   def value(value), do: value
+
+  # Where a copy of `bytes` between a binary and a tensor runs (from_binary,
+  # wire encode and decode), chosen by what was measured on the development
+  # machine (bench/README.md): a normal-scheduler NIF up to 64 KB (a few
+  # µs: a dirty scheduler's or the worker's wake-up would cost more than the
+  # copy); the device's worker up to 4 MB (its hand-off, a short spin on an
+  # idle worker, beats a dirty scheduler's wake-up); a dirty scheduler above
+  # (the wake-up is small beside the copy, and large copies then run beside
+  # the worker's computations instead of queueing behind them). Only on the
+  # CPU: `:gpu` tensors always go through their worker.
+  @here_max 64 * 1024
+  @dirty_min 4 * 1024 * 1024
+
+  @doc "Where a CPU copy of `bytes` runs: `:here`, `:worker` or `:dirty`."
+  def copy_path(bytes, :cpu) when bytes <= @here_max, do: :here
+  def copy_path(bytes, :cpu) when bytes > @dirty_min, do: :dirty
+  def copy_path(_bytes, _device), do: :worker
+
+  @doc "The most bytes a normal-scheduler NIF copies (HERE_NORMAL_MAX in native/ex_mlx/src/data.rs)."
+  def here_max, do: @here_max
 end

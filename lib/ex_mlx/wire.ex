@@ -44,10 +44,11 @@ defmodule ExMLX.Wire do
   def encode(tensor) do
     %Tensor{ref: ref} = t = to_ex_mlx(tensor)
 
-    # A computed CPU tensor above 1 MB is encoded on a dirty scheduler (the
-    # NIF says :not_evaluated when the worker must compute it first); below,
-    # wire_encode/2 encodes it on this scheduler itself.
-    with true <- t.device == :cpu and data_bytes(t) > ExMLX.here_normal_max(),
+    # A small computed CPU tensor is encoded by wire_encode/2 on this
+    # scheduler; a large one on a dirty scheduler (the NIF says
+    # :not_evaluated when the worker must compute it first). See
+    # ExMLX.Call.copy_path/2.
+    with :dirty <- Call.copy_path(data_bytes(t), t.device),
          {:ok, frame} <- Native.wire_encode_here_dirty(ref) do
       frame
     else
@@ -78,13 +79,13 @@ defmodule ExMLX.Wire do
     device = Keyword.get(opts, :device, ExMLX.default_device())
     tag = make_ref()
 
-    # CPU tensors are made on this process's thread (no worker needed: see
-    # native/ex_mlx/src/data.rs), on a dirty scheduler above 1 MB.
+    # CPU tensors are made without the worker where that is quicker (see
+    # ExMLX.Call.copy_path/2 and native/ex_mlx/src/data.rs).
     result =
-      cond do
-        device != :cpu -> Native.wire_decode(tag, frame, device)
-        byte_size(frame) <= ExMLX.here_normal_max() -> Native.wire_decode_here(frame)
-        true -> Native.wire_decode_here_dirty(frame)
+      case Call.copy_path(byte_size(frame), device) do
+        :here -> Native.wire_decode_here(frame)
+        :dirty -> Native.wire_decode_here_dirty(frame)
+        :worker -> Native.wire_decode(tag, frame, device)
       end
 
     case result do

@@ -90,6 +90,46 @@ defmodule ExMLX.ConcurrencyTest do
     assert_receive {:result, 16.0}, 5_000
   end
 
+  test "computed CPU tensors are read, made and encoded without the worker" do
+    # With the CPU worker held busy, anything that needed it would wait; these
+    # complete, so they ran on the calling thread (ExMLX.Call.copy_path/2).
+    data = for i <- 0..999, into: <<>>, do: <<i::32-little>>
+    computed = ExMLX.from_binary(data, {:u, 32}, {1000})
+    evaluated = ExMLX.add(computed, computed) |> ExMLX.eval()
+    lazy = ExMLX.add(computed, computed)
+    hold = make_ref()
+    :ok = ExMLX.Native.hold_worker_for_test(hold)
+    parent = self()
+
+    try do
+      spawn_link(fn ->
+        made = ExMLX.from_binary(data, {:u, 32}, {1000})
+        frame = ExMLX.Wire.encode(evaluated)
+        decoded = ExMLX.Wire.decode!(ExMLX.Wire.encode(made))
+
+        send(
+          parent,
+          {:done, ExMLX.to_binary(made), ExMLX.eval(evaluated), frame, ExMLX.to_binary(decoded),
+           ExMLX.to_binary(evaluated)}
+        )
+      end)
+
+      assert_receive {:done, ^data, ^evaluated, frame, ^data, doubled}, 5_000
+      assert doubled == for(i <- 0..999, into: <<>>, do: <<2 * i::32-little>>)
+      assert binary_part(frame, byte_size(frame), -4000) == doubled
+
+      # a lazy tensor does need the worker: its read waits for the release
+      reader = Task.async(fn -> ExMLX.to_binary(lazy) end)
+      refute Task.yield(reader, 100)
+      ExMLX.Native.release_worker_for_test()
+      assert Task.await(reader, 5_000) == doubled
+    after
+      ExMLX.Native.release_worker_for_test()
+    end
+
+    assert_receive {^hold, {:ok, true}}, 5_000
+  end
+
   # Polls a process's status until it is `status` (each poll lets the
   # scheduler run others); the assertion guards against a hang.
   defp wait_for_status(pid, status, polls \\ 50_000)

@@ -1,9 +1,11 @@
 defmodule ExMLX.FromBinaryTest do
   # from_binary on the CPU copies on the calling thread (a normal scheduler
-  # up to 1 MB, a dirty one above); other devices go through the worker.
+  # up to 64 KB, a dirty one above 4 MB) or on the worker (in between);
+  # other devices always go through the worker (ExMLX.Call.copy_path/2).
   use ExUnit.Case, async: true
+  import Bitwise
 
-  for bytes <- [0, 4, 64 * 1024, 1024 * 1024, 1024 * 1024 + 4, 3 * 1024 * 1024] do
+  for bytes <- [0, 4, 64 * 1024, 64 * 1024 + 4, 4 * 1024 * 1024, 4 * 1024 * 1024 + 4] do
     test "#{bytes} bytes round-trip and feed worker ops" do
       n = div(unquote(bytes), 4)
       data = for i <- 0..(n - 1)//1, into: <<>>, do: <<i::32-signed-little>>
@@ -15,6 +17,16 @@ defmodule ExMLX.FromBinaryTest do
     end
   end
 
+  test "the copy paths by size and device" do
+    assert ExMLX.Call.copy_path(0, :cpu) == :here
+    assert ExMLX.Call.copy_path(64 * 1024, :cpu) == :here
+    assert ExMLX.Call.copy_path(64 * 1024 + 1, :cpu) == :worker
+    assert ExMLX.Call.copy_path(4 * 1024 * 1024, :cpu) == :worker
+    assert ExMLX.Call.copy_path(4 * 1024 * 1024 + 1, :cpu) == :dirty
+    assert ExMLX.Call.copy_path(16, :gpu) == :worker
+    assert ExMLX.Call.copy_path(1 <<< 30, :gpu) == :worker
+  end
+
   test "both calling-thread NIFs refuse what the worker path refuses" do
     assert {:error, {:argument, "data: binary has 3 bytes, but shape {2} of {:u, 16} needs 4"}} =
              ExMLX.Native.from_binary_here(<<1, 2, 3>>, {:u, 16}, {2})
@@ -22,7 +34,7 @@ defmodule ExMLX.FromBinaryTest do
     assert {:error, {:argument, "data: binary has 3 bytes, but shape {2} of {:u, 16} needs 4"}} =
              ExMLX.Native.from_binary_here_dirty(<<1, 2, 3>>, {:u, 16}, {2})
 
-    max = ExMLX.here_normal_max()
+    max = ExMLX.Call.here_max()
     big = :binary.copy(<<0>>, max + 1)
     message = "data: #{max + 1} bytes is more than this NIF copies on a normal scheduler (#{max})"
 

@@ -62,9 +62,10 @@ defmodule ExMLX.WireTest do
 
     test "frames of every size and state round-trip, on the calling thread or the worker" do
       # Computed CPU tensors are encoded and decoded on the calling thread
-      # (a normal scheduler up to 1 MB of data, a dirty one above); lazy ones
-      # and views are computed by the worker first. The bytes are the same.
-      for n <- [0, 1, 1000, div(1024 * 1024, 4), div(1024 * 1024, 4) + 1, 3 * 262_144] do
+      # (a normal scheduler up to 64 KB of data, a dirty one above 4 MB) or
+      # on the worker (in between; ExMLX.Call.copy_path/2); lazy ones and
+      # views are computed by the worker first. The bytes are the same.
+      for n <- [0, 1, 1000, 16_384, 16_385, 1_048_576, 1_048_577] do
         data = for i <- 0..(n - 1)//1, into: <<>>, do: <<i * 1.5::32-float-little>>
         computed = ExMLX.from_binary(data, {:f, 32}, {n})
         lazy = ExMLX.add(computed, ExMLX.full(0.0, {:f, 32}, {}))

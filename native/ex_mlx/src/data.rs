@@ -56,8 +56,8 @@ fn from_binary<'a>(
 /// copies the bytes; the array is born evaluated, with no graph node, so
 /// nothing ever evaluates it on this thread, and the CPU worker may use it
 /// like any other array afterwards. (Only the CPU device: the worker path
-/// stays for `:gpu`.) Up to [`HERE_NORMAL_MAX`] bytes on the normal
-/// scheduler; larger ones through `from_binary_here_dirty`.
+/// stays for `:gpu`.) Up to [`HERE_NORMAL_MAX`] bytes, on the normal
+/// scheduler; large ones through `from_binary_here_dirty`.
 #[rustler::nif]
 fn from_binary_here<'a>(
     env: Env<'a>,
@@ -81,10 +81,10 @@ fn from_binary_here_dirty<'a>(
 }
 
 /// The most bytes a NIF copies on a normal scheduler (`from_binary_here`,
-/// `wire_encode`, `wire_decode_here`): a copy of this size takes well under
-/// a millisecond, and a dirty scheduler's wake-up would cost more than the
-/// copy. `ExMLX` sends larger ones to the `_dirty` variants.
-pub const HERE_NORMAL_MAX: usize = 1024 * 1024;
+/// `wire_encode`, `wire_decode_here`): a few microseconds of copying. Where
+/// larger copies run is chosen by `ExMLX.Call.copy_path/2` (whose `here_max`
+/// equals this).
+pub const HERE_NORMAL_MAX: usize = 64 * 1024;
 
 fn from_binary_on_caller<'a>(
     env: Env<'a>,
@@ -166,7 +166,7 @@ fn to_binary<'a>(
         submit(env, tag, tensor.device, move || {
             let array = tensor.array()?;
             let buffer = HostBuffer::new(&array)?;
-            tensor.mark_evaluated(&array);
+            tensor.mark_evaluated();
             Ok(HostBinary(ResourceArc::new(HostBufferResource(buffer))))
         })
     })())

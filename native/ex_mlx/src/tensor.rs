@@ -168,20 +168,14 @@ impl Tensor {
         }
     }
 
-    /// Records that `array` (this tensor's array, as returned by
-    /// [`Tensor::array`]) was evaluated. Call on the worker after the
-    /// evaluation returned; a tensor whose array changed meanwhile is left
-    /// as it is.
-    pub fn mark_evaluated(&self, array: &Array) {
-        if let State::Ready {
-            array: current,
-            evaluated,
-            ..
-        } = &mut *self.lock()
-        {
-            if current.as_ptr().ctx == array.as_ptr().ctx {
-                *evaluated = true;
-            }
+    /// Records that this tensor's array was evaluated (call on the worker,
+    /// after evaluating the array [`Tensor::array`] returned). A ready
+    /// tensor still holds that array, or an evaluated copy of it
+    /// ([`Tensor::replace_evaluated`]): a ready tensor's array is never
+    /// replaced by an unevaluated one.
+    pub fn mark_evaluated(&self) {
+        if let State::Ready { evaluated, .. } = &mut *self.lock() {
+            *evaluated = true;
         }
     }
 

@@ -1,7 +1,7 @@
 //! Wire-format NIFs (docs/wire-format.md): frames of computed CPU tensors
-//! encode and decode on the calling thread (normal scheduler up to
-//! [`HERE_NORMAL_MAX`] data bytes, dirty above), others on the tensor's
-//! worker; bundle headers are parsed here.
+//! encode and decode on the calling thread (a normal scheduler up to
+//! [`HERE_NORMAL_MAX`] data bytes, a dirty one for large frames), others on
+//! the tensor's worker; bundle headers are parsed here.
 
 use std::sync::Mutex;
 
@@ -61,7 +61,7 @@ fn wire_encode<'a>(env: Env<'a>, tag: Term<'a>, t: Term<'a>) -> NifResult<crate:
         submit(env, tag, device, move || {
             let array = t.array()?;
             let buffer = HostBuffer::new(&array)?;
-            t.mark_evaluated(&array);
+            t.mark_evaluated();
             Ok(encode_frame(&buffer))
         })
     })())

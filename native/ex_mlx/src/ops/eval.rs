@@ -20,7 +20,7 @@ fn eval<'a>(env: Env<'a>, tag: Term<'a>, tensor: Term<'a>) -> NifResult<crate::r
         submit(env, tag, tensor.device, move || {
             let array = tensor.array()?;
             array.eval()?;
-            tensor.mark_evaluated(&array);
+            tensor.mark_evaluated();
             Ok(ok())
         })
     })())
