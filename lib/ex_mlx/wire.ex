@@ -81,8 +81,9 @@ defmodule ExMLX.Wire do
 
     # CPU tensors are made without the worker where that is quicker (see
     # ExMLX.Call.copy_path/2 and native/ex_mlx/src/data.rs).
+    # (a frame's header is at least 20 bytes; the rest is mostly data)
     result =
-      case Call.copy_path(byte_size(frame), device) do
+      case Call.copy_path(byte_size(frame) - 20, device) do
         :here -> Native.wire_decode_here(frame)
         :dirty -> Native.wire_decode_here_dirty(frame)
         :worker -> Native.wire_decode(tag, frame, device)
