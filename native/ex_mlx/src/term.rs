@@ -199,6 +199,16 @@ pub fn decode_int(name: &'static str, term: Term) -> Result<i64, Error> {
         .map_err(|_| Error::arg(name, format!("expected an integer, got: {}", show(term))))
 }
 
+/// A real number argument: a float or an integer.
+pub fn decode_number(name: &'static str, term: Term) -> Result<f64, Error> {
+    if let Ok(f) = term.decode::<f64>() {
+        return Ok(f);
+    }
+    term.decode::<i64>()
+        .map(|i| i as f64)
+        .map_err(|_| Error::arg(name, format!("expected a number, got: {}", show(term))))
+}
+
 /// An integer, or `nil` for "none".
 pub fn decode_opt_int(name: &'static str, term: Term) -> Result<Option<i64>, Error> {
     if is_nil(term) {
