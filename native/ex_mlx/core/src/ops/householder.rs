@@ -25,12 +25,30 @@ struct Reflector {
     scale: f64,
 }
 
+/// `a · b` with four running sums, which the compiler keeps in vector
+/// registers (a single running sum must be added in order, one at a time).
+fn dot(a: &[f64], b: &[f64]) -> f64 {
+    let mut sums = [0.0; 4];
+    let (a4, b4) = (a.chunks_exact(4), b.chunks_exact(4));
+    let rest: f64 = a4
+        .remainder()
+        .iter()
+        .zip(b4.remainder())
+        .map(|(x, y)| x * y)
+        .sum();
+    for (x, y) in a4.zip(b4) {
+        for k in 0..4 {
+            sums[k] += x[k] * y[k];
+        }
+    }
+    (sums[0] + sums[1]) + (sums[2] + sums[3]) + rest
+}
+
 impl Reflector {
     /// Applies the reflection to `column` (one whole column, `m` long).
     fn apply(&self, column: &mut [f64]) {
         let tail = &mut column[self.row..];
-        let dot: f64 = self.v.iter().zip(tail.iter()).map(|(v, c)| v * c).sum();
-        let f = self.scale * dot;
+        let f = self.scale * dot(&self.v, tail);
         for (c, v) in tail.iter_mut().zip(&self.v) {
             *c -= f * v;
         }
@@ -63,7 +81,7 @@ pub fn householder_qr(a: &[f64], m: usize, n: usize, complete: bool, eps: f64) -
     for i in 0..k {
         let column = &r[i * m..(i + 1) * m];
         let x_i = column[i];
-        let below: f64 = column[i + 1..].iter().map(|x| x * x).sum();
+        let below = dot(&column[i + 1..], &column[i + 1..]);
         if below == 0.0 || below < eps {
             continue;
         }
@@ -80,7 +98,7 @@ pub fn householder_qr(a: &[f64], m: usize, n: usize, complete: bool, eps: f64) -
         for t in v.iter_mut() {
             *t /= v0;
         }
-        let v_sq: f64 = v.iter().map(|t| t * t).sum();
+        let v_sq = dot(&v, &v);
         let reflector = Reflector {
             row: i,
             v,
