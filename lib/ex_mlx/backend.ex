@@ -901,10 +901,16 @@ if Code.ensure_loaded?(Nx) do
     # x with a·x = b (b a batch of matrices, or of vectors), computed on the
     # CPU (MLX's linear algebra runs there only) and rounded once to `type`
     # (see ExMLX.Native.nx_solve/5); the result is on `device`.
+    # A singular `a` raises ArgumentError, as in Nx.
     defp nx_solve(ra, rb, kind, type, device) do
       [ra, rb] = Enum.map([ra, rb], &to_cpu(&1, device))
       x = run(&Native.nx_solve(&1, ra, rb, kind, storage_type(type))) |> elem(0)
       from_cpu(x, device)
+    rescue
+      e in ExMLX.Error ->
+        if e.kind == :argument,
+          do: raise(ArgumentError, e.message),
+          else: reraise(e, __STACKTRACE__)
     end
 
     defp to_cpu(r, :cpu), do: r

@@ -147,9 +147,13 @@ if Code.ensure_loaded?(Nx) do
         assert Nx.to_number(Nx.LinAlg.determinant(Nx.tensor([[1, 2], [3, 4]]))) == -2.0
         m = Nx.tensor([[1.0, 2.0, 3.0], [1.0, -2.0, 3.0], [7.0, 8.0, 9.0]])
         assert Nx.to_number(Nx.LinAlg.determinant(m)) == 48.0
-        # a singular matrix has determinant 0.0, not -0.0
-        det = Nx.LinAlg.determinant(Nx.tensor([[1.0, 0.0], [3.0, 0.0]]))
-        assert Nx.to_binary(det) == <<0.0::float-32-little>>
+        # a singular matrix has determinant 0.0, not -0.0, and no solution
+        singular = Nx.tensor([[1.0, 0.0], [3.0, 0.0]])
+        assert Nx.to_binary(Nx.LinAlg.determinant(singular)) == <<0.0::float-32-little>>
+
+        assert_raise ArgumentError, "a: can't solve for singular matrix", fn ->
+          Nx.LinAlg.solve(singular, Nx.tensor([1.0, 2.0]))
+        end
       end
     end
 

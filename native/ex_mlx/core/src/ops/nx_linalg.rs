@@ -330,7 +330,7 @@ fn odd_permutation(order: &[usize]) -> bool {
 /// `a` (only that triangle is read), solved in f64; `None` for a general
 /// `a`: its LU factors, then `l · y = b` (rows of `b` in the LU's row
 /// order) and `u · x = y`, both in f64, `y` rounded to the working
-/// precision in between.
+/// precision in between; a zero on u's diagonal is an error, as in Nx.
 pub fn solve(a: &Array, b: &Array, triangular: Option<bool>, out: Dtype) -> Result<Array> {
     check_out(out)?;
     square_dims("a", a)?;
@@ -346,6 +346,11 @@ pub fn solve(a: &Array, b: &Array, triangular: Option<bool>, out: Dtype) -> Resu
         None => {
             let a = working("a", a)?;
             let (p, l, u) = linalg::lu(&a)?;
+            // As Nx does: a zero pivot is an error, not infinities.
+            let pivots = f64s(&u.diagonal(0, -2, -1)?.as_dtype(Dtype::Float64)?)?;
+            if pivots.contains(&0.0) {
+                return Err(Error::arg("a", "can't solve for singular matrix"));
+            }
             // Row i of a is row p[i] of l·u, so l·u·x = b has b's row i in
             // row p[i]: b's rows taken in the order of p's inverse.
             let inverse = ops::argsort_axis(&p, -1)?;
@@ -421,6 +426,17 @@ mod tests {
         let (p, q) = ((5.0f64 / 6.0) as f32, (-4.0f64 / 6.0) as f32);
         let (p2, q2) = ((5.0f64 / 12.0) as f32, (-4.0f64 / 12.0) as f32);
         assert_eq!(xs, [1.0, p, 1.0, q, 0.5, p2, 0.5, q2]);
+    }
+
+    #[test]
+    fn singular_systems_are_refused() {
+        let err = run_blocking(Device::Cpu, || {
+            let a = f64_matrix(&[1.0, 2.0, 2.0, 4.0], 2, 2)?;
+            let b = from_f64s(&[1.0, 2.0], &[2])?;
+            Ok(solve(&a, &b, None, Dtype::Float32).unwrap_err())
+        })
+        .unwrap();
+        assert_eq!(err.to_string(), "a: can't solve for singular matrix");
     }
 
     #[test]
