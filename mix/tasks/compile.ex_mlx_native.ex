@@ -68,6 +68,10 @@ defmodule Mix.Tasks.Compile.ExMlxNative do
         tmp = priv_lib <> ".tmp"
         File.cp!(built, tmp)
         File.rename!(tmp, priv_lib)
+        # Mix links _build/<env>/lib/ex_mlx/priv to priv/ only if priv/
+        # existed when it laid out the build; on a fresh checkout it did not,
+        # and the first `mix test` could not load the NIF. Lay it out again.
+        Mix.Project.build_structure()
         File.mkdir_p!(Path.dirname(stamp_path()))
         File.write!(stamp_path(), fingerprint)
         {:ok, []}
