@@ -7,9 +7,10 @@
 //!   path gave -0.66666675 for -2/3 (-0.6666667 rounded once).
 //! * `solve` is Nx's definition, an LU factorisation followed by the two
 //!   triangular solves (the middle result rounded to the working precision,
-//!   as Nx stores it); `determinant` is the LU's diagonal product (in f64),
-//!   negated for an odd row permutation. MLX's own f64 determinant goes
-//!   through f32-accurate logarithms: it gave 629.9999... for 630.
+//!   as Nx stores it). `determinant` is Nx's too: the explicit formula for
+//!   2 × 2 and 3 × 3 matrices (here in f64), the LU's diagonal product (in
+//!   f64) for larger ones. MLX's own f64 determinant goes through
+//!   f32-accurate logarithms: it gave 629.9999... for 630.
 //! * QR, eigh and SVD run in f64. QR is computed here (see
 //!   [`householder_qr`]) with Nx's Householder choices, so signs and
 //!   untouched columns come out as Nx's; eigh orders eigenvalues by
@@ -71,8 +72,8 @@ fn working(name: &'static str, a: &Array) -> Result<Array> {
 /// `x` rounded to f32 toward zero, with the last bit set when that was
 /// inexact ("round to odd"). Rounding this (to nearest, ties to even) to a
 /// format with at least two fewer significand bits gives `x` rounded once
-/// to that format; a plain cast through f32 would round twice, and half's
-/// f64 conversions go through f32 on x86.
+/// to that format; a plain cast through f32 would round twice, and so did
+/// half's f64 conversions here (x86).
 fn to_f32_odd(x: f64) -> f32 {
     let f = x as f32;
     if x.is_nan() || f as f64 == x {
