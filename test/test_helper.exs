@@ -1,5 +1,7 @@
 if Code.ensure_loaded?(Nx) do
-  ExUnit.start()
+  # The Nx doctests ExMLX.Backend does not pass, by name (each with its
+  # reason in ExMLX.NxDoctestExclusions).
+  ExUnit.start(exclude: ExMLX.NxDoctestExclusions.filters())
 else
   IO.puts("""
   ExMLX.Backend tests skipped: Nx is not available. Set NX_PATH to an Nx \

@@ -867,8 +867,8 @@ if Code.ensure_loaded?(Nx) do
       lower = Keyword.get(opts, :lower, true)
       left_side = Keyword.get(opts, :left_side, true)
       transform = Keyword.get(opts, :transform_a, :none)
-      ra = ref_as(a, type)
-      rb = ref_as(b, type)
+      ra = ref(a)
+      rb = ref(b)
       rank = tuple_size(a.shape)
       swap = Enum.to_list(0..(rank - 3)//1) ++ [rank - 1, rank - 2]
 
@@ -886,29 +886,38 @@ if Code.ensure_loaded?(Nx) do
         end
 
       if left_side do
-        solve_ref(ra, rb, a, b, if(lower, do: :lower, else: :upper)) |> to_nx(out)
+        ra |> nx_solve(rb, if(lower, do: :lower, else: :upper), type, device_of(a)) |> to_nx(out)
       else
         # x·a = b  <=>  aᵀ·xᵀ = bᵀ
         rb_rank = tuple_size(b.shape)
         b_swap = Enum.to_list(0..(rb_rank - 3)//1) ++ [rb_rank - 1, rb_rank - 2]
         at = run(&Native.transpose(&1, ra, swap)) |> elem(0)
         bt = run(&Native.transpose(&1, rb, b_swap)) |> elem(0)
-        xt = run(&Native.solve(&1, at, bt, if(lower, do: :upper, else: :lower))) |> elem(0)
+        xt = nx_solve(at, bt, if(lower, do: :upper, else: :lower), type, device_of(a))
         defer(out, &Native.transpose(&1, xt, b_swap))
       end
     end
 
-    # Nx solves a batch of vectors when b has one axis less than a; MLX would
-    # broadcast b as a matrix, so give it a trailing axis of 1 and drop it after.
-    defp solve_ref(ra, rb, %T{shape: a_shape}, %T{shape: b_shape}, kind) do
-      if tuple_size(b_shape) == tuple_size(a_shape) - 1 and tuple_size(a_shape) > 2 do
-        col = run(&Native.expand_dims(&1, rb, [-1])) |> elem(0)
-        x = run(&Native.solve(&1, ra, col, kind)) |> elem(0)
-        run(&Native.squeeze(&1, x, [-1]))
-      else
-        run(&Native.solve(&1, ra, rb, kind))
-      end
+    # x with a·x = b (b a batch of matrices, or of vectors), computed on the
+    # CPU (MLX's linear algebra runs there only) and rounded once to `type`
+    # (see ExMLX.Native.nx_solve/5); the result is on `device`.
+    # A singular `a` raises ArgumentError, as in Nx.
+    defp nx_solve(ra, rb, kind, type, device) do
+      [ra, rb] = Enum.map([ra, rb], &to_cpu(&1, device))
+      x = run(&Native.nx_solve(&1, ra, rb, kind, storage_type(type))) |> elem(0)
+      from_cpu(x, device)
+    rescue
+      e in ExMLX.Error ->
+        if e.kind == :argument,
+          do: raise(ArgumentError, e.message),
+          else: reraise(e, __STACKTRACE__)
     end
+
+    defp to_cpu(r, :cpu), do: r
+    defp to_cpu(r, _device), do: run(&Native.transfer(&1, r, :cpu)) |> elem(0)
+
+    defp from_cpu(r, :cpu), do: r
+    defp from_cpu(r, device), do: run(&Native.transfer(&1, r, device)) |> elem(0)
 
     defp conj_ref(r), do: run(&Native.unary(&1, :conjugate, r)) |> elem(0)
 
@@ -992,29 +1001,32 @@ if Code.ensure_loaded?(Nx) do
           all_close(output, a, b, struct)
 
         {Nx.Block.LinAlg.Cholesky, [t]} ->
-          [l] = linalg(:cholesky, t, output.type)
+          [l] = nx_linalg(:cholesky, t, output.type)
           to_nx(l, output)
 
         {Nx.Block.LinAlg.QR, [t]} ->
           {q_out, r_out} = output
-          {q, r} = qr(t, q_out, struct.mode)
-          {q, r} = positive_r_diagonal(q, r, r_out)
+          device = device_of(t)
+          complete = struct.mode == :complete
+          r = to_cpu(ref(t), device)
+
+          [q, r] =
+            run(&Native.nx_qr(&1, r, complete, struct.eps, storage_type(q_out.type)))
+            |> Enum.map(fn {ref, _, _, _} -> from_cpu(ref, device) end)
+
           {to_nx(q, q_out), to_nx(r, r_out)}
 
         {Nx.Block.LinAlg.Eigh, [t]} ->
-          # MLX orders eigenvalues ascending, Nx descending.
           {w_out, v_out} = output
-          [{w, _, _, _}, {v, _, _, _}] = linalg(:eigh, t, v_out.type)
-          w = run(&Native.flip(&1, w, [-1]))
-          v = run(&Native.flip(&1, v, [-1]))
+          [w, v] = nx_linalg(:eigh, t, v_out.type)
           {to_nx(w, w_out), to_nx(v, v_out)}
 
         {Nx.Block.LinAlg.SVD, [t]} ->
           {u_out, s_out, vt_out} = output
-          [{u, _, _, _}, s, {vt, _, _, _}] = linalg(:svd, t, u_out.type)
+          [u, s, vt] = nx_linalg(:svd, t, u_out.type)
 
-          # MLX computes full matrices; the thin SVD keeps the first k columns
-          # of u and rows of vt (k = min(m, n), the shapes Nx asks for).
+          # The factors are full; the thin SVD keeps the first k columns of u
+          # and rows of vt (k = min(m, n), the shapes Nx asks for).
           {u, vt} =
             if struct.full_matrices? do
               {u, vt}
@@ -1025,11 +1037,10 @@ if Code.ensure_loaded?(Nx) do
           {to_nx(u, u_out), to_nx(s, s_out), to_nx(vt, vt_out)}
 
         {Nx.Block.LinAlg.Solve, [a, b]} ->
-          type = if output.type in [{:f, 16}, {:bf, 16}], do: {:f, 32}, else: output.type
-          solve_ref(ref_as(a, type), ref_as(b, type), a, b, nil) |> to_nx(output)
+          ref(a) |> nx_solve(ref(b), nil, output.type, device_of(a)) |> to_nx(output)
 
         {Nx.Block.LinAlg.Determinant, [t]} ->
-          [det] = linalg(:determinant, t, output.type)
+          [det] = nx_linalg(:determinant, t, output.type)
           to_nx(det, output)
 
         {Nx.Block.LinAlg.LU, [t]} ->
@@ -1045,71 +1056,17 @@ if Code.ensure_loaded?(Nx) do
     defp complex_of({:f, _}), do: {:c, 64}
     defp complex_of(type), do: type
 
-    defp linalg(op, t, type) do
-      # MLX's linear algebra runs on the CPU only, in f32 or f64: half types
-      # are computed in f32 (results are cast back by to_nx).
-      type = if type in [{:f, 16}, {:bf, 16}], do: {:f, 32}, else: type
-      r = ref_as(t, type)
+    # ExMLX's factorisations for Nx, with Nx's definitions and conventions
+    # (QR's Householder signs, eigenvalues by decreasing magnitude, vector
+    # signs), computed on the CPU (MLX's linear algebra runs there only) and
+    # rounded once to `type`: see ExMLX.Native.nx_linalg/4. The result
+    # references are on the tensor's device.
+    defp nx_linalg(op, t, type) do
       device = device_of(t)
-      r = if device == :cpu, do: r, else: run(&Native.transfer(&1, r, :cpu)) |> elem(0)
-      results = run(&Native.linalg(&1, op, r, false))
+      r = to_cpu(ref(t), device)
 
-      if device == :cpu,
-        do: results,
-        else: Enum.map(results, fn {rr, _, _, _} -> run(&Native.transfer(&1, rr, device)) end)
-    end
-
-    # Reduced mode is MLX's own. Complete mode (m > n): the QR of [a | I]
-    # proceeds column by column like a's own, and has a full m × m q; its
-    # first n columns of r are a's r.
-    defp qr(t, q_out, :reduced) do
-      [{q, _, _, _}, {r, _, _, _}] = linalg(:qr, t, q_out.type)
-      {q, r}
-    end
-
-    defp qr(%T{shape: shape} = t, q_out, :complete) do
-      rank = tuple_size(shape)
-      m = elem(shape, rank - 2)
-      n = elem(shape, rank - 1)
-      device = device_of(t)
-      type = if q_out.type in [{:f, 16}, {:bf, 16}], do: {:f, 32}, else: q_out.type
-      eye = run(&Native.eye(&1, m, m, type, device)) |> elem(0)
-      eye = run(&Native.broadcast_to(&1, eye, put_elem(shape, rank - 1, m))) |> elem(0)
-      augmented = run(&Native.concatenate(&1, [ref_as(t, type), eye], rank - 1)) |> elem(0)
-      {aug_shape, _, _} = Call.info(augmented)
-
-      aug = %T{
-        t
-        | shape: aug_shape,
-          type: type,
-          data: %__MODULE__{ref: augmented, device: device}
-      }
-
-      [{q, _, _, _}, {r, _, _, _}] = linalg(:qr, aug, type)
-      r = keep_block(r, put_elem(shape, rank - 2, m) |> put_elem(rank - 1, n))
-      {q, r}
-    end
-
-    # QR is unique up to the signs of R's diagonal; Nx's has them non-negative.
-    defp positive_r_diagonal(q, r, %T{shape: r_shape}) do
-      rank = tuple_size(r_shape)
-      k = elem(r_shape, rank - 2)
-      n = elem(r_shape, rank - 1)
-      {_, r_type, device} = Call.info(r)
-      eye = run(&Native.eye(&1, k, n, r_type, device)) |> elem(0)
-      diag = run(&Native.binary(&1, :multiply, r, eye)) |> elem(0)
-      diag = run(&Native.reduce(&1, :sum, diag, [rank - 1], false)) |> elem(0)
-      zero = run(&Native.binary(&1, :subtract, diag, diag)) |> elem(0)
-      negative = run(&Native.binary(&1, :less, diag, zero)) |> elem(0)
-      one = run(&Native.full(&1, 1, r_type, {}, device)) |> elem(0)
-      minus_one = run(&Native.unary(&1, :negate, one)) |> elem(0)
-      signs = run(&Native.select(&1, negative, minus_one, one)) |> elem(0)
-      # q columns and r rows times the signs
-      q_scale = run(&Native.expand_dims(&1, signs, [rank - 2])) |> elem(0)
-      r_scale = run(&Native.expand_dims(&1, signs, [rank - 1])) |> elem(0)
-      q = run(&Native.binary(&1, :multiply, q, q_scale)) |> elem(0)
-      r = run(&Native.binary(&1, :multiply, r, r_scale)) |> elem(0)
-      {positive_zero(q), positive_zero(r)}
+      run(&Native.nx_linalg(&1, op, r, storage_type(type)))
+      |> Enum.map(fn {ref, _, _, _} -> from_cpu(ref, device) end)
     end
 
     defp keep_block(r, shape) do
@@ -1119,23 +1076,17 @@ if Code.ensure_loaded?(Nx) do
       run(&Native.slice(&1, r, starts, stops, strides)) |> elem(0)
     end
 
-    # x + 0.0 turns -0.0 into 0.0 and leaves every other value as it is.
-    defp positive_zero(r) do
-      {_, type, device} = Call.info(r)
-      run(&Native.binary(&1, :add, r, scalar_ref(0.0, type, device))) |> elem(0)
-    end
-
     defp lu({p_out, l_out, u_out}, t) do
-      [p, l, u] = linalg(:lu, t, l_out.type)
-      # MLX gives the row order as indices (a = l[p, :] @ u ... as rows p of
-      # a); Nx wants the permutation matrix P with P · a = l · u... built from
-      # the indices with an equality against iota.
-      {pref, _, _, device} = p
+      [p, l, u] = nx_linalg(:lu, t, l_out.type)
+      # MLX gives the row order as indices: row i of a is row p[i] of l · u.
+      # Nx wants the permutation matrix P with a = P · l · u, that is
+      # P[i][j] = (j == p[i]), built from the indices by an equality against
+      # an iota along the last axis.
+      device = device_of(t)
       rank = tuple_size(p_out.shape)
       iota = run(&Native.iota(&1, {:u, 32}, p_out.shape, rank - 1, device)) |> elem(0)
-      pcol = run(&Native.expand_dims(&1, pref, [-1])) |> elem(0)
+      pcol = run(&Native.expand_dims(&1, p, [-1])) |> elem(0)
       pcol = run(&Native.as_type(&1, pcol, {:u, 32})) |> elem(0)
-      # a = P · l · u with P[i][j] = (j == p[i])
       perm = run(&Native.binary(&1, :equal, pcol, iota))
       {to_nx(perm, p_out), to_nx(l, l_out), to_nx(u, u_out)}
     end

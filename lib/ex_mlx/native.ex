@@ -218,6 +218,9 @@ defmodule ExMLX.Native do
   def einsum(_tag, _subscripts, _tensors), do: not_loaded()
   def linalg(_tag, _op, _tensor, _upper), do: not_loaded()
   def solve(_tag, _a, _b, _triangular), do: not_loaded()
+  def nx_linalg(_tag, _op, _tensor, _out_type), do: not_loaded()
+  def nx_qr(_tag, _tensor, _complete, _eps, _out_type), do: not_loaded()
+  def nx_solve(_tag, _a, _b, _triangular, _out_type), do: not_loaded()
 
   def conv(_tag, _input, _kernel, _strides, _padding, _kernel_dilation, _input_dilation, _groups),
     do: not_loaded()

@@ -26,67 +26,43 @@ if Code.ensure_loaded?(Nx) do
     @moduledoc """
     Nx's own doctests with ExMLX.Backend as the default backend.
 
-    Every exclusion names its reason; the rounding ones are re-checked
-    numerically in ExMLX.Backend.RoundingTest.
+    Every doctest runs but those listed, with their reasons, in
+    ExMLX.NxDoctestExclusions (excluded by name in test_helper.exs).
     """
     use ExMLX.Backend.DoctestCase
 
-    @rounding [
-      # Nx.BinaryBackend uses a rational approximation (error ~3e-9 at 0.1);
-      # ExMLX computes erf_inv to full f64 precision, so the digits differ.
-      erf_inv: 1,
-      # 1 ulp: Nx computes log(1 + x), ExMLX the C library's log1p.
-      log1p: 1
-    ]
+    doctest Nx
 
-    @unrelated [
-      # prints the default backend itself (Nx.BinaryBackend in the doctest)
-      default_backend: 1
-    ]
-
-    doctest Nx, except: @rounding ++ @unrelated
+    test "every exclusion names one of these doctests" do
+      for {name, _reason} <- ExMLX.NxDoctestExclusions.for_module(Nx) do
+        assert function_exported?(__MODULE__, String.to_atom(name), 1), name
+      end
+    end
   end
 
   defmodule ExMLX.Backend.NxLinAlgDoctestTest do
     @moduledoc "Nx.LinAlg's doctests with ExMLX.Backend as the default backend."
     use ExMLX.Backend.DoctestCase
 
-    @rounding [
-      # LAPACK (through MLX) and Nx's own algorithms round differently in f32:
-      # the digits differ in the last place or two.
-      cholesky: 1,
-      determinant: 1,
-      solve: 2,
-      least_squares: 3,
-      pinv: 2,
-      matrix_power: 2,
-      triangular_solve: 3,
-      lu: 1
-    ]
+    doctest Nx.LinAlg
 
-    @sign_conventions [
-      # Factorisations unique only up to the signs (and, for repeated
-      # eigenvalues, the basis) of their vectors: LAPACK's Householder and
-      # Jacobi choices differ from Nx's. Checked by reconstruction instead.
-      qr: 2,
-      eigh: 2,
-      svd: 2
-    ]
-
-    doctest Nx.LinAlg, except: @rounding ++ @sign_conventions
+    test "every exclusion names one of these doctests" do
+      for {name, _reason} <- ExMLX.NxDoctestExclusions.for_module(Nx.LinAlg) do
+        assert function_exported?(__MODULE__, String.to_atom(name), 1), name
+      end
+    end
   end
 
   defmodule ExMLX.Backend.NxRandomDoctestTest do
     @moduledoc "Nx.Random's doctests (pure Nx on top of the backend's bit operations)."
     use ExMLX.Backend.DoctestCase
 
-    @rounding [
-      # normal samples go through erf_inv, which ExMLX computes more
-      # precisely than Nx's approximation: the last digit differs.
-      normal: 4,
-      multivariate_normal: 4
-    ]
+    doctest Nx.Random
 
-    doctest Nx.Random, except: @rounding
+    test "every exclusion names one of these doctests" do
+      for {name, _reason} <- ExMLX.NxDoctestExclusions.for_module(Nx.Random) do
+        assert function_exported?(__MODULE__, String.to_atom(name), 1), name
+      end
+    end
   end
 end

@@ -235,6 +235,16 @@ pub fn decode_binary<'a>(name: &'static str, term: Term<'a>) -> Result<Binary<'a
         .map_err(|_| Error::arg(name, format!("expected a binary, got: {}", show(term))))
 }
 
+/// A real number argument: a float or an integer.
+pub fn decode_number(name: &'static str, term: Term) -> Result<f64, Error> {
+    if let Ok(f) = term.decode::<f64>() {
+        return Ok(f);
+    }
+    term.decode::<i64>()
+        .map(|i| i as f64)
+        .map_err(|_| Error::arg(name, format!("expected a number, got: {}", show(term))))
+}
+
 /// An integer, or `nil` for "none".
 pub fn decode_opt_int(name: &'static str, term: Term) -> Result<Option<i64>, Error> {
     if is_nil(term) {

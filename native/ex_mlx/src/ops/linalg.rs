@@ -1,6 +1,7 @@
-//! Linear algebra: `matmul(tag, a, b)`.
+//! Linear algebra: `matmul(tag, a, b)`, MLX's factorisations and solves
+//! (`linalg`, `solve`) and ExMLX.Backend's (`nx_linalg`, `nx_qr`, `nx_solve`).
 
-use ex_mlx_core::ops::linalg;
+use ex_mlx_core::ops::{linalg, nx_linalg};
 use rustler::{Env, NifResult, Term};
 
 use crate::reply::{queued, submit};
@@ -86,6 +87,122 @@ fn linalg<'a>(
     })())
 }
 
+/// `nx_linalg(tag, op, t, out_type)`: ExMLX.Backend's factorisations, in
+/// f64 with results rounded once to `out_type` (see
+/// `ex_mlx_core::ops::nx_linalg`). Replies with a list of tensors: `[l]`
+/// (`:cholesky`), `[w, v]` (`:eigh`), `[u, s, vt]` (`:svd`), `[p, l, u]`
+/// (`:lu`), `[det]` (`:determinant`).
+#[rustler::nif]
+fn nx_linalg<'a>(
+    env: Env<'a>,
+    tag: Term<'a>,
+    op: Term<'a>,
+    t: Term<'a>,
+    out_type: Term<'a>,
+) -> NifResult<crate::reply::Submitted> {
+    queued((|| {
+        let op = crate::term::decode_op(op)?;
+        let t = decode_tensor("tensor", t)?;
+        let out = crate::term::decode_type("out_type", out_type)?;
+        let device = t.device;
+        submit(env, tag, device, move || {
+            let a = t.array()?;
+            let outs = match op.as_str() {
+                "cholesky" => vec![nx_linalg::cholesky(&a, false, out)?],
+                "eigh" => {
+                    let (w, v) = nx_linalg::eigh(&a, out)?;
+                    vec![w, v]
+                }
+                "svd" => {
+                    let (u, s, vt) = nx_linalg::svd(&a, out)?;
+                    vec![u, s, vt]
+                }
+                "lu" => {
+                    let (p, l, u) = nx_linalg::lu(&a, out)?;
+                    vec![p, l, u]
+                }
+                "determinant" => vec![nx_linalg::determinant(&a, out)?],
+                other => {
+                    return Err(ex_mlx_core::ops::unknown_op(
+                        "nx_linalg op",
+                        other,
+                        &["cholesky", "eigh", "svd", "lu", "determinant"],
+                    ))
+                }
+            };
+            outs.into_iter()
+                .map(|o| NewTensor::new(o, device))
+                .collect::<Result<Vec<_>, _>>()
+        })
+    })())
+}
+
+/// `nx_qr(tag, t, complete, eps, out_type)`: Nx's Householder QR, `[q, r]`.
+#[rustler::nif]
+fn nx_qr<'a>(
+    env: Env<'a>,
+    tag: Term<'a>,
+    t: Term<'a>,
+    complete: Term<'a>,
+    eps: Term<'a>,
+    out_type: Term<'a>,
+) -> NifResult<crate::reply::Submitted> {
+    queued((|| {
+        let t = decode_tensor("tensor", t)?;
+        let complete = crate::term::decode_bool("complete", complete)?;
+        let eps = crate::term::decode_number("eps", eps)?;
+        let out = crate::term::decode_type("out_type", out_type)?;
+        let device = t.device;
+        submit(env, tag, device, move || {
+            let (q, r) = nx_linalg::qr(&t.array()?, complete, eps, out)?;
+            Ok(vec![NewTensor::new(q, device)?, NewTensor::new(r, device)?])
+        })
+    })())
+}
+
+/// `nx_solve(tag, a, b, triangular, out_type)`: `x` with `a · x = b` in f64,
+/// rounded once to `out_type`; `triangular` is `nil`, `:lower` or `:upper`.
+#[rustler::nif]
+fn nx_solve<'a>(
+    env: Env<'a>,
+    tag: Term<'a>,
+    a: Term<'a>,
+    b: Term<'a>,
+    triangular: Term<'a>,
+    out_type: Term<'a>,
+) -> NifResult<crate::reply::Submitted> {
+    queued((|| {
+        let a = decode_tensor("a", a)?;
+        let b = decode_tensor("b", b)?;
+        let kind = decode_triangular(triangular)?;
+        let out = crate::term::decode_type("out_type", out_type)?;
+        let device = common_device(&[&a, &b])?;
+        submit(env, tag, device, move || {
+            NewTensor::new(
+                nx_linalg::solve(&a.array()?, &b.array()?, kind, out)?,
+                device,
+            )
+        })
+    })())
+}
+
+/// `nil` (a general matrix), `:lower` or `:upper` as `None`, `Some(false)`,
+/// `Some(true)` (whether the matrix is upper triangular).
+fn decode_triangular(term: Term) -> Result<Option<bool>, ex_mlx_core::Error> {
+    match term.atom_to_string().ok().as_deref() {
+        Some("nil") => Ok(None),
+        Some("lower") => Ok(Some(false)),
+        Some("upper") => Ok(Some(true)),
+        _ => Err(ex_mlx_core::Error::arg(
+            "triangular",
+            format!(
+                "expected nil, :lower or :upper, got: {}",
+                crate::term::show(term)
+            ),
+        )),
+    }
+}
+
 /// `solve(tag, a, b, triangular)`: `triangular` is `nil`, `:lower` or `:upper`.
 #[rustler::nif]
 fn solve<'a>(
@@ -98,20 +215,7 @@ fn solve<'a>(
     queued((|| {
         let a = decode_tensor("a", a)?;
         let b = decode_tensor("b", b)?;
-        let kind = match triangular.atom_to_string().ok().as_deref() {
-            Some("nil") => None,
-            Some("lower") => Some(false),
-            Some("upper") => Some(true),
-            _ => {
-                return Err(ex_mlx_core::Error::arg(
-                    "triangular",
-                    format!(
-                        "expected nil, :lower or :upper, got: {}",
-                        crate::term::show(triangular)
-                    ),
-                ))
-            }
-        };
+        let kind = decode_triangular(triangular)?;
         let device = common_device(&[&a, &b])?;
         submit(env, tag, device, move || {
             let out = match kind {

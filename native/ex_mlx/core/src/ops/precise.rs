@@ -47,7 +47,8 @@ pub fn needs_host(op: &str, dtype: Dtype) -> bool {
         || UNARY_HOST.contains(&op)
 }
 
-fn f64s(a: &Array) -> Result<Vec<f64>> {
+/// The elements of an f64 array, row-major.
+pub(crate) fn f64s(a: &Array) -> Result<Vec<f64>> {
     let buffer = HostBuffer::new(a)?;
     Ok(buffer
         .bytes()
@@ -56,7 +57,8 @@ fn f64s(a: &Array) -> Result<Vec<f64>> {
         .collect())
 }
 
-fn from_f64s(values: &[f64], shape: &[i32]) -> Result<Array> {
+/// An f64 array of `shape` holding `values` (row-major).
+pub(crate) fn from_f64s(values: &[f64], shape: &[i32]) -> Result<Array> {
     let bytes: Vec<u8> = values.iter().flat_map(|v| v.to_le_bytes()).collect();
     array_from_bytes(&bytes, shape, Dtype::Float64)
 }
