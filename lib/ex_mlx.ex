@@ -400,17 +400,97 @@ defmodule ExMLX do
   @integer_only ~w(bitwise_not population_count count_leading_zeros bitwise_and bitwise_or
                    bitwise_xor left_shift right_shift)a
 
+  # What the generated examples below show: each operation's value on one
+  # input, computed here at compile time with Erlang's :math and Bitwise (not
+  # by MLX), so every example checks MLX's result against an independent
+  # reference. Floats are shown to 4 decimals.
+  x = 0.75
+
+  erf_inv =
+    Enum.reduce(1..80, {0.0, 5.0}, fn _, {lo, hi} ->
+      mid = (lo + hi) / 2
+      if :math.erf(mid) < x, do: {mid, hi}, else: {lo, mid}
+    end)
+    |> elem(0)
+
+  unary_reference = %{
+    abs: Kernel.abs(x),
+    negate: -x,
+    sign: 1.0,
+    floor: 0.0,
+    ceil: 1.0,
+    round: 1.0,
+    sqrt: :math.sqrt(x),
+    rsqrt: 1 / :math.sqrt(x),
+    exp: :math.exp(x),
+    expm1: :math.exp(x) - 1,
+    log: :math.log(x),
+    log1p: :math.log(1 + x),
+    log2: :math.log2(x),
+    log10: :math.log10(x),
+    sin: :math.sin(x),
+    cos: :math.cos(x),
+    tan: :math.tan(x),
+    asin: :math.asin(x),
+    acos: :math.acos(x),
+    atan: :math.atan(x),
+    sinh: :math.sinh(x),
+    cosh: :math.cosh(x),
+    tanh: :math.tanh(x),
+    asinh: :math.asinh(x),
+    acosh: {1.5, :math.acosh(1.5)},
+    atanh: :math.atanh(x),
+    erf: :math.erf(x),
+    erf_inv: erf_inv,
+    erfc: :math.erfc(x),
+    sigmoid: 1 / (1 + :math.exp(-x)),
+    square: x * x,
+    reciprocal: 1 / x,
+    degrees: x * 180 / :math.pi(),
+    radians: x * :math.pi() / 180,
+    cbrt: :math.pow(x, 1 / 3),
+    real: x,
+    imag: 0.0,
+    conjugate: x,
+    logical_not: x == 0,
+    is_nan: false,
+    is_infinity: false,
+    is_finite: true,
+    bitwise_not: {5, Bitwise.band(Bitwise.bnot(5), 0xFF)},
+    population_count: {5, 5 |> Integer.digits(2) |> Enum.sum()},
+    count_leading_zeros: {5, 8 - length(Integer.digits(5, 2))}
+  }
+
+  show = fn
+    v when is_float(v) -> inspect(Float.round(v, 4))
+    v -> inspect(v)
+  end
+
   for op <- @unary do
-    example =
-      if op in @integer_only,
-        do: "ExMLX.full(5, {:u, 8}, {2})",
-        else: "ExMLX.full(0.5, {:f, 32}, {2})"
+    {input, expected} =
+      case unary_reference[op] do
+        {input, expected} -> {input, expected}
+        expected -> {x, expected}
+      end
+
+    {example, read} =
+      cond do
+        op in @integer_only ->
+          {"ExMLX.full(#{input}, {:u, 8}, {2})", "ExMLX.to_list()"}
+
+        is_float(expected) ->
+          {"ExMLX.full(#{input}, {:f, 32}, {2})",
+           "ExMLX.to_list() |> Enum.map(&Float.round(&1, 4))"}
+
+        true ->
+          {"ExMLX.full(#{input}, {:f, 32}, {2})", "ExMLX.to_list()"}
+      end
 
     @doc """
     Element-wise `#{op}`. Lazy: computed by `eval/1` or when read.
 
-        iex> #{example} |> ExMLX.#{op}() |> ExMLX.shape()
-        {2}
+        iex> #{example} |> ExMLX.#{op}() |> #{read}
+        [#{show.(expected)}, #{show.(expected)}]
     """
     @spec unquote(op)(Tensor.t()) :: Tensor.t()
     def unquote(op)(tensor) do
@@ -419,14 +499,57 @@ defmodule ExMLX do
     end
   end
 
+  # Binary examples: 3.0 and 2.0 (f32), or for the integer-only operations
+  # the s32 tensor [0, 1, 2] and 2; references computed as above.
+  binary_reference = %{
+    subtract: 1.0,
+    multiply: 6.0,
+    divide: 1.5,
+    pow: 9.0,
+    remainder: 1.0,
+    quotient: 1.0,
+    atan2: :math.atan2(3, 2),
+    min: 2.0,
+    max: 3.0,
+    equal: false,
+    not_equal: true,
+    less: false,
+    less_equal: false,
+    greater: true,
+    greater_equal: true,
+    logical_and: true,
+    logical_or: true,
+    logical_xor: false,
+    logaddexp: :math.log(:math.exp(3) + :math.exp(2)),
+    bitwise_and: &Bitwise.band(&1, 2),
+    bitwise_or: &Bitwise.bor(&1, 2),
+    bitwise_xor: &Bitwise.bxor(&1, 2),
+    left_shift: &Bitwise.bsl(&1, 2),
+    right_shift: &Bitwise.bsr(&1, 2)
+  }
+
   for op <- @binary do
+    {setup, expected} =
+      case binary_reference[op] do
+        fun when is_function(fun, 1) ->
+          {"a = ExMLX.iota({:s, 32}, {3})\n    iex> ExMLX.#{op}(a, ExMLX.full(2, {:s, 32}, {})) |> ExMLX.to_list()",
+           inspect(Enum.map(0..2, fun))}
+
+        value when is_float(value) ->
+          {"a = ExMLX.full(3.0, {:f, 32}, {2})\n    iex> ExMLX.#{op}(a, ExMLX.full(2.0, {:f, 32}, {})) |> ExMLX.to_list() |> Enum.map(&Float.round(&1, 4))",
+           "[#{show.(value)}, #{show.(value)}]"}
+
+        value ->
+          {"a = ExMLX.full(3.0, {:f, 32}, {2})\n    iex> ExMLX.#{op}(a, ExMLX.full(2.0, {:f, 32}, {})) |> ExMLX.to_list()",
+           "[#{inspect(value)}, #{inspect(value)}]"}
+      end
+
     @doc """
     Element-wise `#{op}` with broadcasting and MLX's type promotion
     (comparisons and logical operations give `:bool`).
 
-        iex> a = ExMLX.full(3, {:s, 32}, {2})
-        iex> ExMLX.#{op}(a, ExMLX.full(2, {:s, 32}, {})) |> ExMLX.shape()
-        {2}
+        iex> #{setup}
+        #{expected}
     """
     @spec unquote(op)(Tensor.t(), Tensor.t()) :: Tensor.t()
     def unquote(op)(a, b) do
@@ -477,21 +600,25 @@ defmodule ExMLX do
   # ---------------------------------------------------------------------------
 
   # min/2 and max/2 are element-wise, so their reductions are reduce_min/2, reduce_max/2.
-  for {name, op} <- [
-        sum: :sum,
-        product: :product,
-        reduce_min: :min,
-        reduce_max: :max,
-        all: :all,
-        any: :any,
-        mean: :mean
+  # Reduction examples: [[0, 1, 2], [3, 4, 5]] over axis 1, the expected
+  # rows computed with Enum.
+  rows = [[0, 1, 2], [3, 4, 5]]
+
+  for {name, op, reference} <- [
+        {:sum, :sum, &Enum.sum/1},
+        {:product, :product, &Enum.product/1},
+        {:reduce_min, :min, &Enum.min/1},
+        {:reduce_max, :max, &Enum.max/1},
+        {:all, :all, &Enum.all?(&1, fn v -> v != 0 end)},
+        {:any, :any, &Enum.any?(&1, fn v -> v != 0 end)},
+        {:mean, :mean, &(Enum.sum(&1) / length(&1))}
       ] do
     @doc """
     `#{op}` over `:axes` (all axes by default); `keep_dims: true` keeps the
     reduced axes with size 1.
 
-        iex> ExMLX.iota({:s, 32}, {2, 3}) |> ExMLX.#{name}(axes: [1]) |> ExMLX.shape()
-        {2}
+        iex> ExMLX.iota({:s, 32}, {2, 3}) |> ExMLX.#{name}(axes: [1]) |> ExMLX.to_list()
+        #{inspect(Enum.map(rows, reference))}
     """
     @spec unquote(name)(Tensor.t(), keyword()) :: Tensor.t()
     def unquote(name)(tensor, opts \\ []) do
@@ -503,15 +630,20 @@ defmodule ExMLX do
     end
   end
 
-  for op <- [:window_sum, :window_product, :window_max, :window_min] do
+  for {op, reference} <- [
+        window_sum: &Enum.sum/1,
+        window_product: &Enum.product/1,
+        window_max: &Enum.max/1,
+        window_min: &Enum.min/1
+      ] do
     @doc """
     `#{op}` over windows of `window` (a tuple or list, one size per axis).
 
     Options (one entry per axis): `:strides` (1), `:padding` (`{low, high}`,
     padded with the reduction's identity), `:window_dilations` (1).
 
-        iex> ExMLX.iota({:s, 32}, {5}) |> ExMLX.#{op}({2}) |> ExMLX.shape()
-        {4}
+        iex> ExMLX.iota({:s, 32}, {5}) |> ExMLX.#{op}({2}) |> ExMLX.to_list()
+        #{inspect(0..4 |> Enum.chunk_every(2, 1, :discard) |> Enum.map(reference))}
     """
     @spec unquote(op)(Tensor.t(), tuple() | [pos_integer()], keyword()) :: Tensor.t()
     def unquote(op)(tensor, window, opts \\ []) do
@@ -1050,12 +1182,17 @@ defmodule ExMLX do
     Call.run(&Native.partition(&1, ref, kth, Keyword.get(opts, :axis, -1))) |> Tensor.wrap()
   end
 
-  for op <- [:cumulative_sum, :cumulative_product, :cumulative_min, :cumulative_max] do
+  for {op, step} <- [
+        cumulative_sum: &+/2,
+        cumulative_product: &*/2,
+        cumulative_min: &Kernel.min/2,
+        cumulative_max: &Kernel.max/2
+      ] do
     @doc """
     `#{op}` along `:axis` (default 0); `reverse: true` runs from the end.
 
-        iex> ExMLX.from_binary(<<1, 3, 2>>, {:u, 8}, {3}) |> ExMLX.#{op}() |> ExMLX.shape()
-        {3}
+        iex> ExMLX.from_binary(<<1, 3, 2>>, {:u, 8}, {3}) |> ExMLX.#{op}() |> ExMLX.to_list()
+        #{inspect(Enum.scan([1, 3, 2], &step.(&2, &1)))}
     """
     @spec unquote(op)(Tensor.t(), keyword()) :: Tensor.t()
     def unquote(op)(tensor, opts \\ []) do
@@ -1075,10 +1212,11 @@ defmodule ExMLX do
     @doc deprecated: "Use ExMLX.FFT.#{op}/2 instead"
     @doc """
     `ExMLX.FFT.#{op}/2` with its `:n` option named `:length`; kept for
-    existing callers.
+    existing callers. (The transforms of a constant, worked out by hand:
+    all the weight at frequency 0.)
 
-        iex> ExMLX.full(1.0, {:f, 32}, {4}) |> ExMLX.#{op}(length: 4) |> ExMLX.shape() |> tuple_size()
-        1
+        iex> ExMLX.full(1.0, {:f, 32}, {4}) |> ExMLX.#{op}(length: 4) |> ExMLX.to_list()
+        #{%{fft: "[{4.0, 0.0}, {0.0, 0.0}, {0.0, 0.0}, {0.0, 0.0}]", ifft: "[{1.0, 0.0}, {0.0, 0.0}, {0.0, 0.0}, {0.0, 0.0}]", rfft: "[{4.0, 0.0}, {0.0, 0.0}, {0.0, 0.0}]", irfft: "[1.0, 0.0, 0.0, 0.0]"}[op]}
     """
     @spec unquote(op)(Tensor.t(), keyword()) :: Tensor.t()
     def unquote(op)(tensor, opts \\ []) do
@@ -1094,8 +1232,8 @@ defmodule ExMLX do
     `ExMLX.FFT.#{op}/2` with its `:s` option named `:lengths`; kept for
     existing callers.
 
-        iex> ExMLX.full(1.0, {:f, 32}, {2, 2}) |> ExMLX.#{op}(lengths: [2, 3]) |> ExMLX.shape()
-        {2, 3}
+        iex> ExMLX.full(1.0, {:f, 32}, {2, 2}) |> ExMLX.#{op}(lengths: [2, 2]) |> ExMLX.to_list()
+        #{%{fft2: "[{4.0, 0.0}, {0.0, 0.0}, {0.0, 0.0}, {0.0, 0.0}]", ifft2: "[{1.0, 0.0}, {0.0, 0.0}, {0.0, 0.0}, {0.0, 0.0}]"}[op]}
     """
     @spec unquote(op)(Tensor.t(), keyword()) :: Tensor.t()
     def unquote(op)(tensor, opts \\ []) do
