@@ -71,10 +71,13 @@ defmodule ExMLX.Call do
   # machine (bench/README.md): a normal-scheduler NIF up to 64 KB (a few
   # µs: a dirty scheduler's or the worker's wake-up would cost more than the
   # copy); the device's worker up to 4 MB (its hand-off, a short spin on an
-  # idle worker, beats a dirty scheduler's wake-up); a dirty scheduler above
-  # (the wake-up is small beside the copy, and large copies then run beside
-  # the worker's computations instead of queueing behind them). Only on the
-  # CPU: `:gpu` tensors always go through their worker.
+  # idle worker, beats a dirty scheduler's wake-up, and a new MLX buffer
+  # made on a scheduler right after the previous one was dropped often gets
+  # fresh pages); a dirty scheduler above (the wake-up is small beside the
+  # copy, and large copies then run beside the worker's computations instead
+  # of queueing behind them). Only on the CPU: `:gpu` tensors always go
+  # through their worker. (Encoding, which allocates no MLX buffer, runs on
+  # the caller up to 1 MB: the wire_encode NIF decides that itself.)
   @here_max 64 * 1024
   @dirty_min 4 * 1024 * 1024
 
