@@ -185,7 +185,7 @@ defmodule ExMLX.Memory do
       iex> {sum, report.label, report.peak >= 8 * 1024 * 1024}
       {549_755_289_600, :sum, true}
   """
-  @spec profile(term(), (() -> result)) :: {result, report()} when result: term()
+  @spec profile(term(), (... -> result)) :: {result, report()} when result: term()
   def profile(label \\ nil, fun)
 
   def profile(label, fun) when is_function(fun, 0) do
