@@ -88,7 +88,7 @@ defmodule Bench.Suite do
     }
   end
 
-  defp python_reference(quick, extra \\ []) do
+  defp python_reference(quick, extra) do
     with {:ok, dir} <- ExMLX.Build.bench_python(),
          {out, 0} <-
            System.cmd(
