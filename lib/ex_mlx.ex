@@ -461,6 +461,13 @@ defmodule ExMLX do
     count_leading_zeros: {5, 8 - length(Integer.digits(5, 2))}
   }
 
+  # How an example reads its result, and how the expected value is shown:
+  # floats to 4 decimals.
+  read = fn
+    expected when is_float(expected) -> "ExMLX.to_list() |> Enum.map(&Float.round(&1, 4))"
+    _ -> "ExMLX.to_list()"
+  end
+
   show = fn
     v when is_float(v) -> inspect(Float.round(v, 4))
     v -> inspect(v)
@@ -473,18 +480,9 @@ defmodule ExMLX do
         expected -> {x, expected}
       end
 
-    {example, read} =
-      cond do
-        op in @integer_only ->
-          {"ExMLX.full(#{input}, {:u, 8}, {2})", "ExMLX.to_list()"}
-
-        is_float(expected) ->
-          {"ExMLX.full(#{input}, {:f, 32}, {2})",
-           "ExMLX.to_list() |> Enum.map(&Float.round(&1, 4))"}
-
-        true ->
-          {"ExMLX.full(#{input}, {:f, 32}, {2})", "ExMLX.to_list()"}
-      end
+    type = if op in @integer_only, do: "{:u, 8}", else: "{:f, 32}"
+    example = "ExMLX.full(#{input}, #{type}, {2})"
+    read = read.(expected)
 
     @doc """
     Element-wise `#{op}`. Lazy: computed by `eval/1` or when read.
@@ -529,26 +527,23 @@ defmodule ExMLX do
   }
 
   for op <- @binary do
-    {setup, expected} =
+    {a, b, read, expected} =
       case binary_reference[op] do
         fun when is_function(fun, 1) ->
-          {"a = ExMLX.iota({:s, 32}, {3})\n    iex> ExMLX.#{op}(a, ExMLX.full(2, {:s, 32}, {})) |> ExMLX.to_list()",
+          {"ExMLX.iota({:s, 32}, {3})", "ExMLX.full(2, {:s, 32}, {})", read.(0),
            inspect(Enum.map(0..2, fun))}
 
-        value when is_float(value) ->
-          {"a = ExMLX.full(3.0, {:f, 32}, {2})\n    iex> ExMLX.#{op}(a, ExMLX.full(2.0, {:f, 32}, {})) |> ExMLX.to_list() |> Enum.map(&Float.round(&1, 4))",
-           "[#{show.(value)}, #{show.(value)}]"}
-
         value ->
-          {"a = ExMLX.full(3.0, {:f, 32}, {2})\n    iex> ExMLX.#{op}(a, ExMLX.full(2.0, {:f, 32}, {})) |> ExMLX.to_list()",
-           "[#{inspect(value)}, #{inspect(value)}]"}
+          {"ExMLX.full(3.0, {:f, 32}, {2})", "ExMLX.full(2.0, {:f, 32}, {})", read.(value),
+           "[#{show.(value)}, #{show.(value)}]"}
       end
 
     @doc """
     Element-wise `#{op}` with broadcasting and MLX's type promotion
     (comparisons and logical operations give `:bool`).
 
-        iex> #{setup}
+        iex> a = #{a}
+        iex> ExMLX.#{op}(a, #{b}) |> #{read}
         #{expected}
     """
     @spec unquote(op)(Tensor.t(), Tensor.t()) :: Tensor.t()

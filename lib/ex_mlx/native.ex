@@ -133,8 +133,8 @@ defmodule ExMLX.Native do
 
   # Data in and out
   def from_binary(_tag, _binary, _type, _shape, _device), do: not_loaded()
-  # CPU tensors made or read on the calling thread (no worker): up to 1 MB
-  # of data on a normal scheduler, any size on a dirty one.
+  # CPU tensors made on the calling thread (no worker): up to 64 KB of data
+  # on a normal scheduler, any size on a dirty one (ExMLX.Call.copy_path/2).
   def from_binary_here(_binary, _type, _shape), do: not_loaded()
   def from_binary_here_dirty(_binary, _type, _shape), do: not_loaded()
   def to_binary(_tag, _tensor), do: not_loaded()

@@ -4,12 +4,12 @@
 use ex_mlx_core::memory::{self, Fact};
 use rustler::{Encoder, Env, NifResult, Term};
 
-use crate::term::{decode_device, ErrorTerm};
+use crate::term::{decode_device, error_tuple};
 
 rustler::atoms! { active, peak, cache, memory_limit, cache_limit }
 
 fn or_error<T>(r: ex_mlx_core::Result<T>) -> NifResult<T> {
-    r.map_err(|e| rustler::Error::Term(Box::new(ErrorTerm(e))))
+    r.map_err(error_tuple)
 }
 
 /// `memory_stats()`: `%{active:, peak:, cache:, memory_limit:, cache_limit:}` in bytes.
@@ -44,13 +44,13 @@ fn memory_clear_cache() -> NifResult<rustler::Atom> {
 #[rustler::nif]
 fn memory_set_limit(which: Term, bytes: Term) -> NifResult<usize> {
     let bytes: u64 = bytes.decode().map_err(|_| {
-        rustler::Error::Term(Box::new(ErrorTerm(ex_mlx_core::Error::arg(
+        error_tuple(ex_mlx_core::Error::arg(
             "bytes",
             format!(
                 "expected a non-negative integer, got: {}",
                 crate::term::show(bytes)
             ),
-        ))))
+        ))
     })?;
     let bytes = usize::try_from(bytes).unwrap_or(usize::MAX);
     match which.atom_to_string().ok().as_deref() {

@@ -179,6 +179,17 @@ impl Tensor {
         }
     }
 
+    /// Whether the array is known to be computed (see `State::Ready`).
+    pub fn is_evaluated(&self) -> bool {
+        matches!(
+            &*self.lock(),
+            State::Ready {
+                evaluated: true,
+                ..
+            }
+        )
+    }
+
     /// The array if it is known to be computed (see `State::Ready`), for
     /// reads on the calling thread; `None` otherwise (then the worker reads
     /// it, evaluating it first).

@@ -17,7 +17,7 @@ use crate::reply::{done_here, queued, submit};
 use crate::tensor::NewTensor;
 use crate::term::{
     decode_binary, decode_device, decode_int_in, decode_shape, decode_tensor, decode_type,
-    error_tuple, show, ErrorTerm, TypeTerm,
+    error_tuple, show, TypeTerm,
 };
 
 /// A binary built on a worker, handed to the reply exactly once.
@@ -102,13 +102,19 @@ fn decode_here<'a>(env: Env<'a>, frame: Term<'a>, max_data: Option<usize>) -> Ni
             ),
         )));
     }
-    let array = wire::decode_frame_with(binary.as_slice(), |frame| {
-        ex_mlx_core::device::check_dtype(frame.dtype, Device::Cpu)?;
-        host::array_from_bytes(frame.data, &frame.shape, frame.dtype)
-    })
-    .map_err(error_tuple)?;
-    let tensor = NewTensor::from_host(array, Device::Cpu);
+    let tensor = tensor_from_frame(binary.as_slice(), Device::Cpu).map_err(error_tuple)?;
     Ok((rustler::types::atom::ok(), tensor).encode(env))
+}
+
+/// A tensor on `device` from a frame's bytes, checked as the wire format
+/// says (docs/wire-format.md); the checksum runs on a second thread beside
+/// the copy for large frames (`wire::decode_frame_with`).
+fn tensor_from_frame(bytes: &[u8], device: Device) -> Result<NewTensor> {
+    let array = wire::decode_frame_with(bytes, |frame| {
+        ex_mlx_core::device::check_dtype(frame.dtype, device)?;
+        host::array_from_bytes(frame.data, &frame.shape, frame.dtype)
+    })?;
+    Ok(NewTensor::from_host(array, device))
 }
 
 /// `wire_decode_here(frame)`: `{:ok, tensor}` on the CPU, decoded on this
@@ -145,12 +151,7 @@ fn wire_decode<'a>(
                     .load(env)
                     .decode()
                     .map_err(|_| Error::Internal("the saved frame vanished".into()))?;
-                // The CRC runs on a second thread while MLX copies the data.
-                let array = wire::decode_frame_with(binary.as_slice(), |frame| {
-                    ex_mlx_core::device::check_dtype(frame.dtype, device)?;
-                    host::array_from_bytes(frame.data, &frame.shape, frame.dtype)
-                })?;
-                Ok(NewTensor::from_host(array, device))
+                tensor_from_frame(binary.as_slice(), device)
             })
         })
     })())
@@ -160,9 +161,8 @@ fn wire_decode<'a>(
 /// `[{name, type, shape}]` laid out in order; returns `{header, [{begin, end}]}`.
 #[rustler::nif]
 fn bundle_header<'a>(env: Env<'a>, tensors: Term<'a>, metadata: Term<'a>) -> NifResult<Term<'a>> {
-    let or_error = |e: Error| rustler::Error::Term(Box::new(ErrorTerm(e)));
     let items: Vec<(String, Term, Term)> = tensors.decode().map_err(|_| {
-        or_error(Error::arg(
+        error_tuple(Error::arg(
             "tensors",
             format!(
                 "expected a list of {{name, type, shape}}, got: {}",
@@ -172,12 +172,12 @@ fn bundle_header<'a>(env: Env<'a>, tensors: Term<'a>, metadata: Term<'a>) -> Nif
     })?;
     let mut specs = Vec::with_capacity(items.len());
     for (name, type_, shape) in items {
-        let dtype = decode_type("type", type_).map_err(or_error)?;
-        let shape = decode_shape("shape", shape).map_err(or_error)?;
+        let dtype = decode_type("type", type_).map_err(error_tuple)?;
+        let shape = decode_shape("shape", shape).map_err(error_tuple)?;
         specs.push((name, dtype, shape));
     }
     let metadata: Vec<(String, String)> = metadata.decode().map_err(|_| {
-        or_error(Error::arg(
+        error_tuple(Error::arg(
             "metadata",
             format!(
                 "expected a list of {{string, string}}, got: {}",

@@ -53,7 +53,6 @@ fn transfer<'a>(
 /// `device_available(device)`: whether this MLX build can run on `device`.
 #[rustler::nif]
 fn device_available(device: Term) -> NifResult<bool> {
-    let device = decode_device("device", device)
-        .map_err(|e| rustler::Error::Term(Box::new(crate::term::ErrorTerm(e))))?;
+    let device = decode_device("device", device).map_err(crate::term::error_tuple)?;
     Ok(device.is_available())
 }

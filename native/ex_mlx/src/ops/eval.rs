@@ -12,7 +12,7 @@ fn eval<'a>(env: Env<'a>, tag: Term<'a>, tensor: Term<'a>) -> NifResult<crate::r
     queued((|| -> Result<crate::reply::Submitted> {
         let tensor = decode_tensor("tensor", tensor)?;
         // Already computed: nothing to do, and no need to ask the worker.
-        if tensor.evaluated_array().is_some() {
+        if tensor.is_evaluated() {
             if let Ok(done) = done_here(tag, ok()) {
                 return Ok(done);
             }
