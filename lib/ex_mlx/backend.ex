@@ -1006,13 +1006,10 @@ if Code.ensure_loaded?(Nx) do
 
         {Nx.Block.LinAlg.QR, [t]} ->
           {q_out, r_out} = output
-          device = device_of(t)
           complete = struct.mode == :complete
-          r = to_cpu(ref(t), device)
 
           [q, r] =
-            run(&Native.nx_qr(&1, r, complete, struct.eps, storage_type(q_out.type)))
-            |> Enum.map(fn {ref, _, _, _} -> from_cpu(ref, device) end)
+            on_cpu(t, &Native.nx_qr(&1, &2, complete, struct.eps, storage_type(q_out.type)))
 
           {to_nx(q, q_out), to_nx(r, r_out)}
 
@@ -1061,12 +1058,15 @@ if Code.ensure_loaded?(Nx) do
     # signs), computed on the CPU (MLX's linear algebra runs there only) and
     # rounded once to `type`: see ExMLX.Native.nx_linalg/4. The result
     # references are on the tensor's device.
-    defp nx_linalg(op, t, type) do
+    defp nx_linalg(op, t, type),
+      do: on_cpu(t, &Native.nx_linalg(&1, op, &2, storage_type(type)))
+
+    # Runs `nif.(tag, ref)` on a CPU copy of `t` and brings the result
+    # references back to `t`'s device.
+    defp on_cpu(t, nif) do
       device = device_of(t)
       r = to_cpu(ref(t), device)
-
-      run(&Native.nx_linalg(&1, op, r, storage_type(type)))
-      |> Enum.map(fn {ref, _, _, _} -> from_cpu(ref, device) end)
+      run(&nif.(&1, r)) |> Enum.map(fn {ref, _, _, _} -> from_cpu(ref, device) end)
     end
 
     defp keep_block(r, shape) do
