@@ -72,7 +72,7 @@ defmodule Mix.Tasks.Compile.ExMlxNative do
     profile = Build.profile()
     Mix.shell().info("==> ex_mlx: building the NIF with cargo (#{profile})")
     release = if profile == :release, do: ["--release"], else: []
-    args = ["build", "--package", "ex_mlx", "--lib"] ++ release
+    args = ["build", "--package", "ex_mlx", "--lib"] ++ release ++ features()
 
     case Build.cargo(args, env) do
       0 ->
@@ -95,6 +95,10 @@ defmodule Mix.Tasks.Compile.ExMlxNative do
         {:error, [diagnostic(message)]}
     end
   end
+
+  # The NIFs for ExMLX's own tests (native/ex_mlx/src/test_hooks.rs) exist
+  # in the test environment's build only.
+  defp features, do: if(Mix.env() == :test, do: ["--features", "test-hooks"], else: [])
 
   defp diagnostic(message) do
     %Mix.Task.Compiler.Diagnostic{
@@ -121,7 +125,7 @@ defmodule Mix.Tasks.Compile.ExMlxNative do
         {Path.relative_to(path, Build.crate_dir()), size, mtime}
       end)
 
-    :erlang.term_to_binary({files, runtime, env, Build.profile()})
+    :erlang.term_to_binary({files, runtime, env, Build.profile(), features()})
     |> :erlang.md5()
     |> Base.encode16(case: :lower)
   end

@@ -4,7 +4,8 @@
 use ex_mlx_core::error::Error;
 use rustler::{NifResult, Term};
 
-use crate::term::{decode_binary, decode_int_in, error_tuple};
+use crate::args::{names, Bytes, Tag};
+use crate::term::{decode_int_in, error_tuple};
 
 /// The most bytes one call copies (the time is bounded: it runs on a dirty
 /// scheduler, but a call should not take seconds).
@@ -15,8 +16,7 @@ const MAX_BYTES: usize = 1 << 30;
 /// before timing, so its pages are mapped: this is the copy alone, the
 /// fastest a transfer of these bytes can be.
 #[rustler::nif(schedule = "DirtyCpu")]
-fn memcpy_seconds(binary: Term, reps: Term) -> NifResult<Vec<f64>> {
-    let binary = decode_binary("binary", binary).map_err(error_tuple)?;
+fn memcpy_seconds(binary: Bytes<names::Source>, reps: Term) -> NifResult<Vec<f64>> {
     let reps = decode_int_in("reps", reps, 1..=1000).map_err(error_tuple)? as usize;
     let source = binary.as_slice();
     if source.len() > MAX_BYTES {
@@ -43,13 +43,13 @@ fn memcpy_seconds(binary: Term, reps: Term) -> NifResult<Vec<f64>> {
 #[rustler::nif]
 fn worker_chain_seconds<'a>(
     env: rustler::Env<'a>,
-    tag: rustler::Term<'a>,
+    tag: Tag<'a>,
     n: Term<'a>,
     reps: Term<'a>,
 ) -> NifResult<crate::reply::Submitted> {
     let n = decode_int_in("n", n, 1..=100_000).map_err(error_tuple)? as usize;
     let reps = decode_int_in("reps", reps, 1..=1000).map_err(error_tuple)? as usize;
-    crate::reply::queued(crate::reply::submit(
+    crate::reply::submit(
         env,
         tag,
         ex_mlx_core::device::Device::Cpu,
@@ -68,5 +68,5 @@ fn worker_chain_seconds<'a>(
             }
             Ok(samples)
         },
-    ))
+    )
 }

@@ -1,51 +1,44 @@
 //! Binaries in and out of tensors.
 
+use ex_mlx_core::device::Device;
 use ex_mlx_core::error::{Error, Result};
 use ex_mlx_core::host::{self, HostBuffer};
 use rustler::env::OwnedEnv;
 use rustler::{Binary, Encoder, Env, NifResult, Resource, ResourceArc, Term};
 
-use crate::reply::{done_here, queued, submit};
+use crate::args::{names, Bytes, DeviceArg, ShapeArg, Tag, Tensor, TypeArg};
+use crate::reply::{done_here, submit, Submitted};
 use crate::tensor::{NewTensor, TensorRef};
-use ex_mlx_core::device::Device;
-
-use crate::term::{
-    decode_binary, decode_device, decode_shape, decode_tensor, decode_type, error_tuple,
-};
+use crate::term::error_tuple;
 
 /// `from_binary(tag, binary, type, shape, device)`: a new tensor holding a copy
 /// of `binary`, read as little-endian elements of `type`.
 #[rustler::nif]
 fn from_binary<'a>(
     env: Env<'a>,
-    tag: Term<'a>,
-    data: Term<'a>,
-    type_: Term<'a>,
-    shape: Term<'a>,
-    device: Term<'a>,
-) -> NifResult<crate::reply::Submitted> {
-    queued((|| -> Result<crate::reply::Submitted> {
-        let binary = decode_binary("data", data)?;
-        let dtype = decode_type("type", type_)?;
-        let shape = decode_shape("shape", shape)?;
-        let device = decode_device("device", device)?;
-        ex_mlx_core::device::check_dtype(dtype, device)?;
-        host::check_bytes(binary.as_slice(), &shape, dtype)?;
-        // The copy into MLX runs on the worker, not on this scheduler; the
-        // binary stays alive in an environment of its own until then.
-        let keep = OwnedEnv::new();
-        let saved = keep.save(data);
-        submit(env, tag, device, move || {
-            keep.run(|env| {
-                let binary: Binary = saved
-                    .load(env)
-                    .decode()
-                    .map_err(|_| Error::Internal("the saved binary vanished".into()))?;
-                let array = host::array_from_bytes(binary.as_slice(), &shape, dtype)?;
-                Ok(NewTensor::from_host(array, device))
-            })
+    tag: Tag<'a>,
+    data: Bytes<'a, names::Data>,
+    type_: TypeArg,
+    shape: ShapeArg,
+    device: DeviceArg,
+) -> NifResult<Submitted> {
+    let (dtype, shape, device) = (type_.0, shape.0, device.0);
+    ex_mlx_core::device::check_dtype(dtype, device).map_err(error_tuple)?;
+    host::check_bytes(data.as_slice(), &shape, dtype).map_err(error_tuple)?;
+    // The copy into MLX runs on the worker, not on this scheduler; the
+    // binary stays alive in an environment of its own until then.
+    let keep = OwnedEnv::new();
+    let saved = keep.save(data.0.to_term(env));
+    submit(env, tag, device, move || {
+        keep.run(|env| {
+            let binary: Binary = saved
+                .load(env)
+                .decode()
+                .map_err(|_| Error::Internal("the saved binary vanished".into()))?;
+            let array = host::array_from_bytes(binary.as_slice(), &shape, dtype)?;
+            Ok(NewTensor::from_host(array, device))
         })
-    })())
+    })
 }
 
 /// `from_binary_here(binary, type, shape)`: a new CPU tensor holding a copy of
@@ -61,9 +54,9 @@ fn from_binary<'a>(
 #[rustler::nif]
 fn from_binary_here<'a>(
     env: Env<'a>,
-    data: Term<'a>,
-    type_: Term<'a>,
-    shape: Term<'a>,
+    data: Bytes<'a, names::Data>,
+    type_: TypeArg,
+    shape: ShapeArg,
 ) -> NifResult<Term<'a>> {
     from_binary_on_caller(env, data, type_, shape, HERE_NORMAL_MAX)
 }
@@ -73,9 +66,9 @@ fn from_binary_here<'a>(
 #[rustler::nif(schedule = "DirtyCpu")]
 fn from_binary_here_dirty<'a>(
     env: Env<'a>,
-    data: Term<'a>,
-    type_: Term<'a>,
-    shape: Term<'a>,
+    data: Bytes<'a, names::Data>,
+    type_: TypeArg,
+    shape: ShapeArg,
 ) -> NifResult<Term<'a>> {
     from_binary_on_caller(env, data, type_, shape, usize::MAX)
 }
@@ -88,15 +81,13 @@ pub const HERE_NORMAL_MAX: usize = 64 * 1024;
 
 fn from_binary_on_caller<'a>(
     env: Env<'a>,
-    data: Term<'a>,
-    type_: Term<'a>,
-    shape: Term<'a>,
+    binary: Bytes<'a, names::Data>,
+    type_: TypeArg,
+    shape: ShapeArg,
     max_bytes: usize,
 ) -> NifResult<Term<'a>> {
+    let (dtype, shape) = (type_.0, shape.0);
     let made = (|| -> Result<NewTensor> {
-        let binary = decode_binary("data", data)?;
-        let dtype = decode_type("type", type_)?;
-        let shape = decode_shape("shape", shape)?;
         if binary.len() > max_bytes {
             return Err(Error::arg(
                 "data",
@@ -138,6 +129,12 @@ impl Resource for HostBufferResource {}
 /// A binary pointing into a [`HostBuffer`] (no copy).
 struct HostBinary(ResourceArc<HostBufferResource>);
 
+impl HostBinary {
+    fn new(buffer: HostBuffer) -> Self {
+        HostBinary(ResourceArc::new(HostBufferResource(buffer)))
+    }
+}
+
 impl Encoder for HostBinary {
     fn encode<'a>(&self, env: Env<'a>) -> Term<'a> {
         self.0
@@ -148,28 +145,19 @@ impl Encoder for HostBinary {
 
 /// `to_binary(tag, tensor)`: the tensor's elements, row-major, little-endian.
 #[rustler::nif]
-fn to_binary<'a>(
-    env: Env<'a>,
-    tag: Term<'a>,
-    tensor: Term<'a>,
-) -> NifResult<crate::reply::Submitted> {
-    queued((|| -> Result<crate::reply::Submitted> {
-        let tensor: TensorRef = decode_tensor("tensor", tensor)?;
-        // An evaluated, row-contiguous CPU array is read in place here: no
-        // copy and no MLX stream (see `HostBuffer::in_place`).
-        if let Some(buffer) = evaluated_host_buffer(&tensor)? {
-            let binary = HostBinary(ResourceArc::new(HostBufferResource(buffer)));
-            if let Ok(done) = done_here(tag, binary) {
-                return Ok(done);
-            }
+fn to_binary<'a>(env: Env<'a>, tag: Tag<'a>, tensor: Tensor) -> NifResult<Submitted> {
+    let tensor = tensor.0;
+    // An evaluated, row-contiguous CPU array is read in place here: no copy
+    // and no MLX stream (see `HostBuffer::in_place`).
+    if let Some(buffer) = evaluated_host_buffer(&tensor).map_err(error_tuple)? {
+        if let Ok(done) = done_here(tag, HostBinary::new(buffer)) {
+            return Ok(done);
         }
-        submit(env, tag, tensor.device, move || {
-            let array = tensor.array()?;
-            let buffer = HostBuffer::new(&array)?;
-            tensor.mark_evaluated();
-            Ok(HostBinary(ResourceArc::new(HostBufferResource(buffer))))
-        })
-    })())
+    }
+    on_host_buffer(env, tag, tensor, |tensor, buffer| {
+        tensor.mark_evaluated();
+        Ok(HostBinary::new(buffer))
+    })
 }
 
 /// `data_pointer(tag, t)`: `{address, byte_size}` of the tensor's data in
@@ -177,22 +165,32 @@ fn to_binary<'a>(
 /// contiguous copy, so the address stays valid for as long as the tensor
 /// lives (and is not deallocated).
 #[rustler::nif]
-fn data_pointer<'a>(
+fn data_pointer<'a>(env: Env<'a>, tag: Tag<'a>, tensor: Tensor) -> NifResult<Submitted> {
+    on_host_buffer(env, tag, tensor.0, |tensor, buffer| {
+        let bytes = buffer.bytes();
+        let address = bytes.as_ptr() as u64;
+        let len = bytes.len() as u64;
+        // the tensor now holds the evaluated, contiguous array whose bytes
+        // these are, so the address lives as long as the tensor
+        tensor.replace_evaluated(buffer.array().clone())?;
+        Ok((address, len))
+    })
+}
+
+/// Runs `read(tensor, buffer)` on the worker, `buffer` being the tensor's
+/// evaluated, contiguous data ([`HostBuffer::new`]).
+fn on_host_buffer<'a, T, F>(
     env: Env<'a>,
-    tag: Term<'a>,
-    tensor: Term<'a>,
-) -> NifResult<crate::reply::Submitted> {
-    queued((|| -> Result<crate::reply::Submitted> {
-        let tensor: TensorRef = decode_tensor("tensor", tensor)?;
-        submit(env, tag, tensor.device, move || {
-            // HostBuffer evaluates and makes contiguous; the tensor then holds
-            // that array, so the address lives as long as the tensor.
-            let buffer = HostBuffer::new(&tensor.array()?)?;
-            let bytes = buffer.bytes();
-            let address = bytes.as_ptr() as u64;
-            let len = bytes.len() as u64;
-            tensor.replace_evaluated(buffer.array().clone())?;
-            Ok((address, len))
-        })
-    })())
+    tag: Tag<'a>,
+    tensor: TensorRef,
+    read: F,
+) -> NifResult<Submitted>
+where
+    T: Encoder + Send + 'static,
+    F: FnOnce(&TensorRef, HostBuffer) -> Result<T> + Send + 'static,
+{
+    submit(env, tag, tensor.device, move || {
+        let buffer = HostBuffer::new(&tensor.array()?)?;
+        read(&tensor, buffer)
+    })
 }

@@ -1,18 +1,26 @@
 //! ExMLX's NIF: Elixir terms in, calls on `ex_mlx_core` (and mlx-rs) on the
 //! device's worker thread, Elixir terms out.
 //!
-//! Modules: [`term`] (decoding arguments, encoding results), [`reply`] (how a
-//! call is queued and answered), [`tensor`] (the resource), [`data`] (binaries
-//! in and out), [`ops`] (MLX operations by family), [`bench`] (reference
-//! measurements for bench/), [`test_hooks`] (NIFs for ExMLX's own tests).
+//! Modules, each depending only on those listed before it: [`term`]
+//! (argument values in, results out), [`tensor`] (the resource), [`args`]
+//! (typed NIF arguments), [`reply`] (how a call is queued and answered);
+//! then the NIFs: [`op`] (every op of the op table, through one NIF),
+//! [`tensor_nifs`] (queries, eval, item), [`device`], [`data`] (binaries in
+//! and out), [`wire`], [`memory`], [`bench`] (reference measurements for
+//! bench/), and, with the `test-hooks` feature, [`test_hooks`].
+//! docs/architecture.md draws the whole.
 
+pub mod args;
 pub mod bench;
 pub mod data;
+pub mod device;
 pub mod memory;
-pub mod ops;
+pub mod op;
 pub mod reply;
 pub mod tensor;
+pub mod tensor_nifs;
 pub mod term;
+#[cfg(feature = "test-hooks")]
 pub mod test_hooks;
 pub mod wire;
 

@@ -4,7 +4,8 @@
 use ex_mlx_core::memory::{self, Fact};
 use rustler::{Encoder, Env, NifResult, Term};
 
-use crate::term::{decode_device, error_tuple};
+use crate::args::DeviceArg;
+use crate::term::error_tuple;
 
 rustler::atoms! { active, peak, cache, memory_limit, cache_limit }
 
@@ -68,8 +69,8 @@ fn memory_set_limit(which: Term, bytes: Term) -> NifResult<usize> {
 
 /// `device_info(device)`: a map of what MLX (and the OS) report about it.
 #[rustler::nif]
-fn device_info<'a>(env: Env<'a>, device: Term<'a>) -> NifResult<Term<'a>> {
-    let device = or_error(decode_device("device", device))?;
+fn device_info(env: Env, device: DeviceArg) -> NifResult<Term> {
+    let device = device.0;
     let facts = or_error(memory::device_info(device))?;
     let pairs: Vec<(Term, Term)> = facts
         .into_iter()

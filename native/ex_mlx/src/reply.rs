@@ -28,8 +28,9 @@ use mlx_rs::Dtype;
 use rustler::env::{OwnedEnv, SavedTerm};
 use rustler::{Atom, Encoder, Env, LocalPid, NifResult, Term};
 
-use crate::tensor::{NewTensor, Tensor, TensorRef};
-use crate::term::{DeviceTerm, ErrorTerm};
+use crate::args::Tag;
+use crate::tensor::{NewTensor, Results, Tensor, TensorRef};
+use crate::term::{error_tuple, DeviceTerm, ErrorTerm};
 
 rustler::atoms! { ok, error, deferred }
 
@@ -93,10 +94,10 @@ impl Encoder for Submitted {
 /// one the worker finished within the quick wait. For a reference tag only:
 /// a deferred tag gets the value back, and the caller queues the work.
 pub fn done_here<T: Encoder + Send + 'static>(
-    tag: Term,
+    tag: Tag,
     value: T,
 ) -> std::result::Result<Submitted, T> {
-    if tag.get_type() == rustler::TermType::Ref {
+    if tag.0.get_type() == rustler::TermType::Ref {
         Ok(Submitted::Done(AssertUnwindSafe(Box::new(Reply(Ok(
             value,
         ))))))
@@ -163,17 +164,35 @@ fn expected_result(tag: Term) -> Result<Option<Expected>> {
 /// The array inside a tensor-producing result (deferred mode only).
 fn into_array<T: 'static>(value: T) -> Result<mlx_rs::Array> {
     let any: Box<dyn Any> = Box::new(value);
-    match any.downcast::<NewTensor>() {
-        Ok(tensor) => tensor.into_array(),
-        Err(_) => Err(Error::Internal(
-            "this operation does not produce one tensor; it has no deferred form".into(),
-        )),
+    let any = match any.downcast::<NewTensor>() {
+        Ok(tensor) => return tensor.into_array(),
+        Err(any) => any,
+    };
+    match any.downcast::<Results>() {
+        Ok(results) => match *results {
+            Results::One(tensor) => tensor.into_array(),
+            Results::Many(_) => Err(no_deferred_form()),
+        },
+        Err(_) => Err(no_deferred_form()),
     }
 }
 
+fn no_deferred_form() -> Error {
+    Error::Internal("this operation does not produce one tensor; it has no deferred form".into())
+}
+
 /// Queues `work` on `device`'s worker, replying or filling a deferred tensor
-/// as `tag` asks (see the module documentation).
-pub fn submit<T, F>(env: Env, tag: Term, device: Device, work: F) -> Result<Submitted>
+/// as `tag` asks (see the module documentation): what every asynchronous NIF
+/// returns.
+pub fn submit<T, F>(env: Env, tag: Tag, device: Device, work: F) -> NifResult<Submitted>
+where
+    T: Encoder + Send + 'static,
+    F: FnOnce() -> Result<T> + Send + 'static,
+{
+    queue(env, tag.0, device, work).map_err(error_tuple)
+}
+
+fn queue<T, F>(env: Env, tag: Term, device: Device, work: F) -> Result<Submitted>
 where
     T: Encoder + Send + 'static,
     F: FnOnce() -> Result<T> + Send + 'static,
@@ -330,10 +349,4 @@ impl<T: Encoder> Encoder for Reply<T> {
             Err(e) => (error(), ErrorTerm(e.clone())).encode(env),
         }
     }
-}
-
-/// The NIF's own return: `:ok` or `{:deferred, tensor, device}` when the work
-/// was queued, `{:error, {kind, message}}` when not.
-pub fn queued(result: Result<Submitted>) -> NifResult<Submitted> {
-    result.map_err(crate::term::error_tuple)
 }

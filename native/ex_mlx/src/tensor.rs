@@ -5,13 +5,12 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Condvar, Mutex, MutexGuard};
 
 use ex_mlx_core::device::Device;
-use ex_mlx_core::dtype;
 use ex_mlx_core::error::{Error, Result};
 use ex_mlx_core::memory;
 use mlx_rs::{Array, Dtype};
-use rustler::{Encoder, Env, NifResult, Resource, ResourceArc, Term};
+use rustler::{Encoder, Env, Resource, ResourceArc, Term};
 
-use crate::term::{decode_tensor_any, error_tuple, shape_term, DeviceTerm, TypeTerm};
+use crate::term::{shape_term, show, DeviceTerm, TypeTerm};
 
 pub struct Tensor {
     // `Array` is `Send` but not `Sync`; the mutex makes the resource shareable.
@@ -311,66 +310,52 @@ impl Encoder for NewTensor {
     }
 }
 
-// -----------------------------------------------------------------------------
-// Queries (synchronous: they read Rust fields only)
-// -----------------------------------------------------------------------------
-
-rustler::atoms! { pending }
-
-/// `tensor_info(t)`: `{shape, type, device}`, or `:pending` while a deferred
-/// operation computes it (then `tensor_await/2` waits for it).
-#[rustler::nif]
-fn tensor_info<'a>(env: Env<'a>, tensor: Term<'a>) -> NifResult<Term<'a>> {
-    let tensor = decode_tensor_any("tensor", tensor).map_err(error_tuple)?;
-    match tensor.info() {
-        Ok(Some((shape, dtype))) => Ok((
-            shape_term(env, &shape),
-            TypeTerm(dtype),
-            DeviceTerm(tensor.device),
-        )
-            .encode(env)),
-        Ok(None) => Ok(pending().encode(env)),
-        Err(e) => Err(error_tuple(e)),
-    }
+/// What an op returns: one tensor, or several (encoded as a list).
+pub enum Results {
+    One(NewTensor),
+    Many(Vec<NewTensor>),
 }
 
-/// `tensor_await(tag, t)`: replies `{shape, type, device}` once `t` is computed.
-#[rustler::nif]
-fn tensor_await<'a>(
-    env: Env<'a>,
-    tag: Term<'a>,
-    tensor: Term<'a>,
-) -> NifResult<crate::reply::Submitted> {
-    let tensor = decode_tensor_any("tensor", tensor).map_err(error_tuple)?;
-    let device = tensor.device;
-    crate::reply::queued(crate::reply::submit(env, tag, device, move || {
-        tensor.array()?;
-        Ok(NewTensor::Existing(tensor))
-    }))
-}
-
-/// `tensor_size(t)`: `{elements, bytes}`; an `:argument` error while a
-/// deferred operation still computes `t` (`tensor_await/2` first).
-#[rustler::nif]
-fn tensor_size(tensor: Term) -> NifResult<(u64, u64)> {
-    let tensor = decode_tensor_any("tensor", tensor).map_err(error_tuple)?;
-    match tensor.info() {
-        Ok(Some((shape, dtype))) => {
-            let n: u64 = shape.iter().map(|&d| d as u64).product();
-            Ok((n, n * dtype::size_of(dtype) as u64))
+impl Encoder for Results {
+    fn encode<'a>(&self, env: Env<'a>) -> Term<'a> {
+        match self {
+            Results::One(t) => t.encode(env),
+            Results::Many(ts) => ts.encode(env),
         }
-        Ok(None) => Err(error_tuple(Error::arg(
-            "tensor",
-            "the tensor is still being computed",
-        ))),
-        Err(e) => Err(error_tuple(e)),
     }
 }
 
-/// `deallocate(t)`: frees the tensor's data now (synchronous: dropping an
-/// array handle only decrements a reference count). `true` if it had data.
-#[rustler::nif]
-fn deallocate(tensor: Term) -> NifResult<bool> {
-    let tensor = decode_tensor_any("tensor", tensor).map_err(error_tuple)?;
-    Ok(tensor.deallocate())
+// -----------------------------------------------------------------------------
+// Decoding tensor arguments
+// -----------------------------------------------------------------------------
+
+/// A tensor argument (the resource inside an `%ExMLX.Tensor{}`), whatever its
+/// state: for queries that report a deallocated or failed tensor themselves.
+pub fn decode_any(name: &'static str, term: Term) -> Result<TensorRef> {
+    term.decode().map_err(|_| {
+        Error::arg(
+            name,
+            format!("expected a tensor reference, got: {}", show(term)),
+        )
+    })
+}
+
+/// A tensor argument. One that was deallocated, or whose deferred operation
+/// failed, is refused here, at the call, with that reason (a pending one is
+/// fine: the worker gets to it first).
+pub fn decode(name: &'static str, term: Term) -> Result<TensorRef> {
+    let tensor = decode_any(name, term)?;
+    tensor.check_usable()?;
+    Ok(tensor)
+}
+
+/// A list of tensors.
+pub fn decode_list(name: &'static str, term: Term) -> Result<Vec<TensorRef>> {
+    let items = term.decode::<Vec<Term>>().map_err(|_| {
+        Error::arg(
+            name,
+            format!("expected a list of tensors, got: {}", show(term)),
+        )
+    })?;
+    items.into_iter().map(|t| decode(name, t)).collect()
 }

@@ -1,14 +1,15 @@
-//! Elixir terms in and out: decoding arguments (with errors that name them)
-//! and encoding types, devices and errors.
+//! Elixir terms in and out: decoding argument values (with errors that name
+//! them) and encoding types, devices, numbers and errors. Tensors are
+//! decoded by `crate::tensor`; `crate::args` wraps these decoders as typed
+//! NIF arguments.
 
 use ex_mlx_core::device::Device;
 use ex_mlx_core::dtype;
 use ex_mlx_core::error::Error;
+use ex_mlx_core::ops::params::{Param, ParamKind};
 use mlx_rs::Dtype;
 use rustler::types::tuple::{get_tuple, make_tuple};
 use rustler::{Atom, Binary, Encoder, Env, Term, TermType};
-
-use crate::tensor::TensorRef;
 
 /// A term written the way Elixir's `inspect` would (for error messages):
 /// atoms as `:name`, short binaries quoted, tuples and lists recursively.
@@ -116,26 +117,6 @@ pub fn decode_device(name: &'static str, term: Term) -> Result<Device, Error> {
         })
 }
 
-/// A tensor argument (the resource inside an `%ExMLX.Tensor{}`), whatever its
-/// state: for queries that report a deallocated or failed tensor themselves.
-pub fn decode_tensor_any(name: &'static str, term: Term) -> Result<TensorRef, Error> {
-    term.decode().map_err(|_| {
-        Error::arg(
-            name,
-            format!("expected a tensor reference, got: {}", show(term)),
-        )
-    })
-}
-
-/// A tensor argument. One that was deallocated, or whose deferred operation
-/// failed, is refused here, at the call, with that reason (a pending one is
-/// fine: the worker gets to it first).
-pub fn decode_tensor(name: &'static str, term: Term) -> Result<TensorRef, Error> {
-    let tensor = decode_tensor_any(name, term)?;
-    tensor.check_usable()?;
-    Ok(tensor)
-}
-
 // -----------------------------------------------------------------------------
 // Encoding results
 // -----------------------------------------------------------------------------
@@ -187,14 +168,6 @@ impl Encoder for DeviceTerm {
 pub fn shape_term<'a>(env: Env<'a>, shape: &[i64]) -> Term<'a> {
     let dims: Vec<Term> = shape.iter().map(|d| d.encode(env)).collect();
     make_tuple(env, &dims)
-}
-
-/// An atom argument naming an operation, as a string.
-pub fn decode_op(term: Term) -> Result<String, Error> {
-    term.decode::<Atom>()
-        .ok()
-        .and_then(|a| a.to_term(term.get_env()).atom_to_string().ok())
-        .ok_or_else(|| Error::arg("op", format!("expected an atom, got: {}", show(term))))
 }
 
 /// A boolean argument.
@@ -288,17 +261,6 @@ pub fn decode_opt_ints(name: &'static str, term: Term) -> Result<Option<Vec<i64>
     }
 }
 
-/// A list of tensors.
-pub fn decode_tensors(name: &'static str, term: Term) -> Result<Vec<TensorRef>, Error> {
-    let items = term.decode::<Vec<Term>>().map_err(|_| {
-        Error::arg(
-            name,
-            format!("expected a list of tensors, got: {}", show(term)),
-        )
-    })?;
-    items.into_iter().map(|t| decode_tensor(name, t)).collect()
-}
-
 fn is_nil(term: Term) -> bool {
     term.decode::<Atom>()
         .is_ok_and(|a| a == rustler::types::atom::nil())
@@ -379,4 +341,109 @@ impl Encoder for NumberTerm {
             Number::Complex(re, im) => (float_term(env, re), float_term(env, im)).encode(env),
         }
     }
+}
+
+// -----------------------------------------------------------------------------
+// Op parameters (by the kinds of ex_mlx_core's op table)
+// -----------------------------------------------------------------------------
+
+/// A parameter of kind `kind`, named `name` in errors.
+pub fn decode_param(name: &'static str, kind: ParamKind, term: Term) -> Result<Param, Error> {
+    Ok(match kind {
+        ParamKind::Int => Param::Int(decode_int(name, term)?),
+        ParamKind::OptInt => Param::OptInt(decode_opt_int(name, term)?),
+        ParamKind::Ints => Param::Ints(decode_ints(name, term)?),
+        ParamKind::OptInts => Param::OptInts(decode_opt_ints(name, term)?),
+        ParamKind::Bool => Param::Bool(decode_bool(name, term)?),
+        ParamKind::Float => Param::Float(decode_number(name, term)?),
+        ParamKind::Type => Param::Type(decode_type(name, term)?),
+        ParamKind::Shape => Param::Shape(decode_shape(name, term)?),
+        ParamKind::OptPairs => Param::OptPairs(decode_opt_pairs(name, term)?),
+        ParamKind::PadConfig => Param::PadConfig(decode_pad_config(name, term)?),
+        ParamKind::Scalar => Param::Scalar(decode_scalar(name, term)?),
+        ParamKind::Device => Param::Device(decode_device(name, term)?),
+        ParamKind::Direction => Param::Direction(decode_choice(
+            name,
+            term,
+            &[("asc", false), ("desc", true)],
+        )?),
+        ParamKind::Triangular => Param::Triangular(decode_choice(
+            name,
+            term,
+            &[("nil", None), ("lower", Some(false)), ("upper", Some(true))],
+        )?),
+        ParamKind::Str => Param::Str(
+            term.decode::<String>()
+                .map_err(|_| Error::arg(name, format!("expected a string, got: {}", show(term))))?,
+        ),
+    })
+}
+
+/// One of the atoms `choices` names, as its value.
+fn decode_choice<T: Copy>(
+    name: &'static str,
+    term: Term,
+    choices: &[(&str, T)],
+) -> Result<T, Error> {
+    let atom = term.atom_to_string().ok();
+    choices
+        .iter()
+        .find(|(n, _)| Some(*n) == atom.as_deref())
+        .map(|(_, v)| *v)
+        .ok_or_else(|| {
+            let names: Vec<String> = choices
+                .iter()
+                .map(|(n, _)| {
+                    if *n == "nil" {
+                        "nil".to_string()
+                    } else {
+                        format!(":{n}")
+                    }
+                })
+                .collect();
+            Error::arg(
+                name,
+                format!("expected one of {}, got: {}", names.join(", "), show(term)),
+            )
+        })
+}
+
+/// `{low, high}` pairs, or `nil`.
+fn decode_opt_pairs(name: &'static str, term: Term) -> Result<Option<Vec<(i64, i64)>>, Error> {
+    if is_nil(term) {
+        return Ok(None);
+    }
+    term.decode::<Vec<(i64, i64)>>().map(Some).map_err(|_| {
+        Error::arg(
+            name,
+            format!(
+                "expected a list of {{low, high}} pairs, got: {}",
+                show(term)
+            ),
+        )
+    })
+}
+
+/// `{low, high}` or `{low, high, interior}` per axis.
+fn decode_pad_config(name: &'static str, term: Term) -> Result<Vec<(i64, i64, i64)>, Error> {
+    let bad = || {
+        Error::arg(
+            name,
+            format!(
+                "expected a list of {{low, high}} or {{low, high, interior}} integers, got: {}",
+                show(term)
+            ),
+        )
+    };
+    let items: Vec<Term> = term.decode().map_err(|_| bad())?;
+    items
+        .iter()
+        .map(|item| {
+            if let Ok((lo, hi)) = item.decode::<(i64, i64)>() {
+                Ok((lo, hi, 0))
+            } else {
+                item.decode::<(i64, i64, i64)>().map_err(|_| bad())
+            }
+        })
+        .collect()
 }

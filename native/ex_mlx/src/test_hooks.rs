@@ -1,4 +1,6 @@
-//! NIFs that exist for ExMLX's own tests: a deliberate panic, and a gate that
+//! NIFs that exist for ExMLX's own tests, compiled only with the cargo
+//! feature `test-hooks` (the Mix build turns it on in the `test`
+//! environment; a release build has none of them): a deliberate panic, and a gate that
 //! holds the CPU worker busy until the test lets it go (so a test can observe
 //! a caller waiting for the worker without depending on how long real work
 //! takes).
@@ -7,7 +9,9 @@ use std::sync::{Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 use ex_mlx_core::device::Device;
-use rustler::{Env, NifResult, Term};
+use rustler::{Env, NifResult};
+
+use crate::args::Tag;
 
 use crate::reply;
 
@@ -25,16 +29,13 @@ const MAX_HOLD: Duration = Duration::from_secs(30);
 #[rustler::nif]
 fn panic_for_test<'a>(
     env: Env<'a>,
-    tag: Term<'a>,
+    tag: Tag<'a>,
     place: rustler::Atom,
 ) -> NifResult<reply::Submitted> {
     if place.to_term(env).atom_to_string().ok().as_deref() == Some("worker") {
-        reply::queued(reply::submit(
-            env,
-            tag,
-            Device::Cpu,
-            || -> ex_mlx_core::Result<bool> { panic!("deliberate test panic on the worker") },
-        ))
+        reply::submit(env, tag, Device::Cpu, || -> ex_mlx_core::Result<bool> {
+            panic!("deliberate test panic on the worker")
+        })
     } else {
         panic!("deliberate test panic in a NIF")
     }
@@ -44,29 +45,24 @@ fn panic_for_test<'a>(
 /// until `release_worker_for_test/0` (or [`MAX_HOLD`]); it replies `true` if
 /// it was released, `false` if it gave up waiting.
 #[rustler::nif]
-fn hold_worker_for_test<'a>(env: Env<'a>, tag: Term<'a>) -> NifResult<reply::Submitted> {
+fn hold_worker_for_test<'a>(env: Env<'a>, tag: Tag<'a>) -> NifResult<reply::Submitted> {
     *lock() = true;
-    reply::queued(reply::submit(
-        env,
-        tag,
-        Device::Cpu,
-        || -> ex_mlx_core::Result<bool> {
-            let deadline = Instant::now() + MAX_HOLD;
-            let mut held = lock();
-            while *held {
-                let left = deadline.saturating_duration_since(Instant::now());
-                if left.is_zero() {
-                    *held = false;
-                    return Ok(false);
-                }
-                held = match RELEASED.wait_timeout(held, left) {
-                    Ok((guard, _)) => guard,
-                    Err(poisoned) => poisoned.into_inner().0,
-                };
+    reply::submit(env, tag, Device::Cpu, || -> ex_mlx_core::Result<bool> {
+        let deadline = Instant::now() + MAX_HOLD;
+        let mut held = lock();
+        while *held {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                *held = false;
+                return Ok(false);
             }
-            Ok(true)
-        },
-    ))
+            held = match RELEASED.wait_timeout(held, left) {
+                Ok((guard, _)) => guard,
+                Err(poisoned) => poisoned.into_inner().0,
+            };
+        }
+        Ok(true)
+    })
 }
 
 /// `release_worker_for_test()`: lets a held worker go.

@@ -12,13 +12,11 @@ use ex_mlx_core::wire;
 use rustler::env::OwnedEnv;
 use rustler::{Binary, Encoder, Env, NifResult, OwnedBinary, Term};
 
+use crate::args::{names, Bytes, DeviceArg, Tag, Tensor};
 use crate::data::{evaluated_host_buffer, HERE_NORMAL_MAX};
-use crate::reply::{done_here, queued, submit};
+use crate::reply::{done_here, submit, Submitted};
 use crate::tensor::NewTensor;
-use crate::term::{
-    decode_binary, decode_device, decode_int_in, decode_shape, decode_tensor, decode_type,
-    error_tuple, show, TypeTerm,
-};
+use crate::term::{decode_int_in, decode_shape, decode_type, error_tuple, show, TypeTerm};
 
 /// A binary built on a worker, handed to the reply exactly once.
 struct BinaryReply(Mutex<Option<OwnedBinary>>);
@@ -54,33 +52,30 @@ const ENCODE_HERE_MAX: usize = 1 << 20;
 /// at most [`ENCODE_HERE_MAX`] bytes is encoded here, on the calling thread
 /// (no MLX stream is needed to read computed data); others on the worker.
 #[rustler::nif]
-fn wire_encode<'a>(env: Env<'a>, tag: Term<'a>, t: Term<'a>) -> NifResult<crate::reply::Submitted> {
-    queued((|| -> Result<crate::reply::Submitted> {
-        let t = decode_tensor("tensor", t)?;
-        if let Some(buffer) = evaluated_host_buffer(&t)? {
-            if buffer.bytes().len() <= ENCODE_HERE_MAX {
-                if let Ok(done) = done_here(tag, encode_frame(&buffer)) {
-                    return Ok(done);
-                }
+fn wire_encode<'a>(env: Env<'a>, tag: Tag<'a>, t: Tensor) -> NifResult<Submitted> {
+    let t = t.0;
+    if let Some(buffer) = evaluated_host_buffer(&t).map_err(error_tuple)? {
+        if buffer.bytes().len() <= ENCODE_HERE_MAX {
+            if let Ok(done) = done_here(tag, encode_frame(&buffer)) {
+                return Ok(done);
             }
         }
-        let device = t.device;
-        submit(env, tag, device, move || {
-            let array = t.array()?;
-            let buffer = HostBuffer::new(&array)?;
-            t.mark_evaluated();
-            Ok(encode_frame(&buffer))
-        })
-    })())
+    }
+    let device = t.device;
+    submit(env, tag, device, move || {
+        let array = t.array()?;
+        let buffer = HostBuffer::new(&array)?;
+        t.mark_evaluated();
+        Ok(encode_frame(&buffer))
+    })
 }
 
 /// `wire_encode_here_dirty(t)`: `{:ok, frame}` for an evaluated CPU tensor,
 /// encoded on a dirty scheduler; `:not_evaluated` when the worker must do it
 /// (`wire_encode/2`).
 #[rustler::nif(schedule = "DirtyCpu")]
-fn wire_encode_here_dirty<'a>(env: Env<'a>, t: Term<'a>) -> NifResult<Term<'a>> {
-    let t = decode_tensor("tensor", t).map_err(error_tuple)?;
-    match evaluated_host_buffer(&t).map_err(error_tuple)? {
+fn wire_encode_here_dirty(env: Env, t: Tensor) -> NifResult<Term> {
+    match evaluated_host_buffer(&t.0).map_err(error_tuple)? {
         Some(buffer) => Ok((rustler::types::atom::ok(), encode_frame(&buffer)).encode(env)),
         None => Ok(not_evaluated().encode(env)),
     }
@@ -90,8 +85,11 @@ rustler::atoms! { not_evaluated }
 
 /// A CPU tensor from a frame, made on the calling thread (see
 /// `crate::data::from_binary_here` for why no worker is needed).
-fn decode_here<'a>(env: Env<'a>, frame: Term<'a>, max_data: Option<usize>) -> NifResult<Term<'a>> {
-    let binary = decode_binary("frame", frame).map_err(error_tuple)?;
+fn decode_here<'a>(
+    env: Env<'a>,
+    binary: Bytes<'a, names::Frame>,
+    max_data: Option<usize>,
+) -> NifResult<Term<'a>> {
     // (the largest header is that of rank 32)
     if max_data.is_some_and(|max| binary.len() > max + wire::header_len(32)) {
         return Err(error_tuple(Error::arg(
@@ -120,14 +118,14 @@ fn tensor_from_frame(bytes: &[u8], device: Device) -> Result<NewTensor> {
 /// `wire_decode_here(frame)`: `{:ok, tensor}` on the CPU, decoded on this
 /// (normal) scheduler; frames of at most [`HERE_NORMAL_MAX`] data bytes.
 #[rustler::nif]
-fn wire_decode_here<'a>(env: Env<'a>, frame: Term<'a>) -> NifResult<Term<'a>> {
+fn wire_decode_here<'a>(env: Env<'a>, frame: Bytes<'a, names::Frame>) -> NifResult<Term<'a>> {
     decode_here(env, frame, Some(HERE_NORMAL_MAX))
 }
 
 /// `wire_decode_here_dirty(frame)`: `wire_decode_here` on a dirty scheduler,
 /// for frames of any size.
 #[rustler::nif(schedule = "DirtyCpu")]
-fn wire_decode_here_dirty<'a>(env: Env<'a>, frame: Term<'a>) -> NifResult<Term<'a>> {
+fn wire_decode_here_dirty<'a>(env: Env<'a>, frame: Bytes<'a, names::Frame>) -> NifResult<Term<'a>> {
     decode_here(env, frame, None)
 }
 
@@ -136,25 +134,24 @@ fn wire_decode_here_dirty<'a>(env: Env<'a>, frame: Term<'a>) -> NifResult<Term<'
 #[rustler::nif]
 fn wire_decode<'a>(
     env: Env<'a>,
-    tag: Term<'a>,
-    frame: Term<'a>,
-    device: Term<'a>,
-) -> NifResult<crate::reply::Submitted> {
-    queued((|| -> Result<crate::reply::Submitted> {
-        decode_binary("frame", frame)?;
-        let device = decode_device("device", device)?;
-        let keep = OwnedEnv::new();
-        let saved = keep.save(frame);
-        submit(env, tag, device, move || {
-            keep.run(|env| {
-                let binary: Binary = saved
-                    .load(env)
-                    .decode()
-                    .map_err(|_| Error::Internal("the saved frame vanished".into()))?;
-                tensor_from_frame(binary.as_slice(), device)
-            })
+    tag: Tag<'a>,
+    frame: Bytes<'a, names::Frame>,
+    device: DeviceArg,
+) -> NifResult<Submitted> {
+    let device = device.0;
+    // The frame stays alive in an environment of its own until the worker
+    // has read it.
+    let keep = OwnedEnv::new();
+    let saved = keep.save(frame.0.to_term(env));
+    submit(env, tag, device, move || {
+        keep.run(|env| {
+            let binary: Binary = saved
+                .load(env)
+                .decode()
+                .map_err(|_| Error::Internal("the saved frame vanished".into()))?;
+            tensor_from_frame(binary.as_slice(), device)
         })
-    })())
+    })
 }
 
 /// `bundle_header(tensors, metadata)`: the 8-byte length and JSON header for
@@ -193,8 +190,7 @@ fn bundle_header<'a>(env: Env<'a>, tensors: Term<'a>, metadata: Term<'a>) -> Nif
 
 /// `bundle_header_length(first_8_bytes, total_size)`: the JSON header's length.
 #[rustler::nif]
-fn bundle_header_length(prefix: Term, total: Term) -> NifResult<u64> {
-    let prefix = decode_binary("prefix", prefix).map_err(error_tuple)?;
+fn bundle_header_length(prefix: Bytes<names::Prefix>, total: Term) -> NifResult<u64> {
     let total = decode_int_in("total", total, 0..=u64::MAX).map_err(error_tuple)?;
     wire::bundle_header_len(prefix.as_slice(), total).map_err(|e| error_tuple(e.into()))
 }
@@ -204,10 +200,9 @@ fn bundle_header_length(prefix: Term, total: Term) -> NifResult<u64> {
 #[rustler::nif(schedule = "DirtyCpu")]
 fn bundle_parse_header<'a>(
     env: Env<'a>,
-    json: Term<'a>,
+    json: Bytes<'a, names::Json>,
     data_len: Term<'a>,
 ) -> NifResult<Term<'a>> {
-    let json = decode_binary("json", json).map_err(error_tuple)?;
     let data_len = decode_int_in("data_len", data_len, 0..=u64::MAX).map_err(error_tuple)?;
     let header =
         wire::parse_bundle_header(json.as_slice(), data_len).map_err(|e| error_tuple(e.into()))?;

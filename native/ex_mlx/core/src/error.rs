@@ -33,10 +33,20 @@ pub enum Error {
 
     /// Malformed wire-format input; the kind names the defect (`bad_magic`, ...).
     #[error("{0}")]
-    Wire(#[from] crate::wire::WireError),
+    Wire(#[from] WireError),
 }
 
 pub type Result<T> = std::result::Result<T, Error>;
+
+/// A wire-format decoding error (see [`crate::wire`]): a stable kind (an
+/// atom on the Elixir side) and a message. It lives here, with the other
+/// errors, so that this module depends on no other.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{message}")]
+pub struct WireError {
+    pub kind: &'static str,
+    pub message: String,
+}
 
 impl Error {
     /// Shorthand for [`Error::Argument`].

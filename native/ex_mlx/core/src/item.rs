@@ -119,4 +119,64 @@ mod tests {
         assert_eq!(read(&[0xFF], Dtype::Int8).unwrap(), Number::Int(-1));
         assert_eq!(read(&[0xFF], Dtype::Uint8).unwrap(), Number::UInt(255));
     }
+
+    /// `cargo test -- --ignored --nocapture time_eager_op`: an eager op
+    /// (add, eval, read the scalar) on the worker itself, and the same with
+    /// a round trip to the worker per op, so bench/'s eager figure can be
+    /// split into MLX's share and the hand-off's. A measurement, not a check.
+    #[test]
+    #[ignore]
+    fn time_eager_op() {
+        use crate::device::Device;
+        use crate::worker::run_blocking;
+        const N: u32 = 2000;
+        let on_worker = run_blocking(Device::Cpu, || {
+            let one = Array::from_f32(1.0);
+            one.eval()?;
+            let t = std::time::Instant::now();
+            for _ in 0..N {
+                let s = mlx_rs::ops::add(&one, &one)?;
+                s.eval()?;
+                std::hint::black_box(item(&s)?);
+            }
+            Ok(t.elapsed() / N)
+        })
+        .unwrap();
+        let one = run_blocking(Device::Cpu, || {
+            let one = Array::from_f32(1.0);
+            one.eval()?;
+            Ok(one)
+        })
+        .unwrap();
+        let t = std::time::Instant::now();
+        for _ in 0..N {
+            let one = one.clone();
+            run_blocking(Device::Cpu, move || {
+                let s = mlx_rs::ops::add(&one, &one)?;
+                s.eval()?;
+                std::hint::black_box(item(&s)?);
+                Ok(())
+            })
+            .unwrap();
+        }
+        let with_hand_off = t.elapsed() / N;
+        println!("eager op on the worker {on_worker:?}, with a hand-off per op {with_hand_off:?}");
+        let chain = run_blocking(Device::Cpu, || {
+            let one = Array::from_f32(1.0);
+            one.eval()?;
+            let mut best = std::time::Duration::MAX;
+            for _ in 0..9 {
+                let t = std::time::Instant::now();
+                let mut acc = one.clone();
+                for _ in 0..1000 {
+                    acc = mlx_rs::ops::add(&acc, &one)?;
+                }
+                acc.eval()?;
+                best = best.min(t.elapsed() / 1000);
+            }
+            Ok(best)
+        })
+        .unwrap();
+        println!("1000-add chain built and evaluated on the worker: {chain:?} per op (best of 9)");
+    }
 }

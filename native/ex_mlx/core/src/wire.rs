@@ -5,6 +5,7 @@
 //! The decoders distrust their input: every size is checked against the bytes
 //! actually present before anything is allocated.
 
+pub use crate::error::WireError;
 use mlx_rs::Dtype;
 
 use crate::dtype::size_of;
@@ -33,14 +34,6 @@ pub const VERSION: u8 = 1;
 pub const MAX_RANK: usize = 32;
 /// The largest bundle header ExMLX reads (safetensors uses the same bound).
 pub const MAX_HEADER: u64 = 100_000_000;
-
-/// A decoding error: a stable kind (an atom on the Elixir side) and a message.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{message}")]
-pub struct WireError {
-    pub kind: &'static str,
-    pub message: String,
-}
 
 fn fail<T>(kind: &'static str, message: impl Into<String>) -> Result<T, WireError> {
     Err(WireError {

@@ -11,15 +11,8 @@ use super::precise::broadcast_shape;
 use crate::dtype::{display, size_of};
 use crate::error::{Error, Result};
 
-pub const BINARY: &[&str] = &[
-    "bitwise_and",
-    "bitwise_or",
-    "bitwise_xor",
-    "left_shift",
-    "right_shift",
-];
-
-type RawBinary = unsafe extern "C" fn(*mut mlx_array, mlx_array, mlx_array, mlx_stream) -> i32;
+/// An mlx-c binary bitwise function (`mlx_sys::mlx_bitwise_and`, ...).
+pub type RawBinary = unsafe extern "C" fn(*mut mlx_array, mlx_array, mlx_array, mlx_stream) -> i32;
 type RawUnary = unsafe extern "C" fn(*mut mlx_array, mlx_array, mlx_stream) -> i32;
 
 fn check_integer(name: &'static str, a: &Array) -> Result<()> {
@@ -32,21 +25,14 @@ fn check_integer(name: &'static str, a: &Array) -> Result<()> {
     Ok(())
 }
 
-/// `a op b` for the ops in [`BINARY`], with broadcasting.
-pub fn binary(op: &str, a: &Array, b: &Array) -> Result<Array> {
-    let f: RawBinary = match op {
-        "bitwise_and" => mlx_sys::mlx_bitwise_and,
-        "bitwise_or" => mlx_sys::mlx_bitwise_or,
-        "bitwise_xor" => mlx_sys::mlx_bitwise_xor,
-        "left_shift" => mlx_sys::mlx_left_shift,
-        "right_shift" => mlx_sys::mlx_right_shift,
-        _ => return Err(super::unknown_op("bitwise op", op, BINARY)),
-    };
+/// `a op b` with broadcasting, `op` being the mlx-c function `f` (`name`
+/// for errors).
+pub fn binary(name: &str, f: RawBinary, a: &Array, b: &Array) -> Result<Array> {
     check_integer("a", a)?;
     check_integer("b", b)?;
     broadcast_shape(a.shape(), b.shape())?;
     // SAFETY: one mlx-c call; `a` and `b` are live arrays for its duration.
-    unsafe { super::raw::op(op, |res, s| f(res, a.as_ptr(), b.as_ptr(), s)) }
+    unsafe { super::raw::op(name, |res, s| f(res, a.as_ptr(), b.as_ptr(), s)) }
 }
 
 /// `~a` (logical not for `:bool`).
@@ -86,14 +72,17 @@ fn shifted(a: &Array) -> Result<(Array, usize)> {
     let shifts = ops::arange::<i32, i32>(0, bits as i32, None)?.as_dtype(unsigned)?;
     // [..., bits]: element i is x >> i
     let expanded = ops::expand_dims_axes(&u, &[-1])?;
-    Ok((binary("right_shift", &expanded, &shifts)?, bits))
+    Ok((
+        binary("right_shift", mlx_sys::mlx_right_shift, &expanded, &shifts)?,
+        bits,
+    ))
 }
 
 /// Number of set bits of each element (of its two's-complement pattern).
 pub fn population_count(a: &Array) -> Result<Array> {
     let (s, _) = shifted(a)?;
     let one = Array::from_int(1).as_dtype(s.dtype())?;
-    let bits = binary("bitwise_and", &s, &one)?;
+    let bits = binary("bitwise_and", mlx_sys::mlx_bitwise_and, &s, &one)?;
     Ok(bits.sum_axes(&[-1], false)?.as_dtype(a.dtype())?)
 }
 

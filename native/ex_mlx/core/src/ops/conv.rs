@@ -7,16 +7,22 @@ use crate::error::{Error, Result};
 /// N-d convolution in MLX's layout: `input` is `[batch, spatial..., in_channels]`,
 /// `kernel` is `[out_channels, spatial..., in_channels / groups]`. `padding` is
 /// `(low, high)` per spatial axis (applied here, so it may be asymmetric).
+/// Defaults (`None`): strides and dilations 1, no padding.
 pub fn conv_general(
     input: &Array,
     kernel: &Array,
-    strides: &[i64],
-    padding: &[(i64, i64)],
-    kernel_dilation: &[i64],
-    input_dilation: &[i64],
+    strides: Option<Vec<i64>>,
+    padding: Option<Vec<(i64, i64)>>,
+    kernel_dilation: Option<Vec<i64>>,
+    input_dilation: Option<Vec<i64>>,
     groups: i64,
 ) -> Result<Array> {
     let spatial = input.ndim().saturating_sub(2);
+    let ones = || super::params::ones(spatial);
+    let strides = &strides.unwrap_or_else(ones);
+    let padding = &padding.unwrap_or_else(|| vec![(0, 0); spatial]);
+    let kernel_dilation = &kernel_dilation.unwrap_or_else(ones);
+    let input_dilation = &input_dilation.unwrap_or_else(ones);
     if input.ndim() < 3 || kernel.ndim() != input.ndim() {
         return Err(Error::arg(
             "kernel",

@@ -5,25 +5,13 @@ use mlx_rs::Array;
 use super::check_axis;
 use crate::error::Result;
 
-pub fn cumulative(op: &str, a: &Array, axis: i64, reverse: bool) -> Result<Array> {
+/// `f(a, axis, reverse)`, MLX's running reduction along a checked `axis`.
+pub fn along(
+    a: &Array,
+    axis: i64,
+    reverse: bool,
+    f: impl FnOnce(&Array, i32, bool) -> mlx_rs::error::Result<Array>,
+) -> Result<Array> {
     let axis = check_axis("axis", axis, a.ndim())?;
-    let out = match op {
-        "cumulative_sum" => a.cumsum(axis, reverse, true),
-        "cumulative_product" => a.cumprod(axis, reverse, true),
-        "cumulative_min" => a.cummin(axis, reverse, true),
-        "cumulative_max" => a.cummax(axis, reverse, true),
-        _ => {
-            return Err(super::unknown_op(
-                "cumulative op",
-                op,
-                &[
-                    "cumulative_sum",
-                    "cumulative_product",
-                    "cumulative_min",
-                    "cumulative_max",
-                ],
-            ))
-        }
-    };
-    Ok(out?)
+    Ok(f(a, axis, reverse)?)
 }

@@ -23,7 +23,7 @@ use crate::error::{Error, Result};
 
 /// The four transforms; the 1-, 2- and N-D ops of a family share one.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Kind {
+pub enum Kind {
     Fft,
     Ifft,
     Rfft,
@@ -31,29 +31,30 @@ enum Kind {
 }
 
 impl Kind {
-    fn of(family: &str) -> Option<Kind> {
-        match family {
-            "fft" => Some(Kind::Fft),
-            "ifft" => Some(Kind::Ifft),
-            "rfft" => Some(Kind::Rfft),
-            "irfft" => Some(Kind::Irfft),
-            _ => None,
+    fn name(self) -> &'static str {
+        match self {
+            Kind::Fft => "fft",
+            Kind::Ifft => "ifft",
+            Kind::Rfft => "rfft",
+            Kind::Irfft => "irfft",
         }
     }
 }
 
-const OPS_1D: [&str; 4] = ["fft", "ifft", "rfft", "irfft"];
-const OPS_ND: [&str; 8] = [
-    "fft2", "ifft2", "rfft2", "irfft2", "fftn", "ifftn", "rfftn", "irfftn",
-];
+/// How many axes an N-D entry point transforms: exactly two (`fft2`, ...)
+/// or any number (`fftn`, ...).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Dims {
+    Two,
+    Any,
+}
 
-/// One-dimensional transform `op` (`fft`, `ifft`, `rfft`, `irfft`) along
+/// One-dimensional transform `kind` (`fft`, `ifft`, `rfft`, `irfft`) along
 /// `axis` with length `n`: the input is cropped or zero-padded to `n` points
 /// (to `n / 2 + 1` for `irfft`). `None` means the axis' size, or `2 * (m - 1)`
 /// for `irfft` of an axis of size `m`.
-pub fn fft1(op: &str, a: &Array, n: Option<i64>, axis: i64) -> Result<Array> {
-    let kind = Kind::of(op).ok_or_else(|| super::unknown_op("transform", op, &OPS_1D))?;
-    check_input(op, kind, a)?;
+pub fn fft1(kind: Kind, a: &Array, n: Option<i64>, axis: i64) -> Result<Array> {
+    check_input(kind.name(), kind, a)?;
     let axis = check_axis("axis", axis, a.ndim())?;
     let lengths = match n {
         Some(n) => vec![length("n", n)?],
@@ -62,18 +63,20 @@ pub fn fft1(op: &str, a: &Array, n: Option<i64>, axis: i64) -> Result<Array> {
     run(kind, a, lengths, vec![axis])
 }
 
-/// Two- or N-dimensional transform `op` (`fft2` ... `irfft2`, `fftn` ...
-/// `irfftn`) over `axes` with lengths `s` (one per axis). Defaults: the 2-D
+/// Two- or N-dimensional transform `kind` (`fft2` ... `irfft2` for
+/// [`Dims::Two`], `fftn` ... `irfftn` for [`Dims::Any`]) over `axes` with lengths `s` (one per axis). Defaults: the 2-D
 /// ops take axes `[-2, -1]`; the N-D ops the last `s.len()` axes when `s` is
 /// given, else every axis. `s` defaults as in [`fft1`], the last axis being
 /// the one `irfft*`'s default applies to.
-pub fn fftn(op: &str, a: &Array, s: Option<&[i64]>, axes: Option<&[i64]>) -> Result<Array> {
-    if !OPS_ND.contains(&op) {
-        return Err(super::unknown_op("transform", op, &OPS_ND));
-    }
-    let two_d = op.ends_with('2');
-    let kind =
-        Kind::of(&op[..op.len() - 1]).ok_or_else(|| super::unknown_op("transform", op, &OPS_ND))?;
+pub fn fftn(
+    kind: Kind,
+    dims: Dims,
+    a: &Array,
+    s: Option<&[i64]>,
+    axes: Option<&[i64]>,
+) -> Result<Array> {
+    let two_d = dims == Dims::Two;
+    let op = &format!("{}{}", kind.name(), if two_d { "2" } else { "n" });
     check_input(op, kind, a)?;
     let rank = a.ndim();
 
@@ -131,14 +134,11 @@ pub fn fftn(op: &str, a: &Array, s: Option<&[i64]>, axes: Option<&[i64]>) -> Res
     run(kind, a, lengths, axes)
 }
 
-/// `fftshift` (moves the zero-frequency term to the centre: each axis of
-/// size `m` is rolled by `m / 2`) or `ifftshift` (its inverse, rolling by
+/// `fftshift` (`inverse` false: moves the zero-frequency term to the centre: each axis of
+/// size `m` is rolled by `m / 2`) or `ifftshift` (`inverse` true: its inverse, rolling by
 /// `-(m / 2)`; the two differ for odd sizes) over `axes`, every axis by
 /// default. Any type; a rank-0 tensor has no axes and comes back unchanged.
-pub fn shift(op: &str, a: &Array, axes: Option<&[i64]>) -> Result<Array> {
-    if op != "fftshift" && op != "ifftshift" {
-        return Err(super::unknown_op("shift", op, &["fftshift", "ifftshift"]));
-    }
+pub fn shift(inverse: bool, a: &Array, axes: Option<&[i64]>) -> Result<Array> {
     let rank = a.ndim();
     let axes = match axes {
         Some(axes) => check_axes("axes", axes, rank)?,
@@ -147,10 +147,10 @@ pub fn shift(op: &str, a: &Array, axes: Option<&[i64]>) -> Result<Array> {
     if axes.is_empty() {
         return Ok(a.clone());
     }
-    let out = if op == "fftshift" {
-        mlx_rs::fft::fftshift(a, &axes[..])
-    } else {
+    let out = if inverse {
         mlx_rs::fft::ifftshift(a, &axes[..])
+    } else {
+        mlx_rs::fft::fftshift(a, &axes[..])
     };
     Ok(out?)
 }
@@ -275,36 +275,36 @@ mod tests {
         run_blocking(Device::Cpu, || {
             // [1, 1, 0, 0] padded from [1, 1]: [2, 1 - i, 0, 1 + i]
             let a = Array::from_slice(&[1.0f32, 1.0], &[2]);
-            let f = fft1("fft", &a, Some(4), -1)?;
+            let f = fft1(Kind::Fft, &a, Some(4), -1)?;
             assert_eq!(
                 c64(&f),
                 vec![(2.0, 0.0), (1.0, -1.0), (0.0, 0.0), (1.0, 1.0)]
             );
             // truncation to 1 point keeps the first: [1]
-            let f = fft1("fft", &a, Some(1), 0)?;
+            let f = fft1(Kind::Fft, &a, Some(1), 0)?;
             assert_eq!(c64(&f), vec![(1.0, 0.0)]);
             // irfft's default length for 3 bins is 4; of [4, 0, 0] it is [1, 1, 1, 1]
             let r = Array::from_slice(&[4.0f32, 0.0, 0.0], &[3]);
-            let back = fft1("irfft", &r, None, -1)?;
+            let back = fft1(Kind::Irfft, &r, None, -1)?;
             assert_eq!(back.shape(), &[4]);
             assert_eq!(back.as_slice::<f32>(), &[1.0, 1.0, 1.0, 1.0]);
             // fft2 of [[1, 2], [3, 4]]: [[10, -2], [-4, 0]]
             let m = Array::from_slice(&[1.0f32, 2.0, 3.0, 4.0], &[2, 2]);
-            let f = fftn("fft2", &m, None, None)?;
+            let f = fftn(Kind::Fft, Dims::Two, &m, None, None)?;
             assert_eq!(
                 c64(&f),
                 vec![(10.0, 0.0), (-2.0, 0.0), (-4.0, 0.0), (0.0, 0.0)]
             );
             // fftn with s only transforms the last s.len() axes: rfftn over axis 1
             // of [[1, 2], [3, 4]] gives [[3, -1], [7, -1]]
-            let f = fftn("rfftn", &m, Some(&[2]), None)?;
+            let f = fftn(Kind::Rfft, Dims::Any, &m, Some(&[2]), None)?;
             assert_eq!(
                 c64(&f),
                 vec![(3.0, 0.0), (-1.0, 0.0), (7.0, 0.0), (-1.0, 0.0)]
             );
             // zero-padding an empty axis gives zeros
             let empty = Array::from_slice::<f32>(&[], &[0]);
-            let f = fft1("fft", &empty, Some(3), 0)?;
+            let f = fft1(Kind::Fft, &empty, Some(3), 0)?;
             assert_eq!(c64(&f), vec![(0.0, 0.0); 3]);
             Ok(())
         })
@@ -316,20 +316,17 @@ mod tests {
         run_blocking(Device::Cpu, || {
             let odd = Array::from_slice(&[0i32, 1, 2, 3, 4], &[5]);
             assert_eq!(
-                shift("fftshift", &odd, None)?.as_slice::<i32>(),
+                shift(false, &odd, None)?.as_slice::<i32>(),
                 &[3, 4, 0, 1, 2]
             );
-            assert_eq!(
-                shift("ifftshift", &odd, None)?.as_slice::<i32>(),
-                &[2, 3, 4, 0, 1]
-            );
+            assert_eq!(shift(true, &odd, None)?.as_slice::<i32>(), &[2, 3, 4, 0, 1]);
             let m = Array::from_slice(&[0i32, 1, 2, 3, 4, 5], &[2, 3]);
             assert_eq!(
-                shift("fftshift", &m, Some(&[-1]))?.as_slice::<i32>(),
+                shift(false, &m, Some(&[-1]))?.as_slice::<i32>(),
                 &[2, 0, 1, 5, 3, 4]
             );
             let scalar = Array::from_int(7);
-            assert_eq!(shift("fftshift", &scalar, None)?.as_slice::<i32>(), &[7]);
+            assert_eq!(shift(false, &scalar, None)?.as_slice::<i32>(), &[7]);
             Ok(())
         })
         .unwrap();
@@ -350,26 +347,24 @@ mod tests {
             let one = Array::from_slice(&[1.0f32], &[1]);
             let empty = Array::from_slice::<f32>(&[], &[0]);
             let f64 = v.as_dtype(Dtype::Float64)?;
-            let c = fft1("fft", &v, None, 0)?;
+            let c = fft1(Kind::Fft, &v, None, 0)?;
             Ok(vec![
-                error(fft1("fft", &v, Some(0), 0)),
-                error(fft1("fft", &v, Some(1 << 40), 0)),
-                error(fft1("fft", &v, None, 1)),
-                error(fft1("irfft", &one, None, 0)),
-                error(fft1("fft", &empty, None, 0)),
-                error(fft1("fft", &f64, None, 0)),
-                error(fft1("rfft", &c, None, 0)),
-                error(fft1("fft", &Array::from_f32(1.0), None, 0)),
-                error(fft1("fft3", &v, None, 0)),
-                error(fftn("fft2", &v, None, None)),
-                error(fftn("fft2", &m, None, Some(&[0]))),
-                error(fftn("fftn", &m, Some(&[2, 2]), Some(&[0]))),
-                error(fftn("fftn", &m, Some(&[2, 2, 2]), None)),
-                error(fftn("fftn", &m, None, Some(&[1, -1]))),
-                error(fftn("fftn", &m, None, Some(&[]))),
-                error(fftn("rfftn", &m, Some(&[2, -1]), None)),
-                error(shift("fftshift", &m, Some(&[0, 2]))),
-                error(shift("roll", &m, None)),
+                error(fft1(Kind::Fft, &v, Some(0), 0)),
+                error(fft1(Kind::Fft, &v, Some(1 << 40), 0)),
+                error(fft1(Kind::Fft, &v, None, 1)),
+                error(fft1(Kind::Irfft, &one, None, 0)),
+                error(fft1(Kind::Fft, &empty, None, 0)),
+                error(fft1(Kind::Fft, &f64, None, 0)),
+                error(fft1(Kind::Rfft, &c, None, 0)),
+                error(fft1(Kind::Fft, &Array::from_f32(1.0), None, 0)),
+                error(fftn(Kind::Fft, Dims::Two, &v, None, None)),
+                error(fftn(Kind::Fft, Dims::Two, &m, None, Some(&[0]))),
+                error(fftn(Kind::Fft, Dims::Any, &m, Some(&[2, 2]), Some(&[0]))),
+                error(fftn(Kind::Fft, Dims::Any, &m, Some(&[2, 2, 2]), None)),
+                error(fftn(Kind::Fft, Dims::Any, &m, None, Some(&[1, -1]))),
+                error(fftn(Kind::Fft, Dims::Any, &m, None, Some(&[]))),
+                error(fftn(Kind::Rfft, Dims::Any, &m, Some(&[2, -1]), None)),
+                error(shift(false, &m, Some(&[0, 2]))),
             ])
         })
         .unwrap();
@@ -385,7 +380,6 @@ mod tests {
              complex64 (it has no complex128), which would narrow it; convert it to {:f, 32} first",
             "type: rfft: takes real input, got {:c, 64}; use fft for complex input",
             "argument: tensor: fft needs a tensor of rank 1 or more, got a scalar",
-            "argument: op: unknown transform :fft3; known: fft, ifft, rfft, irfft",
             "argument: axes: axis -2 is out of range for a tensor of rank 1",
             "argument: axes: fft2 transforms exactly two axes, got 1 (use fftn for any number)",
             "argument: s: has 2 lengths for 1 axis; give one length per axis",
@@ -394,7 +388,6 @@ mod tests {
             "argument: axes: needs at least one axis",
             "argument: s: length -1 must be at least 1",
             "argument: axes: axis 2 is out of range for a tensor of rank 2",
-            "argument: op: unknown shift :roll; known: fftshift, ifftshift",
         ];
         for (got, want) in errors.iter().zip(expected) {
             assert_eq!(got, want);

@@ -107,6 +107,15 @@ fn check_float(name: &'static str, a: &Array) -> Result<()> {
     }
 }
 
+/// `x` with `a · x = b`: a general solve, or a triangular one when
+/// `triangular` says which triangle (`Some(true)`: upper).
+pub fn solve_general(a: &Array, b: &Array, triangular: Option<bool>) -> Result<Array> {
+    match triangular {
+        None => solve(a, b),
+        Some(upper) => solve_triangular(a, b, upper),
+    }
+}
+
 /// Lower (or upper) Cholesky factor of a symmetric positive-definite matrix.
 pub fn cholesky(a: &Array, upper: bool) -> Result<Array> {
     check_square("tensor", a)?;

@@ -1,5 +1,6 @@
-//! MLX operations, one small function per op, grouped by family. Arguments are
-//! checked here, before MLX sees them, so errors name the argument.
+//! MLX operations: [`table`] declares every op; the families below hold
+//! what is more than one MLX call, checking arguments before MLX sees them
+//! so that errors name the argument.
 
 pub mod bitwise;
 pub mod conv;
@@ -12,22 +13,16 @@ mod householder;
 pub mod indexing;
 pub mod linalg;
 pub mod nx_linalg;
+pub mod params;
 pub mod precise;
 pub mod raw;
 pub mod reduce;
 pub mod shape;
 pub mod sort;
+pub mod table;
 pub mod window;
 
 use crate::error::{Error, Result};
-
-/// The error for an op name a family does not know: "unknown {what} :{op}; known: ...".
-pub fn unknown_op(what: &str, op: &str, known: &[&str]) -> Error {
-    Error::arg(
-        "op",
-        format!("unknown {what} :{op}; known: {}", known.join(", ")),
-    )
-}
 
 /// Normalises `axis` (negative counts from the end) for an array of rank `rank`.
 pub fn check_axis(name: &'static str, axis: i64, rank: usize) -> Result<i32> {

@@ -15,11 +15,6 @@ use mlx_rs::{Array, Dtype};
 use crate::error::{Error, Result};
 use crate::host::{array_from_bytes, HostBuffer};
 
-/// The unary ops that need the host path for f64.
-pub const UNARY_F64: &[&str] = &[
-    "exp", "expm1", "log1p", "sin", "cos", "erf", "erf_inv", "sigmoid",
-];
-
 // The C library's functions Rust's std does not expose.
 extern "C" {
     #[link_name = "erf"]
@@ -28,23 +23,16 @@ extern "C" {
     fn c_erfc(x: f64) -> f64;
 }
 
-fn erf(x: f64) -> f64 {
+/// The error function (the C library's).
+pub fn erf(x: f64) -> f64 {
     // SAFETY: erf is a pure C function of one double, defined for every input.
     unsafe { c_erf(x) }
 }
 
-fn erfc(x: f64) -> f64 {
+/// The complementary error function (the C library's).
+pub fn erfc(x: f64) -> f64 {
     // SAFETY: erfc is a pure C function of one double, defined for every input.
     unsafe { c_erfc(x) }
-}
-
-/// Ops MLX lacks altogether, computed here for every float type (through f64).
-pub const UNARY_HOST: &[&str] = &["erfc", "cbrt"];
-
-/// Whether `op` on `dtype` must use this module.
-pub fn needs_host(op: &str, dtype: Dtype) -> bool {
-    (dtype == Dtype::Float64 && (UNARY_F64.contains(&op) || op == "logaddexp"))
-        || UNARY_HOST.contains(&op)
 }
 
 /// The elements of an f64 array, row-major.
@@ -63,34 +51,37 @@ pub(crate) fn from_f64s(values: &[f64], shape: &[i32]) -> Result<Array> {
     array_from_bytes(&bytes, shape, Dtype::Float64)
 }
 
-/// `op(a)` computed on the host in f64; the result has `a`'s float type
-/// (integers give f32, as MLX's own float functions do).
-pub fn unary(op: &str, a: &Array) -> Result<Array> {
+/// `f(a)` computed on the host in f64, for an op MLX lacks (`name` is
+/// the op's, for errors); the result has `a`'s float type (integers give
+/// f32, as MLX's own float functions do).
+pub fn on_host(name: &str, a: &Array, f: fn(f64) -> f64) -> Result<Array> {
     let out_dtype = match a.dtype() {
         d if d.is_float() => d,
         Dtype::Complex64 => {
             return Err(Error::Type(format!(
-                "{op} is not defined for complex tensors in ExMLX"
+                "{name} is not defined for complex tensors in ExMLX"
             )))
         }
         _ => Dtype::Float32,
     };
     let a = &a.as_dtype(Dtype::Float64)?;
-    let f: fn(f64) -> f64 = match op {
-        "erfc" => erfc,
-        "cbrt" => f64::cbrt,
-        "exp" => f64::exp,
-        "expm1" => f64::exp_m1,
-        "log1p" => f64::ln_1p,
-        "sin" => f64::sin,
-        "cos" => f64::cos,
-        "erf" => erf,
-        "erf_inv" => erf_inv,
-        "sigmoid" => sigmoid,
-        _ => return Err(Error::Internal(format!("no host f64 path for {op}"))),
-    };
     let values: Vec<f64> = f64s(a)?.into_iter().map(f).collect();
     Ok(from_f64s(&values, a.shape())?.as_dtype(out_dtype)?)
+}
+
+/// MLX's `mlx(a)`, except for f64 input, which MLX computes with f32
+/// accuracy (see the module documentation): then `f` on the host.
+pub fn f64_on_host(
+    name: &str,
+    a: &Array,
+    f: fn(f64) -> f64,
+    mlx: impl FnOnce(&Array) -> mlx_rs::error::Result<Array>,
+) -> Result<Array> {
+    if a.dtype() == Dtype::Float64 {
+        on_host(name, a, f)
+    } else {
+        Ok(mlx(a)?)
+    }
 }
 
 /// `logaddexp(a, b)` for f64 arrays (already broadcast to one shape).
@@ -143,7 +134,7 @@ pub fn broadcast_shape(a: &[i32], b: &[i32]) -> Result<Vec<i32>> {
         .collect()
 }
 
-fn sigmoid(x: f64) -> f64 {
+pub fn sigmoid(x: f64) -> f64 {
     if x >= 0.0 {
         1.0 / (1.0 + (-x).exp())
     } else {
@@ -154,7 +145,7 @@ fn sigmoid(x: f64) -> f64 {
 
 /// Inverse error function: a rational first guess refined by Newton steps on
 /// libm's erf (quadratic convergence to full f64 precision).
-fn erf_inv(y: f64) -> f64 {
+pub fn erf_inv(y: f64) -> f64 {
     if y.is_nan() || !(-1.0..=1.0).contains(&y) {
         return f64::NAN;
     }

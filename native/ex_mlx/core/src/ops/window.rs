@@ -7,8 +7,17 @@ use mlx_rs::{ops, Array, Dtype};
 use crate::dtype::display_shape;
 use crate::error::{Error, Result};
 
+/// The reduction over each window.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Reduction {
+    Sum,
+    Product,
+    Max,
+    Min,
+}
+
 /// The value padding must use so it never changes `op`'s result.
-fn identity(op: &str, dtype: Dtype) -> Result<Array> {
+fn identity(op: Reduction, dtype: Dtype) -> Result<Array> {
     let f = |v: f64| Array::from_f64(v).as_dtype(dtype);
     let int_limit = |max: bool| -> Result<Array> {
         Ok(match (dtype, max) {
@@ -29,34 +38,33 @@ fn identity(op: &str, dtype: Dtype) -> Result<Array> {
         })
     };
     Ok(match op {
-        "window_sum" => Array::from_int(0).as_dtype(dtype)?,
-        "window_product" => Array::from_int(1).as_dtype(dtype)?,
-        "window_max" => int_limit(false)?,
-        "window_min" => int_limit(true)?,
-        _ => {
-            return Err(super::unknown_op(
-                "window op",
-                op,
-                &["window_sum", "window_product", "window_max", "window_min"],
-            ))
-        }
+        Reduction::Sum => Array::from_int(0).as_dtype(dtype)?,
+        Reduction::Product => Array::from_int(1).as_dtype(dtype)?,
+        Reduction::Max => int_limit(false)?,
+        Reduction::Min => int_limit(true)?,
     })
 }
 
+/// `op` over the windows of `window` (one size per axis), with `strides`
+/// (default 1), `padding` (`(low, high)` per axis, default none; padded with
+/// the reduction's identity) and `dilations` (default 1).
 pub fn window(
-    op: &str,
+    op: Reduction,
     a: &Array,
     window: &[i64],
-    strides: &[i64],
-    padding: &[(i64, i64)],
-    dilations: &[i64],
+    strides: Option<Vec<i64>>,
+    padding: Option<Vec<(i64, i64)>>,
+    dilations: Option<Vec<i64>>,
 ) -> Result<Array> {
     let rank = a.ndim();
+    let strides = &strides.unwrap_or_else(|| super::params::ones(rank));
+    let padding = &padding.unwrap_or_else(|| vec![(0, 0); rank]);
+    let dilations = &dilations.unwrap_or_else(|| super::params::ones(rank));
     for (name, len) in [
         ("window", window.len()),
         ("strides", strides.len()),
         ("padding", padding.len()),
-        ("dilations", dilations.len()),
+        ("window_dilations", dilations.len()),
     ] {
         if len != rank {
             return Err(Error::arg(
@@ -109,10 +117,10 @@ pub fn window(
     let view = ops::as_strided(&contiguous, &shape[..], &view_strides[..], 0)?;
     let axes: Vec<i32> = (rank as i32..2 * rank as i32).collect();
     let out = match op {
-        "window_sum" => view.sum_axes(&axes, false)?,
-        "window_product" => view.prod_axes(&axes, false)?,
-        "window_max" => view.max_axes(&axes, false)?,
-        _ => view.min_axes(&axes, false)?,
+        Reduction::Sum => view.sum_axes(&axes, false)?,
+        Reduction::Product => view.prod_axes(&axes, false)?,
+        Reduction::Max => view.max_axes(&axes, false)?,
+        Reduction::Min => view.min_axes(&axes, false)?,
     };
     Ok(out.as_dtype(a.dtype())?)
 }
@@ -128,9 +136,16 @@ mod tests {
         let (sum, max) = run_blocking(Device::Cpu, || {
             // [1, 2, 3, 4, 5], window 2, stride 1: sums [3, 5, 7, 9]
             let a = Array::from_slice(&[1i32, 2, 3, 4, 5], &[5]);
-            let s = window("window_sum", &a, &[2], &[1], &[(0, 0)], &[1])?;
+            let s = window(Reduction::Sum, &a, &[2], None, None, None)?;
             // window 3 stride 2 with one pad each side: [-inf,1,2,3,4,5,-inf] -> max of [.,1,2]=2, [2,3,4]=4, [4,5,.]=5
-            let m = window("window_max", &a, &[3], &[2], &[(1, 1)], &[1])?;
+            let m = window(
+                Reduction::Max,
+                &a,
+                &[3],
+                Some(vec![2]),
+                Some(vec![(1, 1)]),
+                None,
+            )?;
             Ok((s.as_slice::<i32>().to_vec(), m.as_slice::<i32>().to_vec()))
         })
         .unwrap();

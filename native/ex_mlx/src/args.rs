@@ -1,0 +1,164 @@
+//! Typed NIF arguments: rustler decoders for what ExMLX's NIFs take, so a
+//! NIF declares `t: Tensor, type_: TypeArg` and gets checked values. A term
+//! that does not decode makes the NIF return `{:error, {:argument, message}}`,
+//! the message naming the argument (as the `term` decoders do), never a bare
+//! `badarg`.
+
+use ex_mlx_core::device::Device;
+use ex_mlx_core::error::Error;
+use ex_mlx_core::ops::table::Op;
+use mlx_rs::Dtype;
+use rustler::{Atom, Binary, Decoder, NifResult, Term};
+
+use crate::tensor::{self, TensorRef};
+use crate::term::{self, error_tuple};
+
+/// The first argument of an asynchronous NIF: how the result is delivered
+/// (`crate::reply` reads it).
+#[derive(Clone, Copy)]
+pub struct Tag<'a>(pub Term<'a>);
+
+impl<'a> Decoder<'a> for Tag<'a> {
+    fn decode(term: Term<'a>) -> NifResult<Self> {
+        Ok(Tag(term))
+    }
+}
+
+/// A usable tensor, named `tensor` in errors (see [`tensor::decode`]).
+pub struct Tensor(pub TensorRef);
+
+impl<'a> Decoder<'a> for Tensor {
+    fn decode(term: Term<'a>) -> NifResult<Self> {
+        tensor::decode("tensor", term)
+            .map(Tensor)
+            .map_err(error_tuple)
+    }
+}
+
+/// A tensor in any state (deallocated or failed too), named `tensor`.
+pub struct AnyTensor(pub TensorRef);
+
+impl<'a> Decoder<'a> for AnyTensor {
+    fn decode(term: Term<'a>) -> NifResult<Self> {
+        tensor::decode_any("tensor", term)
+            .map(AnyTensor)
+            .map_err(error_tuple)
+    }
+}
+
+/// Declares a typed argument: its name in errors and its decoder.
+macro_rules! typed_arg {
+    ($(#[$doc:meta])* $name:ident($ty:ty) = $decode:expr, $arg:literal) => {
+        $(#[$doc])*
+        pub struct $name(pub $ty);
+
+        impl<'a> Decoder<'a> for $name {
+            fn decode(term: Term<'a>) -> NifResult<Self> {
+                let decode: fn(&'static str, Term) -> Result<$ty, Error> = $decode;
+                decode($arg, term).map($name).map_err(error_tuple)
+            }
+        }
+    };
+}
+
+typed_arg!(
+    /// An element type: `{:f, 32}`, `:bool`, ...
+    TypeArg(Dtype) = term::decode_type, "type"
+);
+typed_arg!(
+    /// A shape: a tuple of non-negative integers.
+    ShapeArg(Vec<i32>) = term::decode_shape, "shape"
+);
+typed_arg!(
+    /// `:cpu` or `:gpu`.
+    DeviceArg(Device) = term::decode_device, "device"
+);
+
+/// A binary argument named `data`, `frame`, ... by `N` (see [`BinaryName`]).
+pub struct Bytes<'a, N: BinaryName>(pub Binary<'a>, std::marker::PhantomData<N>);
+
+/// The name a binary argument has in errors.
+pub trait BinaryName {
+    const NAME: &'static str;
+}
+
+/// Binary argument names.
+pub mod names {
+    macro_rules! binary_names {
+        ($($ty:ident = $name:literal),*) => {
+            $(pub struct $ty;
+            impl super::BinaryName for $ty {
+                const NAME: &'static str = $name;
+            })*
+        };
+    }
+    binary_names!(
+        Data = "data",
+        Frame = "frame",
+        Json = "json",
+        Prefix = "prefix",
+        Source = "binary"
+    );
+}
+
+impl<'a, N: BinaryName + 'a> Decoder<'a> for Bytes<'a, N> {
+    fn decode(term: Term<'a>) -> NifResult<Self> {
+        term::decode_binary(N::NAME, term)
+            .map(|b| Bytes(b, std::marker::PhantomData))
+            .map_err(error_tuple)
+    }
+}
+
+impl<'a, N: BinaryName> Bytes<'a, N> {
+    pub fn as_slice(&self) -> &[u8] {
+        self.0.as_slice()
+    }
+
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+}
+
+/// An op of ex_mlx_core's op table, named by an atom.
+pub struct OpArg(pub Op);
+
+impl<'a> Decoder<'a> for OpArg {
+    fn decode(term: Term<'a>) -> NifResult<Self> {
+        op_of(term).map(OpArg).map_err(error_tuple)
+    }
+}
+
+/// The op an atom names. Atoms are compared as terms (no string is built):
+/// the table of every op's atom is made once.
+fn op_of(term: Term) -> Result<Op, Error> {
+    static ATOMS: std::sync::OnceLock<Vec<(Atom, Op)>> = std::sync::OnceLock::new();
+    let unknown = || {
+        Error::arg(
+            "op",
+            format!(
+                "unknown op {} (ExMLX.Native.op_table/0 lists them)",
+                term::show(term)
+            ),
+        )
+    };
+    let atom = term.decode::<Atom>().map_err(|_| unknown())?;
+    let atoms = ATOMS.get_or_init(|| {
+        Op::ALL
+            .iter()
+            .filter_map(|&op| {
+                Atom::from_str(term.get_env(), op.name())
+                    .ok()
+                    .map(|a| (a, op))
+            })
+            .collect()
+    });
+    atoms
+        .iter()
+        .find(|(a, _)| *a == atom)
+        .map(|&(_, op)| op)
+        .ok_or_else(unknown)
+}

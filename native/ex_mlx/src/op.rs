@@ -1,0 +1,192 @@
+//! The NIF that runs any op of ex_mlx_core's op table
+//! (`ex_mlx_core::ops::table`), and the NIF that lists the table for Elixir.
+//!
+//! `op(tag, op, inputs, params)`: `op` an atom naming the op, `inputs` the
+//! list of its tensor inputs, `params` the list of its parameters, in the
+//! table's order. Each is checked here, on the calling scheduler, against the
+//! op's signature (errors name the input or parameter); the MLX work is
+//! queued on the device's worker (`crate::reply`: a reply, or a deferred
+//! tensor for one-result ops).
+
+use ex_mlx_core::device::{check_dtype, Device};
+use ex_mlx_core::error::{Error, Result};
+use ex_mlx_core::ops::params::Param;
+use ex_mlx_core::ops::table::{Inputs, Op};
+use mlx_rs::Array;
+use rustler::{Atom, Encoder, Env, NifResult, Term};
+
+use crate::args::{OpArg, Tag};
+use crate::reply::{submit, Submitted};
+use crate::tensor::{self, common_device, NewTensor, Results, TensorRef};
+use crate::term::{decode_param, error_tuple, show};
+
+#[rustler::nif]
+fn op<'a>(
+    env: Env<'a>,
+    tag: Tag<'a>,
+    name: OpArg,
+    inputs: Term<'a>,
+    params: Term<'a>,
+) -> NifResult<Submitted> {
+    let op = name.0;
+    let (inputs, params, device) = check_call(op, inputs, params).map_err(error_tuple)?;
+    submit(env, tag, device, move || run(op, &inputs, params, device))
+}
+
+/// The op's inputs and parameters, decoded by its signature, and the device
+/// it runs on: its `device` parameter, or its inputs' device.
+fn check_call(op: Op, inputs: Term, params: Term) -> Result<(Vec<TensorRef>, Vec<Param>, Device)> {
+    let inputs = decode_inputs(op, inputs)?;
+    let params = decode_params(op, params)?;
+    let device = match params.iter().find_map(|p| match p {
+        Param::Device(d) => Some(*d),
+        _ => None,
+    }) {
+        Some(device) => device,
+        None => common_device(&inputs.iter().collect::<Vec<_>>())?,
+    };
+    for p in &params {
+        if let Param::Type(dtype) = p {
+            check_dtype(*dtype, device)?;
+        }
+    }
+    Ok((inputs, params, device))
+}
+
+/// Runs `op` on the worker and wraps its results.
+fn run(op: Op, inputs: &[TensorRef], params: Vec<Param>, device: Device) -> Result<Results> {
+    let arrays = inputs
+        .iter()
+        .map(|t| t.array())
+        .collect::<Result<Vec<Array>>>()?;
+    let wrap = |array: Array| {
+        if op.has_flag("view") {
+            Ok(NewTensor::view(array, device))
+        } else {
+            NewTensor::new(array, device)
+        }
+    };
+    let mut outputs = op.apply(&arrays, params)?;
+    if op.results().len() == 1 {
+        let one = outputs
+            .pop()
+            .ok_or_else(|| Error::Internal(format!("{} gave no result", op.name())))?;
+        Ok(Results::One(wrap(one)?))
+    } else {
+        let many = outputs.into_iter().map(wrap).collect::<Result<_>>()?;
+        Ok(Results::Many(many))
+    }
+}
+
+fn decode_inputs(op: Op, term: Term) -> Result<Vec<TensorRef>> {
+    let items = term.decode::<Vec<Term>>().map_err(|_| {
+        Error::arg(
+            "inputs",
+            format!("expected a list of tensors, got: {}", show(term)),
+        )
+    })?;
+    match op.inputs() {
+        Inputs::Fixed(names) => {
+            if items.len() != names.len() {
+                return Err(Error::arg(
+                    "inputs",
+                    format!(
+                        "{} takes {} tensors ({}), got {}",
+                        op.name(),
+                        names.len(),
+                        names.join(", "),
+                        items.len()
+                    ),
+                ));
+            }
+            names
+                .iter()
+                .zip(items)
+                .map(|(name, t)| tensor::decode(name, t))
+                .collect()
+        }
+        Inputs::List(name) => {
+            if items.is_empty() {
+                return Err(Error::arg(name, "needs at least one tensor"));
+            }
+            items.into_iter().map(|t| tensor::decode(name, t)).collect()
+        }
+    }
+}
+
+fn decode_params(op: Op, term: Term) -> Result<Vec<Param>> {
+    let items = term.decode::<Vec<Term>>().map_err(|_| {
+        Error::arg(
+            "params",
+            format!("expected a list of parameters, got: {}", show(term)),
+        )
+    })?;
+    let specs = op.params();
+    if items.len() != specs.len() {
+        let names: Vec<&str> = specs.iter().map(|s| s.name()).collect();
+        return Err(Error::arg(
+            "params",
+            format!(
+                "{} takes {} parameters ({}), got {}",
+                op.name(),
+                specs.len(),
+                names.join(", "),
+                items.len()
+            ),
+        ));
+    }
+    specs
+        .iter()
+        .zip(items)
+        .map(|(spec, t)| decode_param(spec.name(), spec.kind, t))
+        .collect()
+}
+
+/// `op_table()`: every op, as `{name, family, inputs, params, results,
+/// flags}`: `inputs` a list of names, or `{:list, name}`; `params` a list
+/// of `{name, kind, default}` (the default an Elixir expression as a string,
+/// or `nil`); `results` one type rule per result; all names atoms.
+#[rustler::nif]
+fn op_table(env: Env) -> NifResult<Term> {
+    let atom = |name: &str| Atom::from_str(env, name).map(|a| a.encode(env));
+    let entries = Op::ALL
+        .iter()
+        .map(|&op| {
+            let inputs = match op.inputs() {
+                Inputs::Fixed(names) => names
+                    .iter()
+                    .map(|n| atom(n))
+                    .collect::<NifResult<Vec<_>>>()?
+                    .encode(env),
+                Inputs::List(name) => (atom("list")?, atom(name)?).encode(env),
+            };
+            let params = op
+                .params()
+                .iter()
+                .map(|p| Ok((atom(p.name())?, atom(p.kind.name())?, p.default).encode(env)))
+                .collect::<NifResult<Vec<_>>>()?;
+            let results = op
+                .results()
+                .iter()
+                .map(|r| atom(r.name()))
+                .collect::<NifResult<Vec<_>>>()?;
+            let flags = op
+                .flags()
+                .iter()
+                .map(|f| atom(f))
+                .collect::<NifResult<Vec<_>>>()?;
+            Ok(rustler::types::tuple::make_tuple(
+                env,
+                &[
+                    atom(op.name())?,
+                    atom(op.family())?,
+                    inputs,
+                    params.encode(env),
+                    results.encode(env),
+                    flags.encode(env),
+                ],
+            ))
+        })
+        .collect::<NifResult<Vec<_>>>()?;
+    Ok(entries.encode(env))
+}
