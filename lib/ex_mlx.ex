@@ -38,9 +38,9 @@ defmodule ExMLX do
   # abs/1, round/1, min/2 and max/2 are tensor operations here.
   import Kernel, except: [abs: 1, round: 1, min: 2, max: 2]
 
-  import ExMLX.Args, only: [tensor!: 2, refs!: 2, list!: 2, opts!: 2]
+  import ExMLX.Args, only: [tensor!: 2, tensors!: 2, refs!: 2, opts!: 2]
 
-  alias ExMLX.{Call, Native, Tensor}
+  alias ExMLX.{Call, Native, Op, OpTable, Tensor}
 
   @typedoc "A tensor type, as Nx names it, or `:bool`."
   @type type :: Tensor.type()
@@ -111,7 +111,7 @@ defmodule ExMLX do
   @spec to_binary(Tensor.t()) :: binary()
   def to_binary(tensor) do
     %Tensor{ref: ref} = tensor!(tensor, :tensor)
-    ExMLX.Telemetry.span(:to_binary, fn -> Call.run(&Native.to_binary(&1, ref)) end)
+    ExMLX.Telemetry.span(:to_binary, fn -> Op.to_binary(ref) end)
   end
 
   # ---------------------------------------------------------------------------
@@ -200,7 +200,7 @@ defmodule ExMLX do
   @spec deallocate(Tensor.t()) :: :ok | :already_deallocated
   def deallocate(tensor) do
     %Tensor{ref: ref} = tensor!(tensor, :tensor)
-    if Native.deallocate(ref), do: :ok, else: :already_deallocated
+    if Op.deallocate(ref), do: :ok, else: :already_deallocated
   end
 
   # ---------------------------------------------------------------------------
@@ -228,88 +228,7 @@ defmodule ExMLX do
   @spec transfer(Tensor.t(), device()) :: Tensor.t()
   def transfer(tensor, device) do
     %Tensor{ref: ref} = tensor!(tensor, :tensor)
-    Call.run(&Native.transfer(&1, ref, device)) |> Tensor.wrap()
-  end
-
-  # ---------------------------------------------------------------------------
-  # Creation and conversion
-  # ---------------------------------------------------------------------------
-
-  @doc """
-  A tensor of `shape` filled with `value`: an integer, a float, `:nan`,
-  `:infinity`, `:neg_infinity`, or `{re, im}` for `{:c, 64}`.
-
-  Options: `:device`.
-
-      iex> ExMLX.full(7, {:s, 16}, {2}) |> ExMLX.to_binary()
-      <<7::16-little, 7::16-little>>
-
-  An integer that does not fit the type is an error, not a wrap-around:
-
-      iex> ExMLX.full(300, {:u, 8}, {1})
-      ** (ExMLX.Error) value: 300 does not fit in {:u, 8}
-  """
-  @spec full(number() | atom() | {number(), number()}, type(), shape(), keyword()) :: Tensor.t()
-  def full(value, type, shape, opts \\ []) do
-    opts = opts!(opts, [:device])
-    device = Keyword.get(opts, :device, default_device())
-    Call.run(&Native.full(&1, value, type, shape, device)) |> Tensor.wrap()
-  end
-
-  @doc """
-  Counts `0, 1, 2, ...` along `:axis` of `shape`, or over the whole tensor
-  row-major when no axis is given (Nx's `iota`).
-
-  Options: `:axis`, `:device`.
-
-      iex> ExMLX.iota({:s, 32}, {2, 2}) |> ExMLX.to_list()
-      [0, 1, 2, 3]
-      iex> ExMLX.iota({:s, 32}, {2, 2}, axis: 0) |> ExMLX.to_list()
-      [0, 0, 1, 1]
-  """
-  @spec iota(type(), shape(), keyword()) :: Tensor.t()
-  def iota(type, shape, opts \\ []) do
-    opts = opts!(opts, [:axis, :device])
-    device = Keyword.get(opts, :device, default_device())
-    Call.run(&Native.iota(&1, type, shape, opts[:axis], device)) |> Tensor.wrap()
-  end
-
-  @doc """
-  An `n × m` matrix with ones on the diagonal (`m` defaults to `n`).
-
-      iex> ExMLX.eye(2, {:u, 8}) |> ExMLX.to_binary()
-      <<1, 0, 0, 1>>
-  """
-  @spec eye(non_neg_integer(), type(), keyword()) :: Tensor.t()
-  def eye(n, type, opts \\ []) do
-    opts = opts!(opts, [:device, :m])
-    device = Keyword.get(opts, :device, default_device())
-    m = Keyword.get(opts, :m, n)
-    Call.run(&Native.eye(&1, n, m, type, device)) |> Tensor.wrap()
-  end
-
-  @doc """
-  Converts the elements to `type` (floats to integers truncate toward zero).
-
-      iex> ExMLX.full(2.75, {:f, 32}, {}) |> ExMLX.as_type({:s, 32}) |> ExMLX.item()
-      2
-  """
-  @spec as_type(Tensor.t(), type()) :: Tensor.t()
-  def as_type(tensor, type) do
-    %Tensor{ref: ref} = tensor!(tensor, :tensor)
-    Call.run(&Native.as_type(&1, ref, type)) |> Tensor.wrap()
-  end
-
-  @doc """
-  Reinterprets the bytes of each element as `type`, which must have the same size.
-
-      iex> ExMLX.full(1.0, {:f, 32}, {}) |> ExMLX.bitcast({:u, 32}) |> ExMLX.item()
-      0x3F800000
-  """
-  @spec bitcast(Tensor.t(), type()) :: Tensor.t()
-  def bitcast(tensor, type) do
-    %Tensor{ref: ref} = tensor!(tensor, :tensor)
-    Call.run(&Native.bitcast(&1, ref, type)) |> Tensor.wrap()
+    Op.transfer(ref, device) |> Tensor.wrap()
   end
 
   @doc """
@@ -328,7 +247,7 @@ defmodule ExMLX do
           number() | boolean() | :nan | :infinity | :neg_infinity | {term(), term()}
   def item(tensor) do
     %Tensor{ref: ref} = tensor!(tensor, :tensor)
-    ExMLX.Telemetry.span(:item, fn -> Call.run(&Native.item(&1, ref)) end)
+    ExMLX.Telemetry.span(:item, fn -> Op.item(ref) end)
   end
 
   @doc """
@@ -379,406 +298,167 @@ defmodule ExMLX do
   end
 
   # ---------------------------------------------------------------------------
-  # Element-wise
+  # The ops of the op table
   # ---------------------------------------------------------------------------
 
-  @unary ~w(abs negate sign floor ceil round sqrt rsqrt exp expm1 log log1p log2 log10
-            sin cos tan asin acos atan sinh cosh tanh asinh acosh atanh erf erf_inv
-            sigmoid square reciprocal logical_not is_nan is_infinity is_finite real imag
-            conjugate degrees radians erfc cbrt bitwise_not population_count count_leading_zeros)a
+  # Every op of native/ex_mlx/core/src/ops/table.rs is a function here,
+  # generated from its entry (ExMLX.OpTable): the inputs are its first
+  # arguments, then its parameters without a default, then those marked
+  # positional (with their defaults), then a keyword list of the others;
+  # its `///` lines are the documentation. Ops flagged `nx` are for
+  # ExMLX.Backend and ExMLX.FFT only; those flagged `custom` are written by
+  # hand below. Element-wise binary ops return at once when their result
+  # can be predicted (binary_op/3).
 
-  @binary ~w(subtract multiply divide pow remainder quotient atan2 min max equal not_equal
-             less less_equal greater greater_equal logical_and logical_or logical_xor
-             logaddexp bitwise_and bitwise_or bitwise_xor left_shift right_shift)a
+  kind_types = %{
+    Int: quote(do: integer()),
+    OptInt: quote(do: integer() | nil),
+    Ints: quote(do: [integer()] | tuple()),
+    OptInts: quote(do: [integer()] | nil),
+    Bool: quote(do: boolean()),
+    Float: quote(do: number()),
+    Type: quote(do: type()),
+    Shape: quote(do: shape()),
+    OptPairs: quote(do: [{integer(), integer()}] | nil),
+    PadConfig: quote(do: [tuple()]),
+    Scalar: quote(do: number() | atom() | {number(), number()}),
+    Device: quote(do: device()),
+    Direction: quote(do: :asc | :desc),
+    Triangular: quote(do: nil | :lower | :upper),
+    Str: quote(do: String.t())
+  }
+
+  for %{name: name, flags: flags} = entry <- OpTable.entries(),
+      :nx not in flags and :custom not in flags do
+    {inputs, input_types, refs} =
+      case entry.inputs do
+        {:list, list} ->
+          var = Macro.var(list, nil)
+          {[var], [quote(do: [Tensor.t()])], quote(do: tensors!(unquote(var), unquote(list)))}
+
+        names ->
+          vars = Enum.map(names, &Macro.var(&1, nil))
+
+          refs =
+            Enum.zip_with(names, vars, fn n, v -> quote(do: tensor!(unquote(v), unquote(n))) end)
+
+          {vars, Enum.map(names, fn _ -> quote(do: Tensor.t()) end), refs}
+      end
+
+    required = Enum.filter(entry.params, &(&1.default == nil))
+    positional = Enum.filter(entry.params, &(&1.default != nil and &1.positional))
+    options = Enum.filter(entry.params, &(&1.default != nil and not &1.positional))
+
+    if positional != [] and options != [] do
+      raise CompileError,
+        description: "op table: #{name} has both positional defaults and options"
+    end
+
+    opts_var = Macro.var(:opts, nil)
+
+    args =
+      inputs ++
+        Enum.map(required, &Macro.var(&1.name, nil)) ++
+        Enum.map(positional, fn p ->
+          {:\\, [], [Macro.var(p.name, nil), Code.string_to_quoted!(p.default)]}
+        end) ++ if(options == [], do: [], else: [{:\\, [], [opts_var, []]}])
+
+    arg_types =
+      input_types ++
+        Enum.map(required ++ positional, &Map.fetch!(kind_types, &1.kind)) ++
+        if(options == [], do: [], else: [quote(do: keyword())])
+
+    option_defaults = Enum.map(options, &{&1.name, Code.string_to_quoted!(&1.default)})
+
+    params =
+      Enum.map(entry.params, fn p ->
+        if p in options,
+          do: quote(do: Keyword.fetch!(unquote(opts_var), unquote(p.name))),
+          else: Macro.var(p.name, nil)
+      end)
+
+    return_type =
+      case entry.results do
+        [_] -> quote(do: Tensor.t())
+        many -> {:{}, [], Enum.map(many, fn _ -> quote(do: Tensor.t()) end)}
+      end
+
+    check_opts =
+      if options == [],
+        do: nil,
+        else: quote(do: unquote(opts_var) = opts!(unquote(opts_var), unquote(option_defaults)))
+
+    body =
+      if entry.family == :binary do
+        [a, b] = inputs
+        quote(do: binary_op(unquote(name), unquote(a), unquote(b)))
+      else
+        quote(do: run_op(unquote(name), unquote(refs), unquote(params), unquote(:cpu in flags)))
+      end
+
+    @doc entry.doc
+    @spec unquote(name)(unquote_splicing(arg_types)) :: unquote(return_type)
+    def unquote(name)(unquote_splicing(args)) do
+      unquote(check_opts)
+      unquote(body)
+    end
+  end
 
   @doc "The element-wise unary operations, each a function of this module."
-  def unary_ops, do: @unary
+  def unary_ops, do: unquote(OpTable.names(:unary))
 
-  @doc "The element-wise binary operations (besides `add/2`), each a function of this module."
-  def binary_ops, do: @binary
+  @doc "The element-wise binary operations, each a function of this module."
+  def binary_ops, do: unquote(OpTable.names(:binary))
 
-  @integer_only ~w(bitwise_not population_count count_leading_zeros bitwise_and bitwise_or
-                   bitwise_xor left_shift right_shift)a
-
-  # What the generated examples below show: each operation's value on one
-  # input, computed here at compile time with Erlang's :math and Bitwise (not
-  # by MLX), so every example checks MLX's result against an independent
-  # reference. Floats are shown to 4 decimals.
-  x = 0.75
-
-  erf_inv =
-    Enum.reduce(1..80, {0.0, 5.0}, fn _, {lo, hi} ->
-      mid = (lo + hi) / 2
-      if :math.erf(mid) < x, do: {mid, hi}, else: {lo, mid}
-    end)
-    |> elem(0)
-
-  unary_reference = %{
-    abs: Kernel.abs(x),
-    negate: -x,
-    sign: 1.0,
-    floor: 0.0,
-    ceil: 1.0,
-    round: 1.0,
-    sqrt: :math.sqrt(x),
-    rsqrt: 1 / :math.sqrt(x),
-    exp: :math.exp(x),
-    expm1: :math.exp(x) - 1,
-    log: :math.log(x),
-    log1p: :math.log(1 + x),
-    log2: :math.log2(x),
-    log10: :math.log10(x),
-    sin: :math.sin(x),
-    cos: :math.cos(x),
-    tan: :math.tan(x),
-    asin: :math.asin(x),
-    acos: :math.acos(x),
-    atan: :math.atan(x),
-    sinh: :math.sinh(x),
-    cosh: :math.cosh(x),
-    tanh: :math.tanh(x),
-    asinh: :math.asinh(x),
-    acosh: {1.5, :math.acosh(1.5)},
-    atanh: :math.atanh(x),
-    erf: :math.erf(x),
-    erf_inv: erf_inv,
-    erfc: :math.erfc(x),
-    sigmoid: 1 / (1 + :math.exp(-x)),
-    square: x * x,
-    reciprocal: 1 / x,
-    degrees: x * 180 / :math.pi(),
-    radians: x * :math.pi() / 180,
-    cbrt: :math.pow(x, 1 / 3),
-    real: x,
-    imag: 0.0,
-    conjugate: x,
-    logical_not: x == 0,
-    is_nan: false,
-    is_infinity: false,
-    is_finite: true,
-    bitwise_not: {5, Bitwise.band(Bitwise.bnot(5), 0xFF)},
-    population_count: {5, 5 |> Integer.digits(2) |> Enum.sum()},
-    count_leading_zeros: {5, 8 - length(Integer.digits(5, 2))}
-  }
-
-  # How an example reads its result, and how the expected value is shown:
-  # floats to 4 decimals.
-  read = fn
-    expected when is_float(expected) -> "ExMLX.to_list() |> Enum.map(&Float.round(&1, 4))"
-    _ -> "ExMLX.to_list()"
-  end
-
-  show = fn
-    v when is_float(v) -> inspect(Float.round(v, 4))
-    v -> inspect(v)
-  end
-
-  for op <- @unary do
-    {input, expected} =
-      case unary_reference[op] do
-        {input, expected} -> {input, expected}
-        expected -> {x, expected}
+  # Runs op `name` on `inputs` (tensors) and wraps its result(s). An op
+  # MLX runs on the CPU only (`cpu` flag) gets CPU copies of tensors on
+  # other devices; its results go back to the first input's device.
+  defp run_op(name, inputs, params, cpu?) do
+    device =
+      case inputs do
+        [%Tensor{device: device} | _] -> device
+        [] -> :cpu
       end
 
-    type = if op in @integer_only, do: "{:u, 8}", else: "{:f, 32}"
-    example = "ExMLX.full(#{input}, #{type}, {2})"
-    read = read.(expected)
+    inputs = if cpu? and device != :cpu, do: Enum.map(inputs, &transfer(&1, :cpu)), else: inputs
 
-    @doc """
-    Element-wise `#{op}`. Lazy: computed by `eval/1` or when read.
-
-        iex> #{example} |> ExMLX.#{op}() |> #{read}
-        [#{show.(expected)}, #{show.(expected)}]
-    """
-    @spec unquote(op)(Tensor.t()) :: Tensor.t()
-    def unquote(op)(tensor) do
-      %Tensor{ref: ref} = tensor!(tensor, :tensor)
-      Call.run(&Native.unary(&1, unquote(op), ref)) |> Tensor.wrap()
-    end
-  end
-
-  # Binary examples: 3.0 and 2.0 (f32), or for the integer-only operations
-  # the s32 tensor [0, 1, 2] and 2; references computed as above.
-  binary_reference = %{
-    subtract: 1.0,
-    multiply: 6.0,
-    divide: 1.5,
-    pow: 9.0,
-    remainder: 1.0,
-    quotient: 1.0,
-    atan2: :math.atan2(3, 2),
-    min: 2.0,
-    max: 3.0,
-    equal: false,
-    not_equal: true,
-    less: false,
-    less_equal: false,
-    greater: true,
-    greater_equal: true,
-    logical_and: true,
-    logical_or: true,
-    logical_xor: false,
-    logaddexp: :math.log(:math.exp(3) + :math.exp(2)),
-    bitwise_and: &Bitwise.band(&1, 2),
-    bitwise_or: &Bitwise.bor(&1, 2),
-    bitwise_xor: &Bitwise.bxor(&1, 2),
-    left_shift: &Bitwise.bsl(&1, 2),
-    right_shift: &Bitwise.bsr(&1, 2)
-  }
-
-  for op <- @binary do
-    {a, b, read, expected} =
-      case binary_reference[op] do
-        fun when is_function(fun, 1) ->
-          {"ExMLX.iota({:s, 32}, {3})", "ExMLX.full(2, {:s, 32}, {})", read.(0),
-           inspect(Enum.map(0..2, fun))}
-
-        value ->
-          {"ExMLX.full(3.0, {:f, 32}, {2})", "ExMLX.full(2.0, {:f, 32}, {})", read.(value),
-           "[#{show.(value)}, #{show.(value)}]"}
+    result =
+      case Op.run(name, Enum.map(inputs, & &1.ref), params) do
+        many when is_list(many) -> many |> Enum.map(&Tensor.wrap/1) |> List.to_tuple()
+        one -> Tensor.wrap(one)
       end
 
-    @doc """
-    Element-wise `#{op}` with broadcasting and MLX's type promotion
-    (comparisons and logical operations give `:bool`).
-
-        iex> a = #{a}
-        iex> ExMLX.#{op}(a, #{b}) |> #{read}
-        #{expected}
-    """
-    @spec unquote(op)(Tensor.t(), Tensor.t()) :: Tensor.t()
-    def unquote(op)(a, b) do
-      tensor!(a, :a)
-      tensor!(b, :b)
-      binary_op(unquote(op), a, b)
-    end
+    if cpu? and device != :cpu, do: to_device(result, device), else: result
   end
 
-  @doc """
-  `a + b`, element-wise, with broadcasting; the result type is MLX's promotion
-  of the two types.
+  defp to_device(%Tensor{} = t, device), do: transfer(t, device)
 
-      iex> a = ExMLX.from_binary(<<1::32-signed-little, 2::32-signed-little>>, {:s, 32}, {2})
-      iex> ExMLX.add(a, a) |> ExMLX.to_binary()
-      <<2::32-signed-little, 4::32-signed-little>>
-  """
-  @spec add(Tensor.t(), Tensor.t()) :: Tensor.t()
-  def add(a, b) do
-    tensor!(a, :a)
-    tensor!(b, :b)
-    binary_op(:add, a, b)
-  end
+  defp to_device(tuple, device) when is_tuple(tuple),
+    do: tuple |> Tuple.to_list() |> Enum.map(&transfer(&1, device)) |> List.to_tuple()
 
-  # add, subtract, multiply, max and min return at once: their result's
-  # shape and type follow from the inputs' (ExMLX.Prediction), so the worker
-  # builds the graph node in the background and only reading data waits. An
-  # error MLX raises there (say, running out of memory) surfaces where the
-  # result is used. Other operations wait for the worker's answer.
-  @predicted ExMLX.Prediction.ops()
+  # Element-wise binary ops return at once where their result's shape and
+  # type follow from the inputs' (ExMLX.Prediction): the worker builds the
+  # graph node in the background and only reading data waits. An error MLX
+  # raises there (say, running out of memory) surfaces where the result is
+  # used. Elsewhere they wait for the worker's answer, so MLX's own error
+  # (shapes that do not broadcast, say) is raised at the call.
+  defp binary_op(op, a, b) do
+    %Tensor{ref: ra} = tensor!(a, :a)
+    %Tensor{ref: rb} = tensor!(b, :b)
 
-  defp binary_op(op, a, b) when op in @predicted do
     case ExMLX.Prediction.binary(op, a, b) do
       {:ok, shape, type} ->
-        # (Call.defer_exact/3 without its closure: the hottest path of the API)
-        {ref, device} = Call.deferred(Native.binary({:deferred, type, shape}, op, a.ref, b.ref))
+        {ref, device} = Op.defer_exact(op, [ra, rb], [], type, shape)
         %Tensor{ref: ref, shape: shape, type: type, device: device}
 
       :unknown ->
-        Call.run(&Native.binary(&1, op, a.ref, b.ref)) |> Tensor.wrap()
+        Op.run(op, [ra, rb], []) |> Tensor.wrap()
     end
   end
 
-  defp binary_op(op, a, b), do: Call.run(&Native.binary(&1, op, a.ref, b.ref)) |> Tensor.wrap()
-
   # ---------------------------------------------------------------------------
-  # Reductions
+  # Ops whose functions are written here (flagged `custom` in the table)
   # ---------------------------------------------------------------------------
-
-  # min/2 and max/2 are element-wise, so their reductions are reduce_min/2, reduce_max/2.
-  # Reduction examples: [[0, 1, 2], [3, 4, 5]] over axis 1, the expected
-  # rows computed with Enum.
-  rows = [[0, 1, 2], [3, 4, 5]]
-
-  for {name, op, reference} <- [
-        {:sum, :sum, &Enum.sum/1},
-        {:product, :product, &Enum.product/1},
-        {:reduce_min, :min, &Enum.min/1},
-        {:reduce_max, :max, &Enum.max/1},
-        {:all, :all, &Enum.all?(&1, fn v -> v != 0 end)},
-        {:any, :any, &Enum.any?(&1, fn v -> v != 0 end)},
-        {:mean, :mean, &(Enum.sum(&1) / length(&1))}
-      ] do
-    @doc """
-    `#{op}` over `:axes` (all axes by default); `keep_dims: true` keeps the
-    reduced axes with size 1.
-
-        iex> ExMLX.iota({:s, 32}, {2, 3}) |> ExMLX.#{name}(axes: [1]) |> ExMLX.to_list()
-        #{inspect(Enum.map(rows, reference))}
-    """
-    @spec unquote(name)(Tensor.t(), keyword()) :: Tensor.t()
-    def unquote(name)(tensor, opts \\ []) do
-      %Tensor{ref: ref} = tensor!(tensor, :tensor)
-      opts = opts!(opts, [:axes, :keep_dims])
-      axes = Keyword.get(opts, :axes)
-      keep = Keyword.get(opts, :keep_dims, false)
-      Call.run(&Native.reduce(&1, unquote(op), ref, axes, keep)) |> Tensor.wrap()
-    end
-  end
-
-  for {op, reference} <- [
-        window_sum: &Enum.sum/1,
-        window_product: &Enum.product/1,
-        window_max: &Enum.max/1,
-        window_min: &Enum.min/1
-      ] do
-    @doc """
-    `#{op}` over windows of `window` (a tuple or list, one size per axis).
-
-    Options (one entry per axis): `:strides` (1), `:padding` (`{low, high}`,
-    padded with the reduction's identity), `:window_dilations` (1).
-
-        iex> ExMLX.iota({:s, 32}, {5}) |> ExMLX.#{op}({2}) |> ExMLX.to_list()
-        #{inspect(0..4 |> Enum.chunk_every(2, 1, :discard) |> Enum.map(reference))}
-    """
-    @spec unquote(op)(Tensor.t(), tuple() | [pos_integer()], keyword()) :: Tensor.t()
-    def unquote(op)(tensor, window, opts \\ []) do
-      %Tensor{ref: ref, shape: shape} = tensor!(tensor, :tensor)
-      opts = opts!(opts, [:padding, :strides, :window_dilations])
-      window = if is_tuple(window), do: Tuple.to_list(window), else: window
-      n = tuple_size(shape)
-      strides = Keyword.get(opts, :strides, List.duplicate(1, n))
-      padding = Keyword.get(opts, :padding, List.duplicate({0, 0}, n))
-      dilations = Keyword.get(opts, :window_dilations, List.duplicate(1, n))
-
-      Call.run(&Native.window(&1, unquote(op), ref, window, strides, padding, dilations))
-      |> Tensor.wrap()
-    end
-  end
-
-  @doc """
-  Index of the largest element along `:axis` (of the flattened tensor by
-  default); ties go to the lowest index.
-
-      iex> ExMLX.from_binary(<<1, 9, 9, 2>>, {:u, 8}, {4}) |> ExMLX.argmax() |> ExMLX.item()
-      1
-  """
-  @spec argmax(Tensor.t(), keyword()) :: Tensor.t()
-  def argmax(t, opts \\ []) do
-    tensor!(t, :tensor)
-    opts = opts!(opts, [:axis, :keep_dims])
-    arg_reduce(:argmax, t, opts)
-  end
-
-  @doc """
-  Index of the smallest element along `:axis` (of the flattened tensor by
-  default); ties go to the lowest index.
-
-      iex> ExMLX.from_binary(<<5, 1, 1, 2>>, {:u, 8}, {4}) |> ExMLX.argmin() |> ExMLX.item()
-      1
-  """
-  @spec argmin(Tensor.t(), keyword()) :: Tensor.t()
-  def argmin(t, opts \\ []) do
-    tensor!(t, :tensor)
-    opts = opts!(opts, [:axis, :keep_dims])
-    arg_reduce(:argmin, t, opts)
-  end
-
-  defp arg_reduce(op, %Tensor{ref: ref}, opts) do
-    axis = Keyword.get(opts, :axis)
-    keep = Keyword.get(opts, :keep_dims, false)
-    Call.run(&Native.arg_reduce(&1, op, ref, axis, keep)) |> Tensor.wrap()
-  end
-
-  # ---------------------------------------------------------------------------
-  # Shape
-  # ---------------------------------------------------------------------------
-
-  @doc """
-  The same elements in a new shape with as many elements.
-
-      iex> ExMLX.iota({:u, 8}, {6}) |> ExMLX.reshape({2, 3}) |> ExMLX.shape()
-      {2, 3}
-  """
-  @spec reshape(Tensor.t(), shape()) :: Tensor.t()
-  def reshape(tensor, shape) do
-    %Tensor{ref: ref} = tensor!(tensor, :tensor)
-    Call.run(&Native.reshape(&1, ref, shape)) |> Tensor.wrap()
-  end
-
-  @doc """
-  Permutes the axes (reverses them by default).
-
-      iex> ExMLX.iota({:u, 8}, {2, 3}) |> ExMLX.transpose() |> ExMLX.to_list()
-      [0, 3, 1, 4, 2, 5]
-  """
-  @spec transpose(Tensor.t(), [integer()] | nil) :: Tensor.t()
-  def transpose(tensor, axes \\ nil) do
-    %Tensor{ref: ref, shape: shape} = tensor!(tensor, :tensor)
-    axes = axes || Enum.reverse(Enum.to_list(0..(tuple_size(shape) - 1)//1))
-    Call.run(&Native.transpose(&1, ref, axes)) |> Tensor.wrap()
-  end
-
-  @doc """
-  Broadcasts to `shape` (NumPy rules: trailing axes match or are 1).
-
-      iex> ExMLX.full(1, {:u, 8}, {3}) |> ExMLX.broadcast_to({2, 3}) |> ExMLX.to_list()
-      [1, 1, 1, 1, 1, 1]
-  """
-  @spec broadcast_to(Tensor.t(), shape()) :: Tensor.t()
-  def broadcast_to(tensor, shape) do
-    %Tensor{ref: ref} = tensor!(tensor, :tensor)
-    Call.run(&Native.broadcast_to(&1, ref, shape)) |> Tensor.wrap()
-  end
-
-  @doc """
-  Removes size-1 axes (all of them, or those in `axes`).
-
-      iex> ExMLX.full(1, {:u, 8}, {1, 3, 1}) |> ExMLX.squeeze() |> ExMLX.shape()
-      {3}
-  """
-  @spec squeeze(Tensor.t(), [integer()] | nil) :: Tensor.t()
-  def squeeze(tensor, axes \\ nil) do
-    %Tensor{ref: ref} = tensor!(tensor, :tensor)
-    Call.run(&Native.squeeze(&1, ref, axes)) |> Tensor.wrap()
-  end
-
-  @doc """
-  Inserts size-1 axes at `axes` (positions in the result).
-
-      iex> ExMLX.full(1, {:u, 8}, {3}) |> ExMLX.expand_dims([0, 2]) |> ExMLX.shape()
-      {1, 3, 1}
-  """
-  @spec expand_dims(Tensor.t(), [integer()]) :: Tensor.t()
-  def expand_dims(tensor, axes) do
-    %Tensor{ref: ref} = tensor!(tensor, :tensor)
-    Call.run(&Native.expand_dims(&1, ref, axes)) |> Tensor.wrap()
-  end
-
-  @doc """
-  Reverses the elements along `axes`.
-
-      iex> ExMLX.iota({:u, 8}, {3}) |> ExMLX.flip([0]) |> ExMLX.to_list()
-      [2, 1, 0]
-  """
-  @spec flip(Tensor.t(), [integer()]) :: Tensor.t()
-  def flip(tensor, axes) do
-    %Tensor{ref: ref} = tensor!(tensor, :tensor)
-    Call.run(&Native.flip(&1, ref, axes)) |> Tensor.wrap()
-  end
-
-  @doc """
-  Elements `starts[i]..stops[i]-1` of each axis, every `strides[i]`-th
-  (default 1): a view into the tensor.
-
-      iex> ExMLX.iota({:u, 8}, {10}) |> ExMLX.slice([1], [8], [3]) |> ExMLX.to_list()
-      [1, 4, 7]
-  """
-  @spec slice(Tensor.t(), [integer()], [integer()], [integer()] | nil) :: Tensor.t()
-  def slice(tensor, starts, stops, strides \\ nil) do
-    %Tensor{ref: ref} = tensor!(tensor, :tensor)
-    strides = strides || List.duplicate(1, length(list!(starts, :starts)))
-    Call.run(&Native.slice(&1, ref, starts, stops, strides)) |> Tensor.wrap()
-  end
 
   @doc """
   A block of `lengths` starting at `starts`, clamped so it fits (as Nx does).
@@ -792,7 +472,7 @@ defmodule ExMLX do
   def dynamic_slice(t, starts, lengths) do
     %Tensor{ref: ref} = tensor!(t, :tensor)
     %Tensor{ref: s} = starts_tensor(starts, t)
-    Call.run(&Native.dynamic_slice(&1, ref, s, lengths)) |> Tensor.wrap()
+    Op.run(:dynamic_slice, [ref, s], [lengths]) |> Tensor.wrap()
   end
 
   @doc """
@@ -807,7 +487,7 @@ defmodule ExMLX do
     %Tensor{ref: ref} = tensor!(t, :tensor)
     %Tensor{ref: update} = tensor!(update, :update)
     %Tensor{ref: s} = starts_tensor(starts, t)
-    Call.run(&Native.put_slice(&1, ref, s, update)) |> Tensor.wrap()
+    Op.run(:put_slice, [ref, s, update], []) |> Tensor.wrap()
   end
 
   defp starts_tensor(%Tensor{} = starts, _t), do: starts
@@ -833,62 +513,6 @@ defmodule ExMLX do
   end
 
   @doc """
-  Joins tensors along an existing axis.
-
-      iex> a = ExMLX.iota({:u, 8}, {2})
-      iex> ExMLX.concatenate([a, a], 0) |> ExMLX.to_list()
-      [0, 1, 0, 1]
-  """
-  @spec concatenate([Tensor.t()], integer()) :: Tensor.t()
-  def concatenate(tensors, axis \\ 0) do
-    refs = refs!(tensors, :tensors)
-    Call.run(&Native.concatenate(&1, refs, axis)) |> Tensor.wrap()
-  end
-
-  @doc """
-  Joins tensors of one shape along a new axis.
-
-      iex> a = ExMLX.iota({:u, 8}, {2})
-      iex> ExMLX.stack([a, a], 1) |> ExMLX.shape()
-      {2, 2}
-  """
-  @spec stack([Tensor.t()], integer()) :: Tensor.t()
-  def stack(tensors, axis \\ 0) do
-    refs = refs!(tensors, :tensors)
-    Call.run(&Native.stack(&1, refs, axis)) |> Tensor.wrap()
-  end
-
-  @doc """
-  `on_true` where `pred` is non-zero, else `on_false` (broadcasting all three).
-
-      iex> pred = ExMLX.from_binary(<<1, 0>>, {:u, 8}, {2})
-      iex> ExMLX.select(pred, ExMLX.full(1, {:s, 8}, {2}), ExMLX.full(-1, {:s, 8}, {2})) |> ExMLX.to_list()
-      [1, -1]
-  """
-  @spec select(Tensor.t(), Tensor.t(), Tensor.t()) :: Tensor.t()
-  def select(pred, on_true, on_false) do
-    %Tensor{ref: p} = tensor!(pred, :pred)
-    %Tensor{ref: t} = tensor!(on_true, :on_true)
-    %Tensor{ref: f} = tensor!(on_false, :on_false)
-    Call.run(&Native.select(&1, p, t, f)) |> Tensor.wrap()
-  end
-
-  @doc """
-  Clamps every element into `[min, max]`.
-
-      iex> t = ExMLX.iota({:s, 32}, {5})
-      iex> ExMLX.clip(t, ExMLX.full(1, {:s, 32}, {}), ExMLX.full(3, {:s, 32}, {})) |> ExMLX.to_list()
-      [1, 1, 2, 3, 3]
-  """
-  @spec clip(Tensor.t(), Tensor.t(), Tensor.t()) :: Tensor.t()
-  def clip(tensor, min, max) do
-    %Tensor{ref: t} = tensor!(tensor, :tensor)
-    %Tensor{ref: min} = tensor!(min, :min)
-    %Tensor{ref: max} = tensor!(max, :max)
-    Call.run(&Native.clip(&1, t, min, max)) |> Tensor.wrap()
-  end
-
-  @doc """
   Pads each axis with `{low, high}` or `{low, high, interior}` copies of
   `value` (a rank-0 tensor): interior padding goes between elements first,
   then the edges; negative edges remove elements.
@@ -908,39 +532,7 @@ defmodule ExMLX do
   def pad(tensor, widths, value) do
     %Tensor{ref: ref} = tensor!(tensor, :tensor)
     %Tensor{ref: value} = tensor!(value, :value)
-    Call.run(&Native.pad(&1, ref, widths, value)) |> Tensor.wrap()
-  end
-
-  # ---------------------------------------------------------------------------
-  # Linear algebra
-  # ---------------------------------------------------------------------------
-
-  @doc """
-  Matrix product (NumPy semantics: batched over leading axes).
-
-      iex> a = ExMLX.from_binary(<<1, 2, 3, 4>>, {:u, 8}, {2, 2})
-      iex> ExMLX.matmul(a, ExMLX.eye(2, {:u, 8})) |> ExMLX.to_list()
-      [1, 2, 3, 4]
-  """
-  @spec matmul(Tensor.t(), Tensor.t()) :: Tensor.t()
-  def matmul(a, b) do
-    %Tensor{ref: a} = tensor!(a, :a)
-    %Tensor{ref: b} = tensor!(b, :b)
-    Call.run(&Native.matmul(&1, a, b)) |> Tensor.wrap()
-  end
-
-  @doc """
-  Contracts `axes_a` of `a` with `axes_b` of `b` (integers exactly).
-
-      iex> a = ExMLX.iota({:s, 32}, {2, 3})
-      iex> ExMLX.tensordot(a, a, [1], [1]) |> ExMLX.to_list()
-      [5, 14, 14, 50]
-  """
-  @spec tensordot(Tensor.t(), Tensor.t(), [integer()], [integer()]) :: Tensor.t()
-  def tensordot(a, b, axes_a, axes_b) do
-    %Tensor{ref: a} = tensor!(a, :a)
-    %Tensor{ref: b} = tensor!(b, :b)
-    Call.run(&Native.tensordot(&1, a, b, axes_a, axes_b)) |> Tensor.wrap()
+    Op.run(:pad, [ref, value], [widths]) |> Tensor.wrap()
   end
 
   @doc """
@@ -953,250 +545,37 @@ defmodule ExMLX do
   @spec einsum(String.t(), [Tensor.t()]) :: Tensor.t()
   def einsum(subscripts, tensors) do
     refs = refs!(tensors, :tensors)
-    Call.run(&Native.einsum(&1, subscripts, refs)) |> Tensor.wrap()
+    Op.run(:einsum, refs, [subscripts]) |> Tensor.wrap()
   end
 
   @doc """
-  Factorisations and inverses of (batches of) matrices, on the CPU:
-  `:cholesky` → `[l]` (`upper: true` for `u`), `:qr` → `[q, r]`,
-  `:eigh` → `[eigenvalues, eigenvectors]`, `:svd` → `[u, s, vt]`,
-  `:lu` → `[p, l, u]`, `:inv` → `[inverse]`, `:tri_inv` → `[inverse]`,
-  `:determinant` → `[det]`.
+  A factorisation or inverse by name, as a list of tensors: `:cholesky` →
+  `[l]`, `:qr` → `[q, r]`, `:eigh` → `[eigenvalues, eigenvectors]`, `:svd` →
+  `[u, s, vt]`, `:lu` → `[p, l, u]`, `:inv`, `:tri_inv` → `[inverse]`,
+  `:determinant` → `[det]`; `opts` as the function of that name takes them
+  (`cholesky/2`, ...).
 
       iex> a = ExMLX.from_binary(<<4.0::32-float-little, 2.0::32-float-little, 2.0::32-float-little, 5.0::32-float-little>>, {:f, 32}, {2, 2})
       iex> [l] = ExMLX.linalg(:cholesky, a)
       iex> ExMLX.to_list(l)
       [2.0, 0.0, 1.0, 2.0]
   """
+  @linalg [:cholesky, :qr, :eigh, :svd, :lu, :inv, :tri_inv, :determinant]
   @spec linalg(atom(), Tensor.t(), keyword()) :: [Tensor.t()]
-  def linalg(op, t, opts \\ []) do
-    tensor!(t, :tensor)
-    opts = opts!(opts, [:upper])
-    upper = Keyword.get(opts, :upper, false)
+  def linalg(op, t, opts \\ [])
 
-    # MLX's linear algebra runs on the CPU stream only.
-    on_cpu(t, fn %Tensor{ref: ref} ->
-      Call.run(&Native.linalg(&1, op, ref, upper)) |> Enum.map(&Tensor.wrap/1)
-    end)
-  end
+  def linalg(op, t, opts) when op in @linalg do
+    args = if OpTable.fetch!(op).params == [], do: [t], else: [t, opts]
 
-  # Runs `fun` on a CPU copy of `t` and brings the results back to `t`'s device.
-  defp on_cpu(%Tensor{device: :cpu} = t, fun), do: fun.(t)
-
-  defp on_cpu(%Tensor{device: device} = t, fun) do
-    case fun.(transfer(t, :cpu)) do
-      list when is_list(list) -> Enum.map(list, &transfer(&1, device))
-      %Tensor{} = result -> transfer(result, device)
+    case apply(__MODULE__, op, args) do
+      %Tensor{} = one -> [one]
+      many -> Tuple.to_list(many)
     end
   end
 
-  @doc """
-  `x` with `a · x = b`; `triangular: :lower | :upper` uses the triangular solver.
-
-      iex> a = ExMLX.from_binary(<<2.0::32-float-little, 0.0::32-float-little, 0.0::32-float-little, 4.0::32-float-little>>, {:f, 32}, {2, 2})
-      iex> b = ExMLX.from_binary(<<2.0::32-float-little, 2.0::32-float-little>>, {:f, 32}, {2})
-      iex> ExMLX.solve(a, b) |> ExMLX.to_list()
-      [1.0, 0.5]
-  """
-  @spec solve(Tensor.t(), Tensor.t(), keyword()) :: Tensor.t()
-  def solve(a, b, opts \\ []) do
-    tensor!(a, :a)
-    tensor!(b, :b)
-    opts = opts!(opts, [:triangular])
-
-    on_cpu(a, fn %Tensor{ref: a} ->
-      %Tensor{ref: b} = if b.device == :cpu, do: b, else: transfer(b, :cpu)
-      Call.run(&Native.solve(&1, a, b, opts[:triangular])) |> Tensor.wrap()
-    end)
-  end
-
-  @doc """
-  N-d convolution in MLX's channels-last layout: `input` is
-  `{batch, spatial..., in_channels}`, `kernel` is
-  `{out_channels, spatial..., in_channels / groups}`.
-
-  Options (one entry per spatial axis): `:strides` (1), `:padding`
-  (`{low, high}`, `{0, 0}`), `:kernel_dilation` (1), `:input_dilation` (1);
-  `:groups` (1).
-
-      iex> x = ExMLX.iota({:f, 32}, {1, 4, 1})
-      iex> k = ExMLX.full(1.0, {:f, 32}, {1, 2, 1})
-      iex> ExMLX.conv(x, k) |> ExMLX.to_list()
-      [1.0, 3.0, 5.0]
-  """
-  @spec conv(Tensor.t(), Tensor.t(), keyword()) :: Tensor.t()
-  def conv(input, kernel, opts \\ []) do
-    %Tensor{ref: input, shape: shape} = tensor!(input, :input)
-    %Tensor{ref: kernel} = tensor!(kernel, :kernel)
-    opts = opts!(opts, [:groups, :input_dilation, :kernel_dilation, :padding, :strides])
-    n = Kernel.max(tuple_size(shape) - 2, 0)
-    strides = Keyword.get(opts, :strides, List.duplicate(1, n))
-    padding = Keyword.get(opts, :padding, List.duplicate({0, 0}, n))
-    kd = Keyword.get(opts, :kernel_dilation, List.duplicate(1, n))
-    id = Keyword.get(opts, :input_dilation, List.duplicate(1, n))
-    groups = Keyword.get(opts, :groups, 1)
-    Call.run(&Native.conv(&1, input, kernel, strides, padding, kd, id, groups)) |> Tensor.wrap()
-  end
-
-  # ---------------------------------------------------------------------------
-  # Indexing
-  # ---------------------------------------------------------------------------
-
-  @doc """
-  Elements at `indices` (an integer tensor) along `axis`.
-
-      iex> t = ExMLX.iota({:s, 32}, {5})
-      iex> ExMLX.take(t, ExMLX.from_binary(<<4, 0, 4>>, {:u, 8}, {3}), 0) |> ExMLX.to_list()
-      [4, 0, 4]
-  """
-  @spec take(Tensor.t(), Tensor.t(), integer()) :: Tensor.t()
-  def take(tensor, indices, axis \\ 0) do
-    %Tensor{ref: t} = tensor!(tensor, :tensor)
-    %Tensor{ref: idx} = tensor!(indices, :indices)
-    Call.run(&Native.take(&1, t, idx, axis)) |> Tensor.wrap()
-  end
-
-  @doc """
-  `t[..., indices[...], ...]` along `axis`, `indices` having `t`'s rank.
-
-      iex> t = ExMLX.iota({:s, 32}, {2, 3})
-      iex> idx = ExMLX.from_binary(<<2, 1>>, {:u, 8}, {2, 1})
-      iex> ExMLX.take_along_axis(t, idx, 1) |> ExMLX.to_list()
-      [2, 4]
-  """
-  @spec take_along_axis(Tensor.t(), Tensor.t(), integer()) :: Tensor.t()
-  def take_along_axis(tensor, indices, axis) do
-    %Tensor{ref: t} = tensor!(tensor, :tensor)
-    %Tensor{ref: idx} = tensor!(indices, :indices)
-    Call.run(&Native.take_along_axis(&1, t, idx, axis)) |> Tensor.wrap()
-  end
-
-  @doc """
-  Nx's gather: each row of `indices` (`{..., k}`) picks one position over
-  `axes` (k of them, all axes by default); the result holds the slices there.
-
-      iex> t = ExMLX.iota({:s, 32}, {2, 3})
-      iex> idx = ExMLX.from_binary(<<1, 2, 0, 0>>, {:u, 8}, {2, 2})
-      iex> ExMLX.gather(t, idx) |> ExMLX.to_list()
-      [5, 0]
-  """
-  @spec gather(Tensor.t(), Tensor.t(), [integer()] | nil) :: Tensor.t()
-  def gather(tensor, indices, axes \\ nil) do
-    %Tensor{ref: t, shape: shape} = tensor!(tensor, :tensor)
-    %Tensor{ref: idx} = tensor!(indices, :indices)
-    axes = axes || Enum.to_list(0..(tuple_size(shape) - 1)//1)
-    Call.run(&Native.gather(&1, t, idx, axes)) |> Tensor.wrap()
-  end
-
-  @doc """
-  Writes `updates` at the positions given by the rows of `indices` over
-  `axes` (Nx's `indexed_put`); `add: true` adds instead (`indexed_add`,
-  repeated positions accumulate).
-
-      iex> t = ExMLX.full(0, {:s, 32}, {3})
-      iex> idx = ExMLX.from_binary(<<0, 2, 2>>, {:u, 8}, {3, 1})
-      iex> upd = ExMLX.full(1, {:s, 32}, {3})
-      iex> ExMLX.scatter(t, idx, upd, add: true) |> ExMLX.to_list()
-      [1, 0, 2]
-  """
-  @spec scatter(Tensor.t(), Tensor.t(), Tensor.t(), keyword()) :: Tensor.t()
-  def scatter(tensor, indices, updates, opts \\ []) do
-    %Tensor{ref: t, shape: shape} = tensor!(tensor, :tensor)
-    %Tensor{ref: idx} = tensor!(indices, :indices)
-    %Tensor{ref: upd} = tensor!(updates, :updates)
-    opts = opts!(opts, [:add, :axes])
-    axes = Keyword.get_lazy(opts, :axes, fn -> Enum.to_list(0..(tuple_size(shape) - 1)//1) end)
-
-    Call.run(&Native.scatter(&1, t, idx, upd, axes, Keyword.get(opts, :add, false)))
-    |> Tensor.wrap()
-  end
-
-  # ---------------------------------------------------------------------------
-  # Sorting and cumulative operations
-  # ---------------------------------------------------------------------------
-
-  @doc """
-  Sorted along `:axis` (default the last); `direction: :desc` for descending.
-
-      iex> ExMLX.from_binary(<<3, 1, 2>>, {:u, 8}, {3}) |> ExMLX.sort(direction: :desc) |> ExMLX.to_list()
-      [3, 2, 1]
-  """
-  @spec sort(Tensor.t(), keyword()) :: Tensor.t()
-  def sort(t, opts \\ []) do
-    tensor!(t, :tensor)
-    opts = opts!(opts, [:axis, :direction])
-    sort_call(t, opts, false)
-  end
-
-  @doc """
-  Indices that sort along `:axis` (default the last); stable in both
-  directions (equal elements keep their order).
-
-      iex> ExMLX.from_binary(<<2, 1, 2>>, {:u, 8}, {3}) |> ExMLX.argsort(direction: :desc) |> ExMLX.to_list()
-      [0, 2, 1]
-  """
-  @spec argsort(Tensor.t(), keyword()) :: Tensor.t()
-  def argsort(t, opts \\ []) do
-    tensor!(t, :tensor)
-    opts = opts!(opts, [:axis, :direction])
-    sort_call(t, opts, true)
-  end
-
-  defp sort_call(%Tensor{ref: ref}, opts, indices?) do
-    axis = Keyword.get(opts, :axis, -1)
-    desc = Keyword.get(opts, :direction, :asc) == :desc
-    Call.run(&Native.sort(&1, ref, axis, desc, indices?)) |> Tensor.wrap()
-  end
-
-  @doc """
-  The `k` largest elements along the last axis (largest first) and their indices.
-
-      iex> {values, indices} = ExMLX.top_k(ExMLX.from_binary(<<5, 9, 1, 9>>, {:u, 8}, {4}), 2)
-      iex> {ExMLX.to_list(values), ExMLX.to_list(indices)}
-      {[9, 9], [1, 3]}
-  """
-  @spec top_k(Tensor.t(), non_neg_integer()) :: {Tensor.t(), Tensor.t()}
-  def top_k(tensor, k) do
-    %Tensor{ref: ref} = tensor!(tensor, :tensor)
-    [values, indices] = Call.run(&Native.top_k(&1, ref, k))
-    {Tensor.wrap(values), Tensor.wrap(indices)}
-  end
-
-  @doc """
-  Partitions along `:axis` around the `kth` element: it lands where a full
-  sort would put it, smaller elements before, others after (in any order).
-
-      iex> t = ExMLX.from_binary(<<5, 1, 4, 2, 3>>, {:u, 8}, {5})
-      iex> ExMLX.partition(t, 2) |> ExMLX.to_list() |> Enum.at(2)
-      3
-  """
-  @spec partition(Tensor.t(), non_neg_integer(), keyword()) :: Tensor.t()
-  def partition(tensor, kth, opts \\ []) do
-    %Tensor{ref: ref} = tensor!(tensor, :tensor)
-    opts = opts!(opts, [:axis])
-    Call.run(&Native.partition(&1, ref, kth, Keyword.get(opts, :axis, -1))) |> Tensor.wrap()
-  end
-
-  for {op, step} <- [
-        cumulative_sum: &+/2,
-        cumulative_product: &*/2,
-        cumulative_min: &Kernel.min/2,
-        cumulative_max: &Kernel.max/2
-      ] do
-    @doc """
-    `#{op}` along `:axis` (default 0); `reverse: true` runs from the end.
-
-        iex> ExMLX.from_binary(<<1, 3, 2>>, {:u, 8}, {3}) |> ExMLX.#{op}() |> ExMLX.to_list()
-        #{inspect(Enum.scan([1, 3, 2], &step.(&2, &1)))}
-    """
-    @spec unquote(op)(Tensor.t(), keyword()) :: Tensor.t()
-    def unquote(op)(tensor, opts \\ []) do
-      %Tensor{ref: ref} = tensor!(tensor, :tensor)
-      opts = opts!(opts, [:axis, :reverse])
-      axis = Keyword.get(opts, :axis, 0)
-      reverse = Keyword.get(opts, :reverse, false)
-      Call.run(&Native.cumulative(&1, unquote(op), ref, axis, reverse)) |> Tensor.wrap()
-    end
+  def linalg(op, _t, _opts) do
+    raise ArgumentError,
+          "op: expected one of #{Enum.map_join(@linalg, ", ", &inspect/1)}, got: #{inspect(op)}"
   end
 
   # ---------------------------------------------------------------------------

@@ -130,7 +130,7 @@ defmodule ExMLXTest do
       a = ExMLX.from_binary(<<1>>, {:u, 8}, {1})
 
       assert {:error, {:argument, "b: expected a tensor reference, got: :nope"}} =
-               ExMLX.Native.binary(make_ref(), :add, a.ref, :nope)
+               ExMLX.Native.op(make_ref(), :add, [a.ref, :nope], [])
     end
   end
 

@@ -24,6 +24,22 @@ defmodule ExMLX.Args do
 
   def refs!(other, name), do: fail!(name, "expected a list of ExMLX.Tensor", other)
 
+  @doc "A list of tensors."
+  def tensors!(tensors, name) when is_list(tensors) do
+    Enum.each(tensors, fn
+      %Tensor{} ->
+        :ok
+
+      other ->
+        raise ArgumentError,
+              "#{name}: expected a list of ExMLX.Tensor, got an element: #{inspect(other)}"
+    end)
+
+    tensors
+  end
+
+  def tensors!(other, name), do: fail!(name, "expected a list of ExMLX.Tensor", other)
+
   @doc "A list argument."
   def list!(list, _name) when is_list(list), do: list
   def list!(other, name), do: fail!(name, "expected a list", other)

@@ -35,7 +35,7 @@ if Code.ensure_loaded?(Nx) do
     @type t :: %__MODULE__{ref: reference(), device: :cpu | :gpu}
 
     alias Nx.Tensor, as: T
-    alias ExMLX.{Call, Native}
+    alias ExMLX.Op
 
     # abs/2, round/2, min/3, max/3 ... are backend callbacks here.
     import Kernel, except: [abs: 1, round: 1, min: 2, max: 2]
@@ -74,30 +74,49 @@ if Code.ensure_loaded?(Nx) do
 
     # Wraps a native result as `out`, casting it if MLX produced another type
     # (comparisons give :bool where Nx wants u8, for instance).
-    defp to_nx(ref, out) when is_reference(ref) do
-      {shape, type, device} = Call.info(ref)
-      to_nx({ref, shape, type, device}, out)
+    defp wrap(ref, out) when is_reference(ref) do
+      {shape, type, device} = Op.info(ref)
+      wrap({ref, shape, type, device}, out)
     end
 
-    defp to_nx({ref, _shape, type, device}, %T{type: out_type} = out) do
+    defp wrap({ref, _shape, type, device}, %T{type: out_type} = out) do
       storage = storage_type(out_type)
-
-      ref =
-        if type == storage,
-          do: ref,
-          else: Call.run(&Native.as_type(&1, ref, storage)) |> elem(0)
-
+      ref = if type == storage, do: ref, else: op(:as_type, [ref], [storage], storage)
       %{out | data: %__MODULE__{ref: ref, device: device}}
     end
 
-    defp run(fun), do: Call.run(fun)
+    # Every op goes through ExMLX.Op (native/ex_mlx/core/src/ops/table.rs
+    # lists them); inputs are Nx tensors or native references.
 
-    # Queues a one-tensor operation without waiting (see ExMLX.Call.defer/2):
+    # Op `name` for the result `out`, queued without waiting (ExMLX.Op.defer/4):
     # Nx already knows the result's shape and type, so only reads wait.
-    defp defer(%T{type: type} = out, nif) do
-      {ref, device} = Call.defer(nif, storage_type(type))
+    defp defer(%T{type: type} = out, name, inputs, params) do
+      {ref, device} = Op.defer(name, refs(inputs), params, storage_type(type))
       %{out | data: %__MODULE__{ref: ref, device: device}}
     end
+
+    # An intermediate result's reference: op `name` queued without waiting,
+    # cast to `type` (MLX's own type with :any).
+    defp op(name, inputs, params, type \\ :any) do
+      {ref, _device} = Op.defer(name, refs(inputs), params, type)
+      ref
+    end
+
+    # Op `name` waited for, so its errors are raised here: the list of its
+    # results' references.
+    defp run_op(name, inputs, params) do
+      case Op.run(name, refs(inputs), params) do
+        many when is_list(many) -> Enum.map(many, fn {ref, _, _, _} -> ref end)
+        {ref, _, _, _} -> [ref]
+      end
+    end
+
+    defp refs(inputs),
+      do:
+        Enum.map(inputs, fn
+          %T{} = t -> ref(t)
+          ref -> ref
+        end)
 
     # The tensor's native reference, converted to MLX type `type` if needed.
     defp ref_as(%T{type: type} = t, type), do: ref(t)
@@ -109,14 +128,13 @@ if Code.ensure_loaded?(Nx) do
       # deferred: a cast costs no round trip to the worker
       if storage_type(t.type) == storage,
         do: r,
-        else: Call.defer(&Native.as_type(&1, r, storage), storage) |> elem(0)
+        else: op(:as_type, [r], [storage], storage)
     end
 
     defp scalar_ref(value, type, device) do
       storage = storage_type(type)
 
-      Call.defer(&Native.full(&1, scalar_value(value, type), storage, {}, device), storage)
-      |> elem(0)
+      op(:full, [], [scalar_value(value, type), storage, {}, device], storage)
     end
 
     # Nx numbers as the NIF takes them; integers wrap to the type's width as
@@ -162,7 +180,7 @@ if Code.ensure_loaded?(Nx) do
     def constant(%T{shape: shape, type: type} = out, number, opts) do
       device = opts_device(opts)
 
-      defer(out, &Native.full(&1, scalar_value(number, type), storage_type(type), shape, device))
+      defer(out, :full, [], [scalar_value(number, type), storage_type(type), shape, device])
     end
 
     @impl true
@@ -170,7 +188,8 @@ if Code.ensure_loaded?(Nx) do
       device = opts_device(opts)
       storage = storage_type(type)
       binary = if widened?(type), do: convert_binary(binary, shape, type, storage), else: binary
-      defer(out, &Native.from_binary(&1, binary, storage, shape, device))
+      {ref, device} = Op.from_binary_deferred(binary, storage, shape, device, storage)
+      %{out | data: %__MODULE__{ref: ref, device: device}}
     end
 
     # Converts element data between an Nx type and its storage type with
@@ -191,17 +210,17 @@ if Code.ensure_loaded?(Nx) do
       rank = tuple_size(shape)
       n = elem(shape, rank - 2)
       m = elem(shape, rank - 1)
-      eye = run(&Native.eye(&1, n, m, storage_type(type), device))
+      eye = op(:eye, [], [n, storage_type(type), m, device], storage_type(type))
 
       if rank == 2,
-        do: to_nx(eye, out),
-        else: defer(out, &Native.broadcast_to(&1, elem(eye, 0), shape))
+        do: wrap(eye, out),
+        else: defer(out, :broadcast_to, [eye], [shape])
     end
 
     @impl true
     def iota(%T{shape: shape, type: type} = out, axis, opts) do
       device = opts_device(opts)
-      defer(out, &Native.iota(&1, storage_type(type), shape, axis, device))
+      defer(out, :iota, [], [storage_type(type), shape, axis, device])
     end
 
     # -------------------------------------------------------------------------
@@ -210,7 +229,7 @@ if Code.ensure_loaded?(Nx) do
 
     @impl true
     def backend_deallocate(%T{data: %__MODULE__{ref: ref}}) do
-      if Native.deallocate(ref), do: :ok, else: :already_deallocated
+      if Op.deallocate(ref), do: :ok, else: :already_deallocated
     end
 
     @impl true
@@ -228,7 +247,7 @@ if Code.ensure_loaded?(Nx) do
 
       if device_of(tensor) == device,
         do: tensor,
-        else: run(&Native.transfer(&1, ref(tensor), device)) |> to_nx(tensor)
+        else: Op.transfer(ref(tensor), device) |> wrap(tensor)
     end
 
     defp move(%T{} = tensor, backend, opts) do
@@ -280,7 +299,7 @@ if Code.ensure_loaded?(Nx) do
     @impl true
     def to_binary(%T{type: type, shape: shape} = tensor, limit) do
       r = ref(tensor)
-      binary = ExMLX.Telemetry.span(:to_binary, fn -> run(&Native.to_binary(&1, r)) end)
+      binary = ExMLX.Telemetry.span(:to_binary, fn -> Op.to_binary(r) end)
 
       binary =
         if widened?(type),
@@ -326,7 +345,7 @@ if Code.ensure_loaded?(Nx) do
       case Keyword.get(opts, :mode, :local) do
         :local ->
           r = ref(tensor)
-          {address, size} = run(&Native.data_pointer(&1, r))
+          {address, size} = Op.data_pointer(r)
           %Nx.Pointer{kind: :local, address: address, data_size: size}
 
         mode ->
@@ -353,31 +372,31 @@ if Code.ensure_loaded?(Nx) do
           r
         end
 
-      defer(out, &Native.as_type(&1, r, storage_type(out_type)))
+      defer(out, :as_type, [r], [storage_type(out_type)])
     end
 
     defp safe_float_to_int(r, %T{type: in_type} = tensor, out_type) do
       device = device_of(tensor)
-      r = if Nx.Type.complex?(in_type), do: run(&Native.unary(&1, :real, r)) |> elem(0), else: r
+      r = if Nx.Type.complex?(in_type), do: op(:real, [r], []), else: r
       real_type = if Nx.Type.complex?(in_type), do: {:f, 32}, else: storage_type(in_type)
       zero = scalar_ref(0, real_type, device)
-      nan? = run(&Native.unary(&1, :is_nan, r)) |> elem(0)
-      r = run(&Native.select(&1, nan?, zero, r)) |> elem(0)
+      nan? = op(:is_nan, [r], [])
+      r = op(:select, [nan?, zero, r], [])
       {min, max} = int_limits(out_type)
       # clamp in f64 on the CPU (exact for every limit below 2^53; beyond, the
       # nearest double, which casts to the limit), else in the tensor's type.
       clamp_type = if device == :cpu, do: {:f, 64}, else: real_type
-      wide = run(&Native.as_type(&1, r, clamp_type)) |> elem(0)
+      wide = op(:as_type, [r], [clamp_type])
       lo = scalar_ref(min * 1.0, clamp_type, device)
       hi = scalar_ref(max * 1.0, clamp_type, device)
-      clipped = run(&Native.clip(&1, wide, lo, hi)) |> elem(0)
+      clipped = op(:clip, [wide, lo, hi], [])
       int_max = scalar_ref(max, storage_type(out_type), device)
       int_min = scalar_ref(min, storage_type(out_type), device)
-      as_int = run(&Native.as_type(&1, clipped, storage_type(out_type))) |> elem(0)
-      pos_inf? = run(&Native.binary(&1, :greater_equal, wide, hi)) |> elem(0)
-      neg_inf? = run(&Native.binary(&1, :less_equal, wide, lo)) |> elem(0)
-      as_int = run(&Native.select(&1, pos_inf?, int_max, as_int)) |> elem(0)
-      run(&Native.select(&1, neg_inf?, int_min, as_int)) |> elem(0)
+      as_int = op(:as_type, [clipped], [storage_type(out_type)])
+      pos_inf? = op(:greater_equal, [wide, hi], [])
+      neg_inf? = op(:less_equal, [wide, lo], [])
+      as_int = op(:select, [pos_inf?, int_max, as_int], [])
+      op(:select, [neg_inf?, int_min, as_int], [])
     end
 
     defp int_limits({:u, bits}), do: {0, Bitwise.bsl(1, bits) - 1}
@@ -389,7 +408,7 @@ if Code.ensure_loaded?(Nx) do
         binary = to_binary(tensor, Nx.size(tensor))
         from_binary(out, binary, device: device_of(tensor))
       else
-        defer(out, &Native.bitcast(&1, ref(tensor), out_type))
+        defer(out, :bitcast, [ref(tensor)], [out_type])
       end
     end
 
@@ -399,11 +418,11 @@ if Code.ensure_loaded?(Nx) do
 
     @impl true
     def reshape(%T{shape: shape} = out, tensor),
-      do: defer(out, &Native.reshape(&1, ref(tensor), shape))
+      do: defer(out, :reshape, [ref(tensor)], [shape])
 
     @impl true
     def squeeze(out, tensor, axes),
-      do: defer(out, &Native.squeeze(&1, ref(tensor), axes))
+      do: defer(out, :squeeze, [ref(tensor)], [axes])
 
     @impl true
     def broadcast(%T{shape: shape} = out, %T{shape: in_shape} = tensor, shape, axes) do
@@ -411,23 +430,23 @@ if Code.ensure_loaded?(Nx) do
       rank = tuple_size(shape)
       positions = Map.new(Enum.with_index(axes), fn {axis, i} -> {axis, elem(in_shape, i)} end)
       aligned = List.to_tuple(for i <- 0..(rank - 1)//1, do: Map.get(positions, i, 1))
-      r = run(&Native.reshape(&1, ref(tensor), aligned)) |> elem(0)
-      defer(out, &Native.broadcast_to(&1, r, shape))
+      r = op(:reshape, [ref(tensor)], [aligned])
+      defer(out, :broadcast_to, [r], [shape])
     end
 
     @impl true
     def transpose(out, tensor, axes),
-      do: defer(out, &Native.transpose(&1, ref(tensor), axes))
+      do: defer(out, :transpose, [ref(tensor)], [axes])
 
     @impl true
     def pad(%T{type: type} = out, tensor, pad_value, config) do
       t = ref_as(tensor, type)
       v = ref_as(pad_value, type)
-      defer(out, &Native.pad(&1, t, config, v))
+      defer(out, :pad, [t, v], [config])
     end
 
     @impl true
-    def reverse(out, tensor, axes), do: defer(out, &Native.flip(&1, ref(tensor), axes))
+    def reverse(out, tensor, axes), do: defer(out, :flip, [ref(tensor)], [axes])
 
     @impl true
     def slice(out, %T{shape: shape} = tensor, starts, lengths, strides) do
@@ -442,16 +461,16 @@ if Code.ensure_loaded?(Nx) do
           end)
 
         stops = Enum.zip_with(starts, lengths, &(&1 + &2))
-        defer(out, &Native.slice(&1, r, starts, stops, strides))
+        defer(out, :slice, [r], [starts, stops, strides])
       else
         starts_ref = starts_ref(starts, device_of(tensor))
-        block = run(&Native.dynamic_slice(&1, r, starts_ref, lengths)) |> elem(0)
+        block = op(:dynamic_slice, [r, starts_ref], [lengths])
 
         if Enum.all?(strides, &(&1 == 1)) do
-          defer(out, &Native.reshape(&1, block, List.to_tuple(lengths)))
+          defer(out, :reshape, [block], [List.to_tuple(lengths)])
         else
           zeros = Enum.map(lengths, fn _ -> 0 end)
-          defer(out, &Native.slice(&1, block, zeros, lengths, strides))
+          defer(out, :slice, [block], [zeros, lengths, strides])
         end
       end
     end
@@ -464,42 +483,42 @@ if Code.ensure_loaded?(Nx) do
           %T{} = t -> ref_as(t, {:s, 64})
         end)
 
-      run(&Native.stack(&1, refs, 0)) |> elem(0)
+      op(:stack, refs, [0])
     end
 
     @impl true
     def put_slice(%T{type: type} = out, tensor, starts, slice) do
       device = device_of(tensor)
       s = starts_ref(starts, device)
-      defer(out, &Native.put_slice(&1, ref_as(tensor, type), s, ref_as(slice, type)))
+      defer(out, :put_slice, [ref_as(tensor, type), s, ref_as(slice, type)], [])
     end
 
     @impl true
     def gather(out, tensor, indices, opts) do
       axes = Keyword.fetch!(opts, :axes)
-      defer(out, &Native.gather(&1, ref(tensor), ref(indices), axes))
+      defer(out, :gather, [ref(tensor), ref(indices)], [axes])
     end
 
     @impl true
     def concatenate(%T{type: type} = out, tensors, axis) do
       refs = Enum.map(tensors, &ref_as(&1, type))
-      defer(out, &Native.concatenate(&1, refs, axis))
+      defer(out, :concatenate, refs, [axis])
     end
 
     @impl true
     def stack(%T{type: type} = out, tensors, axis) do
       refs = Enum.map(tensors, &ref_as(&1, type))
-      defer(out, &Native.stack(&1, refs, axis))
+      defer(out, :stack, refs, [axis])
     end
 
     @impl true
     def select(%T{type: type} = out, pred, on_true, on_false) do
-      defer(out, &Native.select(&1, ref(pred), ref_as(on_true, type), ref_as(on_false, type)))
+      defer(out, :select, [ref(pred), ref_as(on_true, type), ref_as(on_false, type)], [])
     end
 
     @impl true
     def clip(%T{type: type} = out, tensor, min, max) do
-      defer(out, &Native.clip(&1, ref_as(tensor, type), ref_as(min, type), ref_as(max, type)))
+      defer(out, :clip, [ref_as(tensor, type), ref_as(min, type), ref_as(max, type)], [])
     end
 
     # -------------------------------------------------------------------------
@@ -512,7 +531,7 @@ if Code.ensure_loaded?(Nx) do
     for op <- @arith do
       @impl true
       def unquote(op)(%T{type: type} = out, a, b) do
-        defer(out, &Native.binary(&1, unquote(op), ref_as(a, type), ref_as(b, type)))
+        defer(out, unquote(op), [ref_as(a, type), ref_as(b, type)], [])
       end
     end
 
@@ -522,14 +541,14 @@ if Code.ensure_loaded?(Nx) do
       @impl true
       def unquote(op)(out, %T{type: ta} = a, %T{type: tb} = b) do
         type = Nx.Type.merge(ta, tb)
-        defer(out, &Native.binary(&1, unquote(op), ref_as(a, type), ref_as(b, type)))
+        defer(out, unquote(op), [ref_as(a, type), ref_as(b, type)], [])
       end
     end
 
     for op <- [:logical_and, :logical_or, :logical_xor] do
       @impl true
       def unquote(op)(out, a, b),
-        do: defer(out, &Native.binary(&1, unquote(op), ref(a), ref(b)))
+        do: defer(out, unquote(op), [ref(a), ref(b)], [])
     end
 
     @float_unary [:exp, :expm1, :log, :log1p, :sigmoid, :cos, :sin, :tan, :cosh, :sinh, :tanh] ++
@@ -551,28 +570,28 @@ if Code.ensure_loaded?(Nx) do
     for op <- @float_unary do
       @impl true
       def unquote(op)(%T{type: type} = out, tensor),
-        do: defer(out, &Native.unary(&1, unquote(op), ref_as(tensor, type)))
+        do: defer(out, unquote(op), [ref_as(tensor, type)], [])
     end
 
     @impl true
     def abs(out, %T{type: {:c, _}} = tensor),
-      do: defer(out, &Native.unary(&1, :abs, ref(tensor)))
+      do: defer(out, :abs, [ref(tensor)], [])
 
     def abs(%T{type: type} = out, tensor),
-      do: defer(out, &Native.unary(&1, :abs, ref_as(tensor, type)))
+      do: defer(out, :abs, [ref_as(tensor, type)], [])
 
     for op <-
           [:bitwise_not, :ceil, :floor, :negate, :round, :sign, :conjugate] ++
             [:count_leading_zeros, :population_count] do
       @impl true
       def unquote(op)(%T{type: type} = out, tensor),
-        do: defer(out, &Native.unary(&1, unquote(op), ref_as(tensor, type)))
+        do: defer(out, unquote(op), [ref_as(tensor, type)], [])
     end
 
     for op <- [:real, :imag, :is_nan, :is_infinity] do
       @impl true
       def unquote(op)(out, tensor),
-        do: defer(out, &Native.unary(&1, unquote(op), ref(tensor)))
+        do: defer(out, unquote(op), [ref(tensor)], [])
     end
 
     # -------------------------------------------------------------------------
@@ -589,7 +608,7 @@ if Code.ensure_loaded?(Nx) do
         # sum and product accumulate in the output type (Nx's rule)
         input = if unquote(op) in [:sum, :product], do: ref_as(tensor, type), else: ref(tensor)
 
-        defer(out, &Native.reduce(&1, unquote(op), input, axes, keep))
+        defer(out, unquote(op), [input], [axes, keep])
       end
     end
 
@@ -602,7 +621,7 @@ if Code.ensure_loaded?(Nx) do
 
         case opts[:tie_break] || :low do
           :low ->
-            defer(out, &Native.arg_reduce(&1, unquote(op), r, axis, keep))
+            defer(out, unquote(op), [r], [axis, keep])
 
           :high ->
             # The last of equal elements: search the reversed tensor (flattened
@@ -610,18 +629,15 @@ if Code.ensure_loaded?(Nx) do
             {searched, axis_arg, n} =
               if axis,
                 do: {r, axis, elem(shape, axis)},
-                else:
-                  {run(&Native.reshape(&1, r, {Nx.size(shape)})) |> elem(0), 0, Nx.size(shape)}
+                else: {op(:reshape, [r], [{Nx.size(shape)}]), 0, Nx.size(shape)}
 
-            reversed = run(&Native.flip(&1, searched, [axis_arg])) |> elem(0)
+            reversed = op(:flip, [searched], [[axis_arg]])
 
-            idx =
-              run(&Native.arg_reduce(&1, unquote(op), reversed, axis_arg, keep and axis != nil))
-              |> elem(0)
+            idx = op(unquote(op), [reversed], [axis_arg, keep and axis != nil])
 
             last = scalar_ref(n - 1, {:u, 32}, device_of(tensor))
-            mapped = run(&Native.binary(&1, :subtract, last, idx)) |> elem(0)
-            defer(out, &Native.reshape(&1, mapped, out.shape))
+            mapped = op(:subtract, [last, idx], [])
+            defer(out, :reshape, [mapped], [out.shape])
         end
       end
     end
@@ -631,15 +647,14 @@ if Code.ensure_loaded?(Nx) do
     # argmax, 0 for NaN for argmin), so the first NaN is found.
     defp nan_first(op, r, %T{type: type}, axis) do
       if Nx.Type.float?(type) do
-        nan = run(&Native.unary(&1, :is_nan, r)) |> elem(0)
+        nan = op(:is_nan, [r], [])
         axes = if axis, do: [axis], else: nil
-        any = run(&Native.reduce(&1, :any, nan, axes, true)) |> elem(0)
+        any = op(:any, [nan], [axes, true])
 
-        flag =
-          if op == :argmax, do: nan, else: run(&Native.unary(&1, :logical_not, nan)) |> elem(0)
+        flag = if op == :argmax, do: nan, else: op(:logical_not, [nan], [])
 
-        flagged = run(&Native.as_type(&1, flag, {:u, 8})) |> elem(0)
-        run(&Native.select(&1, any, flagged, r)) |> elem(0)
+        flagged = op(:as_type, [flag], [{:u, 8}])
+        op(:select, [any, flagged, r], [])
       else
         r
       end
@@ -666,7 +681,7 @@ if Code.ensure_loaded?(Nx) do
         window = Tuple.to_list(window)
         t = ref_as(tensor, type)
 
-        defer(out, &Native.window(&1, unquote(op), t, window, strides, padding, dilations))
+        defer(out, unquote(op), [t], [window, strides, padding, dilations])
       end
     end
 
@@ -700,15 +715,13 @@ if Code.ensure_loaded?(Nx) do
     @impl true
     def sort(out, tensor, opts) do
       axis = Keyword.fetch!(opts, :axis)
-      desc = Keyword.get(opts, :direction, :asc) == :desc
-      defer(out, &Native.sort(&1, ref(tensor), axis, desc, false))
+      defer(out, :sort, [tensor], [axis, Keyword.get(opts, :direction, :asc)])
     end
 
     @impl true
     def argsort(out, tensor, opts) do
       axis = Keyword.fetch!(opts, :axis)
-      desc = Keyword.get(opts, :direction, :asc) == :desc
-      defer(out, &Native.sort(&1, ref(tensor), axis, desc, true))
+      defer(out, :argsort, [tensor], [axis, Keyword.get(opts, :direction, :asc)])
     end
 
     @impl true
@@ -721,7 +734,7 @@ if Code.ensure_loaded?(Nx) do
 
     defp scatter(out, t, indices, updates, opts, add?) do
       axes = Keyword.fetch!(opts, :axes)
-      defer(out, &Native.scatter(&1, t, ref(indices), updates, axes, add?))
+      defer(out, :scatter, [t, ref(indices), updates], [axes, add?])
     end
 
     # -------------------------------------------------------------------------
@@ -742,7 +755,7 @@ if Code.ensure_loaded?(Nx) do
       rb = ref_as(b, type)
 
       if batch_a == [] and batch_b == [] do
-        defer(out, &Native.tensordot(&1, ra, rb, contract_a, contract_b))
+        defer(out, :tensordot, [ra, rb], [contract_a, contract_b])
       else
         # [batch, free_a, contract] · [batch, contract, free_b] as batched matmuls.
         free_a = free_axes(a, contract_a ++ batch_a)
@@ -750,18 +763,16 @@ if Code.ensure_loaded?(Nx) do
         size = fn t, axes -> Enum.reduce(axes, 1, &(elem(t.shape, &1) * &2)) end
         batch_shape = Enum.map(batch_a, &elem(a.shape, &1))
         nb = Enum.product(batch_shape)
-        lhs = run(&Native.transpose(&1, ra, batch_a ++ free_a ++ contract_a)) |> elem(0)
+        lhs = op(:transpose, [ra], [batch_a ++ free_a ++ contract_a])
 
-        lhs =
-          run(&Native.reshape(&1, lhs, {nb, size.(a, free_a), size.(a, contract_a)})) |> elem(0)
+        lhs = op(:reshape, [lhs], [{nb, size.(a, free_a), size.(a, contract_a)}])
 
-        rhs = run(&Native.transpose(&1, rb, batch_b ++ contract_b ++ free_b)) |> elem(0)
+        rhs = op(:transpose, [rb], [batch_b ++ contract_b ++ free_b])
 
-        rhs =
-          run(&Native.reshape(&1, rhs, {nb, size.(b, contract_b), size.(b, free_b)})) |> elem(0)
+        rhs = op(:reshape, [rhs], [{nb, size.(b, contract_b), size.(b, free_b)}])
 
-        product = run(&Native.matmul(&1, lhs, rhs)) |> elem(0)
-        defer(out, &Native.reshape(&1, product, out_shape))
+        product = op(:matmul, [lhs, rhs], [])
+        defer(out, :reshape, [product], [out_shape])
       end
     end
 
@@ -781,23 +792,22 @@ if Code.ensure_loaded?(Nx) do
           {kr, ki} = complex_parts(ref_as(kernel, type))
           conv_real = fn x, k -> conv_ref(x, k, tuple_size(input.shape), opts) end
 
-          re =
-            run(&Native.binary(&1, :subtract, conv_real.(ar, kr), conv_real.(ai, ki))) |> elem(0)
+          re = op(:subtract, [conv_real.(ar, kr), conv_real.(ai, ki)], [])
 
-          im = run(&Native.binary(&1, :add, conv_real.(ar, ki), conv_real.(ai, kr))) |> elem(0)
+          im = op(:add, [conv_real.(ar, ki), conv_real.(ai, kr)], [])
           i = scalar_ref({0.0, 1.0}, {:c, 64}, device_of(input))
-          im = run(&Native.binary(&1, :multiply, im, i)) |> elem(0)
-          defer(out, &Native.binary(&1, :add, re, im))
+          im = op(:multiply, [im, i], [])
+          defer(out, :add, [re, im], [])
 
         true ->
           r = conv_ref(ref_as(input, type), ref_as(kernel, type), tuple_size(input.shape), opts)
-          defer(out, &Native.reshape(&1, r, out.shape))
+          defer(out, :reshape, [r], [out.shape])
       end
     end
 
     defp complex_parts(r) do
-      re = run(&Native.unary(&1, :real, r)) |> elem(0)
-      im = run(&Native.unary(&1, :imag, r)) |> elem(0)
+      re = op(:real, [r], [])
+      im = op(:imag, [r], [])
       {re, im}
     end
 
@@ -812,20 +822,20 @@ if Code.ensure_loaded?(Nx) do
       to_last = [0] ++ Enum.to_list(2..(rank - 1)//1) ++ [1]
       in_order = Enum.map(to_last, fn i -> Enum.at(in_perm, i) end)
       k_order = Enum.map(to_last, fn i -> Enum.at(k_perm, i) end)
-      ri = run(&Native.transpose(&1, ri, in_order)) |> elem(0)
-      rk = run(&Native.transpose(&1, rk, k_order)) |> elem(0)
+      ri = op(:transpose, [ri], [in_order])
+      rk = op(:transpose, [rk], [k_order])
       strides = opts[:strides] || List.duplicate(1, spatial)
       padding = opts[:padding] || List.duplicate({0, 0}, spatial)
       kd = opts[:kernel_dilation] || List.duplicate(1, spatial)
       id = opts[:input_dilation] || List.duplicate(1, spatial)
       groups = opts[:feature_group_size] || 1
-      result = run(&Native.conv(&1, ri, rk, strides, padding, kd, id, groups)) |> elem(0)
+      result = op(:conv, [ri, rk], [strides, padding, kd, id, groups])
       # [batch, spatial..., out_channels] -> [batch, out_channels, spatial...],
       # then the output permutation.
       from_last = [0, rank - 1] ++ Enum.to_list(1..(rank - 2)//1)
-      nchw = run(&Native.transpose(&1, result, from_last)) |> elem(0)
+      nchw = op(:transpose, [result], [from_last])
       order = out_perm_order(out_perm)
-      run(&Native.transpose(&1, nchw, order)) |> elem(0)
+      op(:transpose, [nchw], [order])
     end
 
     # Nx's output_permutation says where each of [batch, channels, spatial...]
@@ -855,12 +865,12 @@ if Code.ensure_loaded?(Nx) do
       rank = tuple_size(shape)
       n = elem(shape, rank - 1)
       device = device_of(a)
-      eye = run(&Native.eye(&1, n, n, {:u, 8}, device)) |> elem(0)
+      eye = op(:eye, [], [n, {:u, 8}, n, device])
       zero = scalar_ref(0, a.type, device)
-      is_zero = run(&Native.binary(&1, :equal, ref(a), zero)) |> elem(0)
-      on_diag = run(&Native.binary(&1, :logical_and, is_zero, eye)) |> elem(0)
-      any = run(&Native.reduce(&1, :any, on_diag, nil, false)) |> elem(0)
-      Call.run(&Native.item(&1, any))
+      is_zero = op(:equal, [ref(a), zero], [])
+      on_diag = op(:logical_and, [is_zero, eye], [])
+      any = op(:any, [on_diag], [nil, false])
+      Op.item(any)
     end
 
     defp triangular_solve_native(out, a, b, opts, type) do
@@ -878,7 +888,7 @@ if Code.ensure_loaded?(Nx) do
             {ra, lower}
 
           :transpose ->
-            {run(&Native.transpose(&1, ra, swap)) |> elem(0), not lower}
+            {op(:transpose, [ra], [swap]), not lower}
 
           # element-wise conjugate, no transpose (the identity for real a)
           :conjugate ->
@@ -886,25 +896,25 @@ if Code.ensure_loaded?(Nx) do
         end
 
       if left_side do
-        ra |> nx_solve(rb, if(lower, do: :lower, else: :upper), type, device_of(a)) |> to_nx(out)
+        ra |> nx_solve(rb, if(lower, do: :lower, else: :upper), type, device_of(a)) |> wrap(out)
       else
         # x·a = b  <=>  aᵀ·xᵀ = bᵀ
         rb_rank = tuple_size(b.shape)
         b_swap = Enum.to_list(0..(rb_rank - 3)//1) ++ [rb_rank - 1, rb_rank - 2]
-        at = run(&Native.transpose(&1, ra, swap)) |> elem(0)
-        bt = run(&Native.transpose(&1, rb, b_swap)) |> elem(0)
+        at = op(:transpose, [ra], [swap])
+        bt = op(:transpose, [rb], [b_swap])
         xt = nx_solve(at, bt, if(lower, do: :upper, else: :lower), type, device_of(a))
-        defer(out, &Native.transpose(&1, xt, b_swap))
+        defer(out, :transpose, [xt], [b_swap])
       end
     end
 
     # x with a·x = b (b a batch of matrices, or of vectors), computed on the
     # CPU (MLX's linear algebra runs there only) and rounded once to `type`
-    # (see ExMLX.Native.nx_solve/5); the result is on `device`.
+    # (the op nx_solve); the result is on `device`.
     # A singular `a` raises ArgumentError, as in Nx.
     defp nx_solve(ra, rb, kind, type, device) do
       [ra, rb] = Enum.map([ra, rb], &to_cpu(&1, device))
-      x = run(&Native.nx_solve(&1, ra, rb, kind, storage_type(type))) |> elem(0)
+      [x] = run_op(:nx_solve, [ra, rb], [kind, storage_type(type)])
       from_cpu(x, device)
     rescue
       e in ExMLX.Error ->
@@ -914,12 +924,17 @@ if Code.ensure_loaded?(Nx) do
     end
 
     defp to_cpu(r, :cpu), do: r
-    defp to_cpu(r, _device), do: run(&Native.transfer(&1, r, :cpu)) |> elem(0)
+    defp to_cpu(r, _device), do: transfer_ref(r, :cpu)
 
     defp from_cpu(r, :cpu), do: r
-    defp from_cpu(r, device), do: run(&Native.transfer(&1, r, device)) |> elem(0)
+    defp from_cpu(r, device), do: transfer_ref(r, device)
 
-    defp conj_ref(r), do: run(&Native.unary(&1, :conjugate, r)) |> elem(0)
+    defp transfer_ref(r, device) do
+      {ref, _shape, _type, _device} = Op.transfer(r, device)
+      ref
+    end
+
+    defp conj_ref(r), do: op(:conjugate, [r], [])
 
     @impl true
     def fft(out, tensor, opts), do: fft_op(:fft, out, tensor, opts)
@@ -927,11 +942,11 @@ if Code.ensure_loaded?(Nx) do
     @impl true
     def ifft(out, tensor, opts), do: fft_op(:ifft, out, tensor, opts)
 
-    # Every transform takes ExMLX.FFT's path (ExMLX.FFT.native_call/4),
+    # Every transform is the op ExMLX.FFT runs,
     # queued rather than awaited: Nx knows the result's shape and type.
     defp fft_op(op, %T{type: type} = out, tensor, opts) do
       r = ref_as(tensor, type)
-      defer(out, ExMLX.FFT.native_call(op, r, opts[:length], opts[:axis] || -1))
+      defer(out, op, [r], [opts[:length], opts[:axis] || -1])
     end
 
     # -------------------------------------------------------------------------
@@ -955,7 +970,7 @@ if Code.ensure_loaded?(Nx) do
     defp native_block(struct_name, struct, output, args, fun) do
       case {struct_name, args} do
         {Nx.Block.LogicalNot, [t]} ->
-          defer(output, &Native.unary(&1, :logical_not, ref(t)))
+          defer(output, :logical_not, [ref(t)], [])
 
         {Nx.Block.Phase, [t]} ->
           phase(output, t)
@@ -973,15 +988,15 @@ if Code.ensure_loaded?(Nx) do
           cumulative(:cumulative_max, output, t, struct)
 
         {Nx.Block.Take, [t, idx]} ->
-          defer(output, &Native.take(&1, ref(t), ref(idx), struct.axis))
+          defer(output, :take, [ref(t), ref(idx)], [struct.axis])
 
         {Nx.Block.TakeAlongAxis, [t, idx]} ->
-          defer(output, &Native.take_along_axis(&1, ref(t), ref(idx), struct.axis))
+          defer(output, :take_along_axis, [ref(t), ref(idx)], [struct.axis])
 
         {Nx.Block.TopK, [t]} ->
           {values_out, indices_out} = output
-          [values, indices] = run(&Native.top_k(&1, ref(t), struct.k))
-          {to_nx(values, values_out), to_nx(indices, indices_out)}
+          [values, indices] = run_op(:top_k, [ref(t)], [struct.k])
+          {wrap(values, values_out), wrap(indices, indices_out)}
 
         {Nx.Block.FFT2, [t]} ->
           fft2(:fft2, output, t, struct)
@@ -991,32 +1006,31 @@ if Code.ensure_loaded?(Nx) do
 
         {Nx.Block.RFFT, [t]} ->
           r = ref_as(t, real_of(output.type))
-          defer(output, ExMLX.FFT.native_call(:rfft, r, struct.length, struct.axis || -1))
+          defer(output, :rfft, [r], [struct.length, struct.axis || -1])
 
         {Nx.Block.IRFFT, [t]} ->
           r = ref_as(t, complex_of(output.type))
-          defer(output, ExMLX.FFT.native_call(:irfft, r, struct.length, struct.axis || -1))
+          defer(output, :irfft, [r], [struct.length, struct.axis || -1])
 
         {Nx.Block.AllClose, [a, b]} ->
           all_close(output, a, b, struct)
 
         {Nx.Block.LinAlg.Cholesky, [t]} ->
           [l] = nx_linalg(:cholesky, t, output.type)
-          to_nx(l, output)
+          wrap(l, output)
 
         {Nx.Block.LinAlg.QR, [t]} ->
           {q_out, r_out} = output
           complete = struct.mode == :complete
 
-          [q, r] =
-            on_cpu(t, &Native.nx_qr(&1, &2, complete, struct.eps, storage_type(q_out.type)))
+          [q, r] = on_cpu(t, :nx_qr, [complete, struct.eps, storage_type(q_out.type)])
 
-          {to_nx(q, q_out), to_nx(r, r_out)}
+          {wrap(q, q_out), wrap(r, r_out)}
 
         {Nx.Block.LinAlg.Eigh, [t]} ->
           {w_out, v_out} = output
           [w, v] = nx_linalg(:eigh, t, v_out.type)
-          {to_nx(w, w_out), to_nx(v, v_out)}
+          {wrap(w, w_out), wrap(v, v_out)}
 
         {Nx.Block.LinAlg.SVD, [t]} ->
           {u_out, s_out, vt_out} = output
@@ -1031,14 +1045,14 @@ if Code.ensure_loaded?(Nx) do
               {keep_block(u, u_out.shape), keep_block(vt, vt_out.shape)}
             end
 
-          {to_nx(u, u_out), to_nx(s, s_out), to_nx(vt, vt_out)}
+          {wrap(u, u_out), wrap(s, s_out), wrap(vt, vt_out)}
 
         {Nx.Block.LinAlg.Solve, [a, b]} ->
-          ref(a) |> nx_solve(ref(b), nil, output.type, device_of(a)) |> to_nx(output)
+          ref(a) |> nx_solve(ref(b), nil, output.type, device_of(a)) |> wrap(output)
 
         {Nx.Block.LinAlg.Determinant, [t]} ->
           [det] = nx_linalg(:determinant, t, output.type)
-          to_nx(det, output)
+          wrap(det, output)
 
         {Nx.Block.LinAlg.LU, [t]} ->
           lu(output, t)
@@ -1056,24 +1070,24 @@ if Code.ensure_loaded?(Nx) do
     # ExMLX's factorisations for Nx, with Nx's definitions and conventions
     # (QR's Householder signs, eigenvalues by decreasing magnitude, vector
     # signs), computed on the CPU (MLX's linear algebra runs there only) and
-    # rounded once to `type`: see ExMLX.Native.nx_linalg/4. The result
+    # rounded once to `type` (the nx_* ops of the op table). The result
     # references are on the tensor's device.
     defp nx_linalg(op, t, type),
-      do: on_cpu(t, &Native.nx_linalg(&1, op, &2, storage_type(type)))
+      do: on_cpu(t, :"nx_#{op}", [storage_type(type)])
 
-    # Runs `nif.(tag, ref)` on a CPU copy of `t` and brings the result
-    # references back to `t`'s device.
-    defp on_cpu(t, nif) do
+    # Runs op `name` on a CPU copy of `t` and brings the result references
+    # back to `t`'s device.
+    defp on_cpu(t, name, params) do
       device = device_of(t)
       r = to_cpu(ref(t), device)
-      run(&nif.(&1, r)) |> Enum.map(fn {ref, _, _, _} -> from_cpu(ref, device) end)
+      name |> run_op([r], params) |> Enum.map(&from_cpu(&1, device))
     end
 
     defp keep_block(r, shape) do
       stops = Tuple.to_list(shape)
       starts = Enum.map(stops, fn _ -> 0 end)
       strides = Enum.map(stops, fn _ -> 1 end)
-      run(&Native.slice(&1, r, starts, stops, strides)) |> elem(0)
+      op(:slice, [r], [starts, stops, strides])
     end
 
     defp lu({p_out, l_out, u_out}, t) do
@@ -1084,36 +1098,36 @@ if Code.ensure_loaded?(Nx) do
       # an iota along the last axis.
       device = device_of(t)
       rank = tuple_size(p_out.shape)
-      iota = run(&Native.iota(&1, {:u, 32}, p_out.shape, rank - 1, device)) |> elem(0)
-      pcol = run(&Native.expand_dims(&1, p, [-1])) |> elem(0)
-      pcol = run(&Native.as_type(&1, pcol, {:u, 32})) |> elem(0)
-      perm = run(&Native.binary(&1, :equal, pcol, iota))
-      {to_nx(perm, p_out), to_nx(l, l_out), to_nx(u, u_out)}
+      iota = op(:iota, [], [{:u, 32}, p_out.shape, rank - 1, device])
+      pcol = op(:expand_dims, [p], [[-1]])
+      pcol = op(:as_type, [pcol], [{:u, 32}])
+      perm = run_op(:equal, [pcol, iota], [])
+      {wrap(perm, p_out), wrap(l, l_out), wrap(u, u_out)}
     end
 
     defp cumulative(op, output, t, %{axis: axis, reverse: reverse}) do
-      defer(output, &Native.cumulative(&1, op, ref_as(t, output.type), axis, reverse))
+      defer(output, op, [ref_as(t, output.type)], [axis, reverse])
     end
 
     defp fft2(op, %T{type: type} = output, t, %{lengths: lengths, axes: axes}) do
       r = ref_as(t, type)
-      defer(output, ExMLX.FFT.native_call(op, r, lengths, axes || [-2, -1]))
+      defer(output, op, [r], [lengths, axes || [-2, -1]])
     end
 
     defp phase(output, t) do
       case t.type do
         {:c, _} ->
-          re = run(&Native.unary(&1, :real, ref(t))) |> elem(0)
-          im = run(&Native.unary(&1, :imag, ref(t))) |> elem(0)
-          defer(output, &Native.binary(&1, :atan2, im, re))
+          re = op(:real, [ref(t)], [])
+          im = op(:imag, [ref(t)], [])
+          defer(output, :atan2, [im, re], [])
 
         _ ->
           # real numbers: 0 for x >= 0, pi for x < 0
           x = ref_as(t, output.type)
           zero = scalar_ref(0, output.type, device_of(t))
           pi = scalar_ref(:math.pi(), output.type, device_of(t))
-          neg = run(&Native.binary(&1, :less, x, zero)) |> elem(0)
-          defer(output, &Native.select(&1, neg, pi, zero))
+          neg = op(:less, [x, zero], [])
+          defer(output, :select, [neg, pi, zero], [])
       end
     end
 
@@ -1123,31 +1137,31 @@ if Code.ensure_loaded?(Nx) do
       device = device_of(a)
       ra = ref_as(a, type)
       rb = ref_as(b, type)
-      diff = run(&Native.binary(&1, :subtract, ra, rb)) |> elem(0)
-      diff = run(&Native.unary(&1, :abs, diff)) |> elem(0)
-      absb = run(&Native.unary(&1, :abs, rb)) |> elem(0)
+      diff = op(:subtract, [ra, rb], [])
+      diff = op(:abs, [diff], [])
+      absb = op(:abs, [rb], [])
       real = real_of(type)
-      tol = run(&Native.binary(&1, :multiply, scalar_ref(rtol, real, device), absb)) |> elem(0)
-      tol = run(&Native.binary(&1, :add, scalar_ref(atol, real, device), tol)) |> elem(0)
-      close = run(&Native.binary(&1, :less_equal, diff, tol)) |> elem(0)
+      tol = op(:multiply, [scalar_ref(rtol, real, device), absb], [])
+      tol = op(:add, [scalar_ref(atol, real, device), tol], [])
+      close = op(:less_equal, [diff, tol], [])
       # where either side is infinite, close means equal
-      same = run(&Native.binary(&1, :equal, ra, rb)) |> elem(0)
-      inf_a = run(&Native.unary(&1, :is_infinity, ra)) |> elem(0)
-      inf_b = run(&Native.unary(&1, :is_infinity, rb)) |> elem(0)
-      inf = run(&Native.binary(&1, :logical_or, inf_a, inf_b)) |> elem(0)
-      close = run(&Native.select(&1, inf, same, close)) |> elem(0)
+      same = op(:equal, [ra, rb], [])
+      inf_a = op(:is_infinity, [ra], [])
+      inf_b = op(:is_infinity, [rb], [])
+      inf = op(:logical_or, [inf_a, inf_b], [])
+      close = op(:select, [inf, same, close], [])
 
       close =
         if equal_nan do
-          na = run(&Native.unary(&1, :is_nan, ra)) |> elem(0)
-          nb = run(&Native.unary(&1, :is_nan, rb)) |> elem(0)
-          both = run(&Native.binary(&1, :logical_and, na, nb)) |> elem(0)
-          run(&Native.binary(&1, :logical_or, close, both)) |> elem(0)
+          na = op(:is_nan, [ra], [])
+          nb = op(:is_nan, [rb], [])
+          both = op(:logical_and, [na, nb], [])
+          op(:logical_or, [close, both], [])
         else
           close
         end
 
-      defer(output, &Native.reduce(&1, :all, close, nil, false))
+      defer(output, :all, [close], [nil, false])
     end
   end
 end

@@ -54,7 +54,7 @@ defmodule ExMLX.FFT do
 
   import ExMLX.Args, only: [opts!: 2, tensor!: 2]
 
-  alias ExMLX.{Call, Native, Tensor}
+  alias ExMLX.{Op, Tensor}
 
   @typedoc "An axis; negative ones count from the end (`-1` is the last)."
   @type axis :: integer()
@@ -68,9 +68,6 @@ defmodule ExMLX.FFT do
   @typedoc "Options of the shifts."
   @type opts_shift :: [axes: [axis()] | nil]
 
-  @one_d [:fft, :ifft, :rfft, :irfft]
-  @two_d [:fft2, :ifft2, :rfft2, :irfft2]
-  @n_d [:fftn, :ifftn, :rfftn, :irfftn]
   @shifts [:fftshift, :ifftshift]
 
   # ---------------------------------------------------------------------------
@@ -300,40 +297,32 @@ defmodule ExMLX.FFT do
   # The native calls
   # ---------------------------------------------------------------------------
 
-  @doc false
-  # The NIF call behind every transform, as a function of the reply tag.
-  # This module runs it and waits (Call.run/1); ExMLX.Backend queues the same
-  # call (Call.defer/2, Nx knowing the result's shape and type), so both take
-  # one path. The 1-D ops take `n | nil` and an axis; the others `s | nil`
-  # and `axes | nil`, nil meaning the op's default.
-  @spec native_call(atom(), reference(), term(), term()) :: (term() -> term())
-  def native_call(op, ref, n, axis) when op in @one_d,
-    do: &Native.fft(&1, op, ref, n, axis)
-
-  def native_call(op, ref, s, axes) when op in @two_d or op in @n_d,
-    do: &Native.fftn(&1, op, ref, s, axes)
+  # Every transform is an op of the op table (native/ex_mlx/core/src/ops/table.rs,
+  # flagged `nx`): the 1-D ops take `[n, axis]`, the others `[s, axes]`, nil
+  # meaning the op's default. This module runs them and waits; ExMLX.Backend
+  # queues the same ops (Nx knowing the result's shape and type).
 
   defp transform_1d(op, %Tensor{ref: ref}, opts) do
     opts = opts!(opts, n: nil, axis: -1)
     n = check_opt(opts[:n], :n, &pos_integer?/1, "a positive integer or nil")
     axis = check_opt(opts[:axis], :axis, &is_integer/1, "an integer")
-    run(native_call(op, ref, n, axis))
+    run(op, ref, [n, axis])
   end
 
   defp transform_nd(op, %Tensor{ref: ref}, opts) do
     opts = opts!(opts, s: nil, axes: nil)
     s = check_opt(opts[:s], :s, &pos_integers?/1, "a list of positive integers or nil")
     axes = check_opt(opts[:axes], :axes, &integers?/1, "a list of integers or nil")
-    run(native_call(op, ref, s, axes))
+    run(op, ref, [s, axes])
   end
 
   defp shift(op, %Tensor{ref: ref}, opts) when op in @shifts do
     opts = opts!(opts, axes: nil)
     axes = check_opt(opts[:axes], :axes, &integers?/1, "a list of integers or nil")
-    run(&Native.fftshift(&1, op, ref, axes))
+    run(op, ref, [axes])
   end
 
-  defp run(nif), do: nif |> Call.run() |> Tensor.wrap()
+  defp run(op, ref, params), do: op |> Op.run([ref], params) |> Tensor.wrap()
 
   defp check_opt(value, name, valid?, expected) do
     if valid?.(value) do

@@ -112,11 +112,20 @@ defmodule ExMLX.Native do
 
   # Library
   def mlx_version, do: not_loaded()
-  # For the reliability tests: panics on purpose (:nif or :worker).
-  def panic_for_test(_tag, _where), do: not_loaded()
-  # For the tests: keeps the CPU worker busy until release_worker_for_test/0.
-  def hold_worker_for_test(_tag), do: not_loaded()
-  def release_worker_for_test, do: not_loaded()
+
+  # Every op of the op table (native/ex_mlx/core/src/ops/table.rs): `name`
+  # an atom, `inputs` a list of tensors, `params` a list in the table's
+  # order. ExMLX.Op calls it.
+  def op(_tag, _name, _inputs, _params), do: not_loaded()
+  # The op table: [{name, family, inputs, params, results, flags}].
+  def op_table, do: not_loaded()
+
+  # For ExMLX's own tests, in the test environment's build only (the cargo
+  # feature test-hooks): a deliberate panic (:nif or :worker), and a hold
+  # on the CPU worker until release_worker_for_test/0.
+  def panic_for_test(_tag, _where), do: test_hook()
+  def hold_worker_for_test(_tag), do: test_hook()
+  def release_worker_for_test, do: test_hook()
 
   # For bench/: seconds of each of `reps` plain Rust copies of `binary`
   # (dirty scheduler; ArgumentError past 1 GiB or 1000 reps).
@@ -125,11 +134,17 @@ defmodule ExMLX.Native do
   # on the CPU worker in Rust (replies to `tag`).
   def worker_chain_seconds(_tag, _n, _reps), do: not_loaded()
 
-  # Tensor queries (synchronous)
+  # Tensor queries (synchronous), evaluation, one element
   def tensor_info(_tensor), do: not_loaded()
   def tensor_size(_tensor), do: not_loaded()
   def tensor_await(_tag, _tensor), do: not_loaded()
   def deallocate(_tensor), do: not_loaded()
+  def eval(_tag, _tensor), do: not_loaded()
+  def item(_tag, _tensor), do: not_loaded()
+
+  # Devices
+  def transfer(_tag, _tensor, _device), do: not_loaded()
+  def device_available(_device), do: not_loaded()
 
   # Data in and out
   def from_binary(_tag, _binary, _type, _shape, _device), do: not_loaded()
@@ -157,71 +172,18 @@ defmodule ExMLX.Native do
   def bundle_header_length(_prefix, _total), do: not_loaded()
   def bundle_parse_header(_json, _data_len), do: not_loaded()
 
-  # Evaluation and devices
-  def eval(_tag, _tensor), do: not_loaded()
-  def transfer(_tag, _tensor, _device), do: not_loaded()
-  def device_available(_device), do: not_loaded()
-
-  # Creation and conversion
-  def full(_tag, _value, _type, _shape, _device), do: not_loaded()
-  def iota(_tag, _type, _shape, _axis, _device), do: not_loaded()
-  def eye(_tag, _n, _m, _type, _device), do: not_loaded()
-  def as_type(_tag, _tensor, _type), do: not_loaded()
-  def bitcast(_tag, _tensor, _type), do: not_loaded()
-  def item(_tag, _tensor), do: not_loaded()
-
-  # Element-wise
-  def unary(_tag, _op, _tensor), do: not_loaded()
-  def binary(_tag, _op, _a, _b), do: not_loaded()
-
-  # Reductions
-  def reduce(_tag, _op, _tensor, _axes, _keep_dims), do: not_loaded()
-  def arg_reduce(_tag, _op, _tensor, _axis, _keep_dims), do: not_loaded()
-  def window(_tag, _op, _tensor, _window, _strides, _padding, _dilations), do: not_loaded()
-
-  # Shape
-  def reshape(_tag, _tensor, _shape), do: not_loaded()
-  def transpose(_tag, _tensor, _axes), do: not_loaded()
-  def broadcast_to(_tag, _tensor, _shape), do: not_loaded()
-  def squeeze(_tag, _tensor, _axes), do: not_loaded()
-  def expand_dims(_tag, _tensor, _axes), do: not_loaded()
-  def flip(_tag, _tensor, _axes), do: not_loaded()
-  def concatenate(_tag, _tensors, _axis), do: not_loaded()
-  def stack(_tag, _tensors, _axis), do: not_loaded()
-  def select(_tag, _pred, _on_true, _on_false), do: not_loaded()
-  def clip(_tag, _tensor, _min, _max), do: not_loaded()
-  def pad(_tag, _tensor, _widths, _value), do: not_loaded()
-  def slice(_tag, _tensor, _starts, _stops, _strides), do: not_loaded()
-  def dynamic_slice(_tag, _tensor, _starts, _lengths), do: not_loaded()
-  def put_slice(_tag, _tensor, _starts, _update), do: not_loaded()
-
-  # Indexing
-  def take(_tag, _tensor, _indices, _axis), do: not_loaded()
-  def take_along_axis(_tag, _tensor, _indices, _axis), do: not_loaded()
-  def gather(_tag, _tensor, _indices, _axes), do: not_loaded()
-  def scatter(_tag, _tensor, _indices, _updates, _axes, _add), do: not_loaded()
-
-  # Sorting and cumulative
-  def sort(_tag, _tensor, _axis, _descending, _indices), do: not_loaded()
-  def top_k(_tag, _tensor, _k), do: not_loaded()
-  def partition(_tag, _tensor, _kth, _axis), do: not_loaded()
-  def cumulative(_tag, _op, _tensor, _axis, _reverse), do: not_loaded()
-
-  # Fourier transforms (ExMLX.FFT)
-  def fft(_tag, _op, _tensor, _n, _axis), do: not_loaded()
-  def fftn(_tag, _op, _tensor, _s, _axes), do: not_loaded()
-  def fftshift(_tag, _op, _tensor, _axes), do: not_loaded()
-
-  # Linear algebra
-  def matmul(_tag, _a, _b), do: not_loaded()
-  def tensordot(_tag, _a, _b, _axes_a, _axes_b), do: not_loaded()
-  def einsum(_tag, _subscripts, _tensors), do: not_loaded()
-  def linalg(_tag, _op, _tensor, _upper), do: not_loaded()
-  def solve(_tag, _a, _b, _triangular), do: not_loaded()
-  def nx_linalg(_tag, _op, _tensor, _out_type), do: not_loaded()
-  def nx_qr(_tag, _tensor, _complete, _eps, _out_type), do: not_loaded()
-  def nx_solve(_tag, _a, _b, _triangular, _out_type), do: not_loaded()
-
-  def conv(_tag, _input, _kernel, _strides, _padding, _kernel_dilation, _input_dilation, _groups),
-    do: not_loaded()
+  # A test hook's stub: the library is loaded, but built without the
+  # test-hooks feature (any environment but `test`).
+  defp test_hook do
+    if load_error() do
+      not_loaded()
+    else
+      :erlang.nif_error(%ExMLX.Error{
+        kind: :not_loaded,
+        message:
+          "this NIF exists only in the test environment's build of ExMLX " <>
+            "(cargo feature test-hooks); run it under MIX_ENV=test"
+      })
+    end
+  end
 end

@@ -11,13 +11,10 @@ defmodule ExMLX.Prediction do
   # pair of types, the first time an operation is used) rather than copied
   # into a table here. Shapes: NumPy broadcasting, which MLX follows.
 
-  alias ExMLX.{Call, Native}
+  alias ExMLX.Op
 
   @types [:bool, {:u, 8}, {:u, 16}, {:u, 32}, {:u, 64}, {:s, 8}, {:s, 16}, {:s, 32}] ++
            [{:s, 64}, {:f, 16}, {:bf, 16}, {:f, 32}, {:f, 64}, {:c, 64}]
-
-  @doc "The operations whose results are predicted."
-  def ops, do: [:add, :subtract, :multiply, :max, :min]
 
   @doc """
   `{:ok, shape, type}` for `op(a, b)`, or `:unknown` where the call should
@@ -76,7 +73,7 @@ defmodule ExMLX.Prediction do
   end
 
   defp read_types(op) do
-    zeros = Map.new(@types, fn t -> {t, Call.run(&Native.full(&1, 0, t, {}, :cpu))} end)
+    zeros = Map.new(@types, fn t -> {t, Op.run(:full, [], [0, t, {}, :cpu])} end)
 
     for ta <- @types, tb <- @types, reduce: %{} do
       table ->
@@ -84,7 +81,7 @@ defmodule ExMLX.Prediction do
         {b, _, _, _} = zeros[tb]
 
         try do
-          {_, _, type, _} = Call.run(&Native.binary(&1, op, a, b))
+          {_, _, type, _} = Op.run(op, [a, b], [])
           Map.put(table, {ta, tb}, type)
         rescue
           ExMLX.Error -> table

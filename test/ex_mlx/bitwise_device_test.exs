@@ -72,7 +72,7 @@ defmodule ExMLX.BitwiseDeviceTest do
     test "tensors on different devices cannot be mixed" do
       # Simulated with a bad reference: the message names both devices when real.
       assert {:error, {:argument, _}} =
-               ExMLX.Native.binary(make_ref(), :add, :not_a_tensor, :not_either)
+               ExMLX.Native.op(make_ref(), :add, [:not_a_tensor, :not_either], [])
     end
   end
 end

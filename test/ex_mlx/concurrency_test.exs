@@ -199,7 +199,7 @@ defmodule ExMLX.DeferredTest do
 
   test "a deferred op fills its tensor, cast to the requested type" do
     t = ExMLX.iota({:s, 32}, {4})
-    {ref, :cpu} = Call.defer(&Native.binary(&1, :less, t.ref, t.ref), {:u, 8})
+    {ref, :cpu} = ExMLX.Op.defer(:less, [t.ref, t.ref], [], {:u, 8})
     # comparisons give :bool in MLX; deferred mode cast it to u8
     assert {{4}, {:u, 8}, :cpu} = Call.info(ref)
     assert Call.run(&Native.to_binary(&1, ref)) == <<0, 0, 0, 0>>
@@ -210,7 +210,7 @@ defmodule ExMLX.DeferredTest do
 
     ref =
       Enum.reduce(1..500, one.ref, fn _, acc ->
-        {r, _} = Call.defer(&Native.binary(&1, :add, acc, one.ref), {:s, 64})
+        {r, _} = ExMLX.Op.defer(:add, [acc, one.ref], [], {:s, 64})
         r
       end)
 
@@ -219,7 +219,7 @@ defmodule ExMLX.DeferredTest do
 
   test "an error inside a deferred op is raised where the tensor is used" do
     t = ExMLX.iota({:f, 32}, {2, 2})
-    {bad, _} = Call.defer(&Native.reduce(&1, :sum, t.ref, [5], false), {:f, 32})
+    {bad, _} = ExMLX.Op.defer(:sum, [t.ref], [[5], false], {:f, 32})
 
     assert_raise ExMLX.Error, ~r/axes: axis 5 is out of range/, fn ->
       Call.run(&Native.to_binary(&1, bad))
@@ -227,16 +227,16 @@ defmodule ExMLX.DeferredTest do
 
     # an op on a tensor known to have failed is refused at the call
     assert_raise ExMLX.Error, ~r/axis 5 is out of range/, fn ->
-      Call.defer(&Native.unary(&1, :negate, bad), {:f, 32})
+      ExMLX.Op.defer(:negate, [bad], [], {:f, 32})
     end
 
     # one queued while its input is (maybe) still pending gets the error
     # either at the call or where its own result is used
-    {pending, _} = Call.defer(&Native.reduce(&1, :sum, t.ref, [5], false), {:f, 32})
+    {pending, _} = ExMLX.Op.defer(:sum, [t.ref], [[5], false], {:f, 32})
 
     error =
       try do
-        {later, _} = Call.defer(&Native.unary(&1, :negate, pending), {:f, 32})
+        {later, _} = ExMLX.Op.defer(:negate, [pending], [], {:f, 32})
         Call.info(later)
       rescue
         e in ExMLX.Error -> e

@@ -117,12 +117,12 @@ defmodule ExMLX.MalformedArgsTest do
     ]
 
     nifs = nifs()
-    assert length(nifs) >= 30
+    assert length(nifs) >= 25
 
     {outcomes, bad} =
       Enum.reduce(1..@calls, {%{}, []}, fn i, {counts, bad} ->
         {name, arity} = Enum.at(nifs, rem(i, length(nifs)))
-        args = for _ <- 1..arity//1, do: random_term(tensors)
+        args = args(name, arity, tensors)
         if rem(i, 500) == 0, do: drain_mailbox()
 
         case call(name, args) do
@@ -142,6 +142,31 @@ defmodule ExMLX.MalformedArgsTest do
 
     IO.puts("\n  malformed-argument calls: #{inspect(outcomes)}")
   end
+
+  # Arguments for a call. The op NIF takes the name of an op of the table:
+  # mostly a real one (so calls reach the input and parameter checks), with
+  # inputs and parameters random, the parameters often as many as the op
+  # takes.
+  defp args(:op, 4, tensors) do
+    entry = Enum.random(ExMLX.OpTable.entries())
+    name = if :rand.uniform(10) == 1, do: random_term(tensors), else: entry.name
+
+    inputs =
+      case :rand.uniform(3) do
+        1 -> random_term(tensors)
+        _ -> Enum.map(1..:rand.uniform(3), fn _ -> Enum.random(tensors).ref end)
+      end
+
+    params =
+      case :rand.uniform(3) do
+        1 -> random_term(tensors)
+        _ -> Enum.map(entry.params, fn _ -> random_term(tensors) end)
+      end
+
+    [random_term(tensors), name, inputs, params]
+  end
+
+  defp args(_name, arity, tensors), do: for(_ <- 1..arity//1, do: random_term(tensors))
 
   # The NIF contract for any arguments: a value, or `{:error, {kind, message}}`
   # with a kind ExMLX.Error or ExMLX.Wire documents. An exception (ArgumentError

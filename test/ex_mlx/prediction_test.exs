@@ -16,13 +16,13 @@ defmodule ExMLX.PredictionTest do
   end
 
   test "every type pair and op: the prediction is what MLX produces, values included" do
-    for op <- Prediction.ops(), ta <- types(), tb <- types() do
+    for op <- ExMLX.binary_ops(), ta <- types(), tb <- types() do
       a = ExMLX.iota(ta, {2, 1, 3})
       b = ExMLX.iota(tb, {4, 1})
       # the synchronous path: MLX's own answer
       expected =
         try do
-          Call.run(&Native.binary(&1, op, a.ref, b.ref)) |> ExMLX.Tensor.wrap()
+          ExMLX.Op.run(op, [a.ref, b.ref], []) |> ExMLX.Tensor.wrap()
         rescue
           e in ExMLX.Error -> e
         end
@@ -48,14 +48,14 @@ defmodule ExMLX.PredictionTest do
   test "a wrong prediction is an :internal error, never a silent cast" do
     a = ExMLX.iota({:s, 32}, {3})
 
-    {ref, _} = Call.defer_exact(&Native.binary(&1, :add, a.ref, a.ref), {:f, 32}, {3})
+    {ref, _} = ExMLX.Op.defer_exact(:add, [a.ref, a.ref], [], {:f, 32}, {3})
     error = assert_raise ExMLX.Error, fn -> Call.info(ref) end
     assert error.kind == :internal
 
     assert error.message ==
              "ExMLX predicted shape {3} and type {:f, 32}, MLX produced shape {3} and type {:s, 32}"
 
-    {ref, _} = Call.defer_exact(&Native.binary(&1, :add, a.ref, a.ref), {:s, 32}, {4})
+    {ref, _} = ExMLX.Op.defer_exact(:add, [a.ref, a.ref], [], {:s, 32}, {4})
 
     assert_raise ExMLX.Error,
                  ~r/predicted shape \{4\} and type \{:s, 32\}, MLX produced shape \{3\}/,

@@ -5,7 +5,8 @@
 //!
 //! * a reference: the worker sends `{tag, {:ok, value} | {:error, reason}}`
 //!   when done and the caller waits for it (`ExMLX.Call.run/1`);
-//! * `{:deferred, type}`, for operations producing one tensor: the NIF
+//! * `{:deferred, type}` (or `{:deferred, :any}`, which keeps MLX's
+//!   result type), for operations producing one tensor: the NIF
 //!   returns `{:deferred, tensor, device}` at once, the tensor being filled
 //!   by the worker (cast to `type` if MLX produced another). Nothing is sent
 //!   back; an error is stored in the tensor and raised where it is used. The
@@ -32,7 +33,7 @@ use crate::args::Tag;
 use crate::tensor::{NewTensor, Results, Tensor, TensorRef};
 use crate::term::{error_tuple, DeviceTerm, ErrorTerm};
 
-rustler::atoms! { ok, error, deferred }
+rustler::atoms! { ok, error, deferred, any }
 
 /// Where a reply goes: the calling process and the tag it waits for. Built on
 /// the scheduler (it copies the tag), used on a worker thread.
@@ -108,6 +109,9 @@ pub fn done_here<T: Encoder + Send + 'static>(
 
 /// What a deferred result must be.
 enum Expected {
+    /// `{:deferred, :any}`: whatever MLX produces (for intermediate results
+    /// whose type the caller does not need to know).
+    Any,
     /// `{:deferred, type}`: cast to `type` if MLX produced another (Nx
     /// decides result types, and they can differ from MLX's).
     Cast(Dtype),
@@ -118,14 +122,16 @@ enum Expected {
 }
 
 impl Expected {
-    fn dtype(&self) -> Dtype {
+    fn dtype(&self) -> Option<Dtype> {
         match self {
-            Expected::Cast(d) | Expected::Exact(d, _) => *d,
+            Expected::Any => None,
+            Expected::Cast(d) | Expected::Exact(d, _) => Some(*d),
         }
     }
 
     fn apply(&self, array: mlx_rs::Array) -> Result<mlx_rs::Array> {
         match self {
+            Expected::Any => Ok(array),
             Expected::Cast(cast) if array.dtype() == *cast => Ok(array),
             Expected::Cast(cast) => Ok(array.as_dtype(*cast)?),
             Expected::Exact(dtype, shape) if array.dtype() == *dtype && array.shape() == shape => {
@@ -145,6 +151,9 @@ impl Expected {
 /// `Some(expected result)` when `tag` asks for deferred mode.
 fn expected_result(tag: Term) -> Result<Option<Expected>> {
     if let Ok((atom, type_)) = tag.decode::<(Atom, Term)>() {
+        if atom == deferred() && type_.decode::<Atom>().is_ok_and(|a| a == any()) {
+            return Ok(Some(Expected::Any));
+        }
         if atom == deferred() {
             return Ok(Some(Expected::Cast(crate::term::decode_type(
                 "tag", type_,
@@ -198,7 +207,9 @@ where
     F: FnOnce() -> Result<T> + Send + 'static,
 {
     if let Some(expected) = expected_result(tag)? {
-        ex_mlx_core::device::check_dtype(expected.dtype(), device)?;
+        if let Some(dtype) = expected.dtype() {
+            ex_mlx_core::device::check_dtype(dtype, device)?;
+        }
         let out = Tensor::pending(device);
         let target = out.clone();
         worker::submit(

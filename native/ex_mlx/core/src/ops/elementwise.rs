@@ -1,18 +1,84 @@
 //! Element-wise operations that are more than one MLX call (the op table,
 //! [`super::table`], calls MLX directly for the others).
 
-use mlx_rs::{ops, Array};
+use mlx_rs::{ops, Array, Dtype};
 
 use crate::error::Result;
+
+/// The type MLX computes `a op b` in.
+fn promoted(a: &Array, b: &Array) -> Result<Dtype> {
+    Ok(ops::add(
+        Array::from_int(0).as_dtype(a.dtype())?,
+        Array::from_int(0).as_dtype(b.dtype())?,
+    )?
+    .dtype())
+}
+
+fn is_integer(dtype: Dtype) -> bool {
+    !(dtype.is_float() || dtype.is_complex() || dtype == Dtype::Bool)
+}
+
+/// Where integer division would trap: a zero divisor, and the signed
+/// minimum divided by -1. On x86 both raise SIGFPE, which would end the
+/// VM; MLX does not check. (`dtype` is the computation type.)
+fn traps(a: &Array, b: &Array, dtype: Dtype) -> Result<(Array, Array)> {
+    let zero = ops::eq(b, Array::from_int(0).as_dtype(dtype)?)?;
+    let min = match dtype {
+        Dtype::Int8 => Some(Array::from_slice(&[i8::MIN], &[])),
+        Dtype::Int16 => Some(Array::from_slice(&[i16::MIN], &[])),
+        Dtype::Int32 => Some(Array::from_int(i32::MIN)),
+        Dtype::Int64 => Some(Array::from_slice(&[i64::MIN], &[])),
+        _ => None,
+    };
+    let trap = match min {
+        Some(min) => {
+            let overflow = ops::logical_and(
+                ops::eq(a.as_dtype(dtype)?, &min)?,
+                ops::eq(b, Array::from_int(-1).as_dtype(dtype)?)?,
+            )?;
+            ops::logical_or(&zero, &overflow)?
+        }
+        None => zero.clone(),
+    };
+    Ok((zero, trap))
+}
+
+/// `a / b` rounded (MLX's `floor_divide`). For integers, division by zero
+/// gives -1 (all bits set) and the signed minimum divided by -1 gives the
+/// minimum, as XLA defines them, rather than a trap (see [`traps`]).
+pub fn quotient(a: &Array, b: &Array) -> Result<Array> {
+    let dtype = promoted(a, b)?;
+    if !is_integer(dtype) {
+        return Ok(ops::floor_divide(a, b)?);
+    }
+    let (zero, trap) = traps(a, b, dtype)?;
+    let one = Array::from_int(1).as_dtype(dtype)?;
+    let q = ops::floor_divide(a, ops::select(&trap, &one, b)?)?;
+    let all_ones = Array::from_int(-1).as_dtype(q.dtype())?;
+    Ok(ops::select(&zero, &all_ones, &q)?)
+}
 
 /// The remainder with the dividend's sign (Elixir's `rem/2`, C's `fmod`),
 /// which pairs with `quotient` truncating toward zero. MLX's own remainder
 /// takes the divisor's sign (Python's `%`); on non-negative operands the two
-/// agree, so: sign(a) · (|a| mod |b|).
+/// agree, so: sign(a) · (|a| mod |b|). For integers, `a rem 0` is `a`, as
+/// XLA defines it, rather than a trap (see [`traps`]).
 pub fn remainder(a: &Array, b: &Array) -> Result<Array> {
-    let r = ops::remainder(ops::abs(a)?, ops::abs(b)?)?;
+    let dtype = promoted(a, b)?;
+    let (zero, b) = if is_integer(dtype) {
+        let (zero, trap) = traps(a, b, dtype)?;
+        let one = Array::from_int(1).as_dtype(dtype)?;
+        (Some(zero), ops::select(&trap, &one, b)?)
+    } else {
+        (None, b.clone())
+    };
+    let r = ops::remainder(ops::abs(a)?, ops::abs(&b)?)?;
     let negative = ops::lt(a, Array::from_int(0))?;
-    Ok(ops::select(&negative, ops::negative(&r)?, &r)?)
+    let r = ops::select(&negative, ops::negative(&r)?, &r)?;
+    match zero {
+        Some(zero) => Ok(ops::select(&zero, a.as_dtype(r.dtype())?, &r)?),
+        None => Ok(r),
+    }
 }
 
 /// Exactly one of `a` and `b` non-zero.
@@ -25,11 +91,7 @@ pub fn logical_xor(a: &Array, b: &Array) -> Result<Array> {
 
 /// `log(e^a + e^b)`; on f64 computed on the host (see [`super::precise`]).
 pub fn logaddexp(a: &Array, b: &Array) -> Result<Array> {
-    let both = ops::add(
-        Array::from_int(0).as_dtype(a.dtype())?,
-        Array::from_int(0).as_dtype(b.dtype())?,
-    )?
-    .dtype();
+    let both = promoted(a, b)?;
     if both == mlx_rs::Dtype::Float64 {
         return super::precise::logaddexp(&a.as_dtype(both)?, &b.as_dtype(both)?);
     }
@@ -81,5 +143,25 @@ mod tests {
         assert_eq!(rem, vec![-1, 1, -1, 1]);
         // Elixir: round(-2.5) = -3, round(2.5) = 3, round(0.49) = 0, round(-0.5) = -1
         assert_eq!(round, vec![-3.0, 3.0, 0.0, -1.0]);
+    }
+
+    #[test]
+    fn integer_division_by_zero_and_overflow_do_not_trap() {
+        let (q, r, q8) = run_blocking(Device::Cpu, || {
+            let a = Array::from_slice(&[7i32, -7, i32::MIN, i32::MIN], &[4]);
+            let b = Array::from_slice(&[0i32, 0, -1, 2], &[4]);
+            let a8 = Array::from_slice(&[5u8], &[1]);
+            let b8 = Array::from_slice(&[0u8], &[1]);
+            Ok((
+                quotient(&a, &b)?.as_slice::<i32>().to_vec(),
+                remainder(&a, &b)?.as_slice::<i32>().to_vec(),
+                quotient(&a8, &b8)?.as_slice::<u8>().to_vec(),
+            ))
+        })
+        .unwrap();
+        // XLA: x / 0 = -1 (all bits set), MIN / -1 = MIN (wraps), x rem 0 = x
+        assert_eq!(q, vec![-1, -1, i32::MIN, i32::MIN / 2]);
+        assert_eq!(r, vec![7, -7, 0, 0]);
+        assert_eq!(q8, vec![255]);
     }
 }

@@ -414,7 +414,7 @@ op_table! {
         /// Arcsine.
         ///
         ///     iex> ExMLX.full(0.75, {:f, 32}, {2}) |> ExMLX.asin() |> ExMLX.to_list() |> Enum.map(&Float.round(&1, 4))
-        ///     [0.848, 0.848]
+        ///     [0.8481, 0.8481]
         asin(tensor) -> float => ops::asin(tensor);
         /// Arccosine.
         ///
@@ -579,15 +579,19 @@ op_table! {
         ///     [9.0, 9.0]
         pow(a, b) -> promote => ops::power(a, b);
         /// The remainder of `a / b` with the sign of `a` (Elixir's `rem/2`).
+        /// For integers, `x rem 0` is `x` (as XLA defines it; the CPU's
+        /// division would trap).
         ///
         ///     iex> ExMLX.remainder(ExMLX.full(-7, {:s, 32}, {2}), ExMLX.full(2, {:s, 32}, {})) |> ExMLX.to_list()
         ///     [-1, -1]
         remainder(a, b) -> promote => elementwise::remainder(a, b);
-        /// `a / b` rounded down.
+        /// `a / b` rounded toward zero. For integers, `x / 0` is -1 (all bits
+        /// set) and the signed minimum divided by -1 is the minimum, as XLA
+        /// defines them (the CPU's division would trap).
         ///
         ///     iex> ExMLX.quotient(ExMLX.full(7, {:s, 32}, {2}), ExMLX.full(2, {:s, 32}, {})) |> ExMLX.to_list()
         ///     [3, 3]
-        quotient(a, b) -> promote => ops::floor_divide(a, b);
+        quotient(a, b) -> promote => elementwise::quotient(a, b);
         /// The angle of the point `(b, a)`.
         ///
         ///     iex> ExMLX.atan2(ExMLX.full(3.0, {:f, 32}, {2}), ExMLX.full(2.0, {:f, 32}, {})) |> ExMLX.to_list() |> Enum.map(&Float.round(&1, 4))
@@ -1001,7 +1005,8 @@ op_table! {
         ///
         ///     iex> a = ExMLX.from_binary(<<3.0::32-float-little, 4.0::32-float-little>>, {:f, 32}, {2, 1})
         ///     iex> {q, r} = ExMLX.qr(a)
-        ///     iex> {ExMLX.to_list(q) |> Enum.map(&abs/1), ExMLX.to_list(r) |> Enum.map(&abs/1)}
+        ///     iex> magnitudes = &Enum.map(ExMLX.to_list(&1), fn x -> Float.round(abs(x), 4) end)
+        ///     iex> {magnitudes.(q), magnitudes.(r)}
         ///     {[0.6, 0.8], [5.0]}
         qr(tensor) -> [same, same] [cpu] => linalg::qr(tensor);
         /// `{eigenvalues, eigenvectors}` of a symmetric matrix. On the CPU.
