@@ -125,10 +125,7 @@ defmodule ExMLX do
       {1, 2}
   """
   @spec shape(Tensor.t()) :: shape()
-  def shape(tensor) do
-    %Tensor{ref: ref} = tensor!(tensor, :tensor)
-    ref |> Call.info() |> elem(0)
-  end
+  def shape(tensor), do: tensor |> info() |> elem(0)
 
   @doc """
   The tensor's type, as MLX reports it.
@@ -137,10 +134,7 @@ defmodule ExMLX do
       {:bf, 16}
   """
   @spec type(Tensor.t()) :: type()
-  def type(tensor) do
-    %Tensor{ref: ref} = tensor!(tensor, :tensor)
-    ref |> Call.info() |> elem(1)
-  end
+  def type(tensor), do: tensor |> info() |> elem(1)
 
   @doc """
   The device whose worker owns the tensor.
@@ -149,9 +143,13 @@ defmodule ExMLX do
       :cpu
   """
   @spec device(Tensor.t()) :: device()
-  def device(tensor) do
+  def device(tensor), do: tensor |> info() |> elem(2)
+
+  # {shape, type, device} as the native tensor has them (waiting for a
+  # deferred result, raising its error if it failed).
+  defp info(tensor) do
     %Tensor{ref: ref} = tensor!(tensor, :tensor)
-    ref |> Call.info() |> elem(2)
+    Op.info(ref)
   end
 
   @doc """

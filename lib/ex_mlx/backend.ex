@@ -224,6 +224,64 @@ if Code.ensure_loaded?(Nx) do
     end
 
     # -------------------------------------------------------------------------
+    # ExMLX tensors and Nx tensors
+    # -------------------------------------------------------------------------
+
+    @doc """
+    The `ExMLX.Tensor` behind an Nx tensor, to use ExMLX's own functions
+    on it. A tensor on another backend is copied to ExMLX first (on the
+    default device). No data is copied for an `ExMLX.Backend` tensor: both
+    share the MLX array.
+
+    Types MLX lacks come back as the type ExMLX stores them in (`{:u, 4}` as
+    `{:u, 8}`, `{:f, 8}` as `{:f, 16}`, ...; see the module documentation).
+
+        iex> t = Nx.tensor([1.0, 2.0], backend: ExMLX.Backend)
+        iex> ExMLX.Backend.from_nx(t) |> ExMLX.add(ExMLX.full(1.0, {:f, 32}, {})) |> ExMLX.to_list()
+        [2.0, 3.0]
+    """
+    @spec from_nx(Nx.Tensor.t()) :: ExMLX.Tensor.t()
+    def from_nx(%T{data: %Nx.TemplateBackend{}} = t) do
+      raise ArgumentError,
+            "tensor: expected a tensor with data, got a template: #{inspect(t)}"
+    end
+
+    def from_nx(%T{shape: shape, type: type} = t) do
+      %T{data: %__MODULE__{ref: ref, device: device}} = to_ex_mlx_backend(t)
+      %ExMLX.Tensor{ref: ref, shape: shape, type: storage_type(type), device: device}
+    end
+
+    def from_nx(other),
+      do: raise(ArgumentError, "tensor: expected an Nx.Tensor, got: #{inspect(other)}")
+
+    defp to_ex_mlx_backend(%T{data: %__MODULE__{}} = t), do: t
+    defp to_ex_mlx_backend(t), do: Nx.backend_copy(t, {__MODULE__, device: default_device()})
+
+    @doc """
+    An `ExMLX.Tensor` as an Nx tensor on `ExMLX.Backend`, sharing its MLX
+    array. Nx has no boolean type: a `:bool` tensor becomes `{:u, 8}` (0 and
+    1).
+
+        iex> t = ExMLX.iota({:s, 32}, {3})
+        iex> ExMLX.Backend.to_nx(t) |> Nx.multiply(2) |> Nx.to_list()
+        [0, 2, 4]
+    """
+    @spec to_nx(ExMLX.Tensor.t()) :: Nx.Tensor.t()
+    def to_nx(%ExMLX.Tensor{type: :bool} = t), do: t |> ExMLX.as_type({:u, 8}) |> to_nx()
+
+    def to_nx(%ExMLX.Tensor{ref: ref, shape: shape, type: type, device: device}) do
+      %T{
+        data: %__MODULE__{ref: ref, device: device},
+        shape: shape,
+        type: type,
+        names: List.duplicate(nil, tuple_size(shape))
+      }
+    end
+
+    def to_nx(other),
+      do: raise(ArgumentError, "tensor: expected an ExMLX.Tensor, got: #{inspect(other)}")
+
+    # -------------------------------------------------------------------------
     # Memory, devices and other backends
     # -------------------------------------------------------------------------
 
@@ -598,11 +656,10 @@ if Code.ensure_loaded?(Nx) do
     # Reductions
     # -------------------------------------------------------------------------
 
-    for {callback, op} <-
-          [all: :all, any: :any, sum: :sum, product: :product] ++
-            [reduce_max: :max, reduce_min: :min] do
+    # (the op table names these ops as Nx does)
+    for op <- [:all, :any, :sum, :product, :reduce_max, :reduce_min] do
       @impl true
-      def unquote(callback)(%T{type: type} = out, tensor, opts) do
+      def unquote(op)(%T{type: type} = out, tensor, opts) do
         axes = opts[:axes]
         keep = opts[:keep_axes] || false
         # sum and product accumulate in the output type (Nx's rule)
@@ -685,18 +742,13 @@ if Code.ensure_loaded?(Nx) do
       end
     end
 
-    @impl true
-    def window_scatter_max(out, tensor, source, init, window, opts) do
-      via_binary_backend(out, [tensor, source, init], fn t, s, i ->
-        Nx.BinaryBackend.window_scatter_max(out, t, s, i, window, opts)
-      end)
-    end
-
-    @impl true
-    def window_scatter_min(out, tensor, source, init, window, opts) do
-      via_binary_backend(out, [tensor, source, init], fn t, s, i ->
-        Nx.BinaryBackend.window_scatter_min(out, t, s, i, window, opts)
-      end)
+    for op <- [:window_scatter_max, :window_scatter_min] do
+      @impl true
+      def unquote(op)(out, tensor, source, init, window, opts) do
+        via_binary_backend(out, [tensor, source, init], fn t, s, i ->
+          apply(Nx.BinaryBackend, unquote(op), [out, t, s, i, window, opts])
+        end)
+      end
     end
 
     # Runs `fun` on Nx.BinaryBackend copies of `tensors` and brings the result back.
@@ -1101,7 +1153,7 @@ if Code.ensure_loaded?(Nx) do
       iota = op(:iota, [], [{:u, 32}, p_out.shape, rank - 1, device])
       pcol = op(:expand_dims, [p], [[-1]])
       pcol = op(:as_type, [pcol], [{:u, 32}])
-      perm = run_op(:equal, [pcol, iota], [])
+      perm = op(:equal, [pcol, iota], [])
       {wrap(perm, p_out), wrap(l, l_out), wrap(u, u_out)}
     end
 

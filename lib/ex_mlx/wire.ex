@@ -291,15 +291,9 @@ defmodule ExMLX.Wire do
   defp to_ex_mlx(%Tensor{} = t), do: t
 
   if Code.ensure_loaded?(Nx) do
-    defp to_ex_mlx(%Nx.Tensor{data: %ExMLX.Backend{ref: ref}} = t) do
-      {shape, type, device} = Call.info(ref)
-      check_nx_type!(t.type)
-      %Tensor{ref: ref, shape: shape, type: type, device: device}
-    end
-
-    defp to_ex_mlx(%Nx.Tensor{type: type, shape: shape} = t) do
+    defp to_ex_mlx(%Nx.Tensor{type: type} = t) do
       check_nx_type!(type)
-      ExMLX.from_binary(Nx.to_binary(t), type, shape)
+      ExMLX.Backend.from_nx(t)
     end
 
     defp to_ex_mlx(other),
@@ -315,20 +309,9 @@ defmodule ExMLX.Wire do
 
     defp output(%Tensor{} = t, opts) do
       case Keyword.get(opts, :as, :ex_mlx) do
-        :nx -> to_nx(t)
+        :nx -> ExMLX.Backend.to_nx(t)
         _ -> t
       end
-    end
-
-    defp to_nx(%Tensor{type: :bool} = t), do: to_nx(ExMLX.as_type(t, {:u, 8}))
-
-    defp to_nx(%Tensor{ref: ref, shape: shape, type: type, device: device}) do
-      %Nx.Tensor{
-        data: %ExMLX.Backend{ref: ref, device: device},
-        shape: shape,
-        type: type,
-        names: List.duplicate(nil, tuple_size(shape))
-      }
     end
   else
     defp to_ex_mlx(other),

@@ -3,7 +3,8 @@ defmodule ExMLX.MalformedArgsTest do
   # as a value or an {:error, {kind, message}} of a documented kind; an
   # exception is a failure, and the VM must live on.
   use ExUnit.Case, async: false
-  import ExMLX.TestHelpers, only: [drain_mailbox: 0, error_kinds: 0]
+  import ExMLX.TestHelpers, only: [drain_mailbox: 0]
+  import ExMLX.Fuzz, only: [classify_return: 1, random_term: 1]
 
   @calls 30_000
   @seed 20_261_122
@@ -24,84 +25,12 @@ defmodule ExMLX.MalformedArgsTest do
     end)
   end
 
-  # A pool of argument shapes: wrong types, negative and huge numbers, bad
-  # shapes and axes, binaries of odd sizes, and some valid values, so calls
-  # get past the first checks and fail deeper.
-  defp random_term(tensors, depth \\ 0) do
-    case :rand.uniform(if(depth > 1, do: 14, else: 18)) do
-      1 ->
-        Enum.random([:cpu, :gpu, :tpu, nil, true, false, :sum, :nope, :bool, :argmax])
-
-      2 ->
-        Enum.random([
-          0,
-          1,
-          -1,
-          3,
-          -7,
-          2_147_483_648,
-          -2_147_483_649,
-          Bitwise.bsl(1, 64),
-          -Bitwise.bsl(1, 70)
-        ])
-
-      3 ->
-        Enum.random([0.5, -1.0e308, 1.0e308, 3.0])
-
-      4 ->
-        :crypto.strong_rand_bytes(:rand.uniform(17) - 1)
-
-      5 ->
-        Enum.random(tensors).ref
-
-      6 ->
-        Enum.random([{:f, 32}, {:s, 64}, {:u, 8}, {:f, 8}, {:c, 128}, {:x, 1}, {:f, -1}, :bool])
-
-      7 ->
-        Enum.random([
-          {},
-          {2},
-          {2, 3},
-          {-1},
-          {0, 5},
-          {Bitwise.bsl(1, 31)},
-          {65_536, 65_536, 65_536},
-          {:a}
-        ])
-
-      8 ->
-        Enum.random([[], [0], [-1], [5], [0, 0], [1, -2], [Bitwise.bsl(1, 40)]])
-
-      9 ->
-        make_ref()
-
-      10 ->
-        self()
-
-      11 ->
-        Enum.random(["", "abc", <<0, 0, 0>>])
-
-      12 ->
-        %{a: 1}
-
-      13 ->
-        Enum.random([[{1, 2}], [{-1, 0}, {0, -5}], [{Bitwise.bsl(1, 40), 0}]])
-
-      14 ->
-        Enum.random(tensors)
-
-      15 ->
-        Enum.map(1..:rand.uniform(3), fn _ -> random_term(tensors, depth + 1) end)
-
-      16 ->
-        List.to_tuple(Enum.map(1..:rand.uniform(3), fn _ -> random_term(tensors, depth + 1) end))
-
-      17 ->
-        Enum.map(1..:rand.uniform(3), fn _ -> Enum.random(tensors).ref end)
-
-      18 ->
-        {random_term(tensors, depth + 1), random_term(tensors, depth + 1)}
-    end
+  # The valid values ExMLX.Fuzz mixes into its random arguments: native
+  # references (what NIFs take) and the tensor structs around them.
+  defp pool(tensors) do
+    refs = Enum.map(tensors, & &1.ref)
+    frame = ExMLX.Wire.encode(hd(tensors))
+    %{tensors: refs ++ tensors, refs: refs, frames: [frame], nx: [nil], path: "", bad_file: ""}
   end
 
   test "#{@calls} calls with random arguments to every NIF leave the VM alive" do
@@ -117,12 +46,13 @@ defmodule ExMLX.MalformedArgsTest do
     ]
 
     nifs = nifs()
+    pool = pool(tensors)
     assert length(nifs) >= 25
 
     {outcomes, bad} =
       Enum.reduce(1..@calls, {%{}, []}, fn i, {counts, bad} ->
         {name, arity} = Enum.at(nifs, rem(i, length(nifs)))
-        args = args(name, arity, tensors)
+        args = args(name, arity, pool)
         if rem(i, 500) == 0, do: drain_mailbox()
 
         case call(name, args) do
@@ -147,41 +77,32 @@ defmodule ExMLX.MalformedArgsTest do
   # mostly a real one (so calls reach the input and parameter checks), with
   # inputs and parameters random, the parameters often as many as the op
   # takes.
-  defp args(:op, 4, tensors) do
+  defp args(:op, 4, pool) do
     entry = Enum.random(ExMLX.OpTable.entries())
-    name = if :rand.uniform(10) == 1, do: random_term(tensors), else: entry.name
+    name = if :rand.uniform(10) == 1, do: random_term(pool), else: entry.name
 
     inputs =
       case :rand.uniform(3) do
-        1 -> random_term(tensors)
-        _ -> Enum.map(1..:rand.uniform(3), fn _ -> Enum.random(tensors).ref end)
+        1 -> random_term(pool)
+        _ -> Enum.map(1..:rand.uniform(3), fn _ -> Enum.random(pool.refs) end)
       end
 
     params =
       case :rand.uniform(3) do
-        1 -> random_term(tensors)
-        _ -> Enum.map(entry.params, fn _ -> random_term(tensors) end)
+        1 -> random_term(pool)
+        _ -> Enum.map(entry.params, fn _ -> random_term(pool) end)
       end
 
-    [random_term(tensors), name, inputs, params]
+    [random_term(pool), name, inputs, params]
   end
 
-  defp args(_name, arity, tensors), do: for(_ <- 1..arity//1, do: random_term(tensors))
+  defp args(_name, arity, pool), do: for(_ <- 1..arity//1, do: random_term(pool))
 
   # The NIF contract for any arguments: a value, or `{:error, {kind, message}}`
   # with a kind ExMLX.Error or ExMLX.Wire documents. An exception (ArgumentError
   # from a badarg, ErlangError from a panic) breaks it.
   defp call(name, args) do
-    case apply(ExMLX.Native, name, args) do
-      {:error, {kind, message}} = error when is_atom(kind) and is_binary(message) ->
-        if kind in error_kinds(), do: {:ok, kind}, else: {:bad, error}
-
-      {:error, other} ->
-        {:bad, {:error, other}}
-
-      _value ->
-        {:ok, :value}
-    end
+    ExMLX.Native |> apply(name, args) |> classify_return()
   rescue
     e -> {:bad, e}
   end

@@ -6,21 +6,13 @@ defmodule ExMLX.TestHelpers do
   def f32(list), do: ExMLX.from_binary(floats(list, 32), {:f, 32}, {length(list)})
   def f64(list), do: ExMLX.from_binary(floats(list, 64), {:f, 64}, {length(list)})
 
-  def s32(list),
-    do:
-      ExMLX.from_binary(
-        for(x <- list, into: <<>>, do: <<x::32-signed-little>>),
-        {:s, 32},
-        {length(list)}
-      )
+  def s32(list), do: signed(list, 32)
+  def s64(list), do: signed(list, 64)
 
-  def s64(list),
-    do:
-      ExMLX.from_binary(
-        for(x <- list, into: <<>>, do: <<x::64-signed-little>>),
-        {:s, 64},
-        {length(list)}
-      )
+  defp signed(list, bits) do
+    data = for x <- list, into: <<>>, do: <<x::size(bits)-signed-little>>
+    ExMLX.from_binary(data, {:s, bits}, {length(list)})
+  end
 
   def u8(list), do: ExMLX.from_binary(:erlang.list_to_binary(list), {:u, 8}, {length(list)})
 

@@ -24,28 +24,6 @@ impl<'a> Decoder<'a> for Tag<'a> {
     }
 }
 
-/// A usable tensor, named `tensor` in errors (see [`tensor::decode`]).
-pub struct Tensor(pub TensorRef);
-
-impl<'a> Decoder<'a> for Tensor {
-    fn decode(term: Term<'a>) -> NifResult<Self> {
-        tensor::decode("tensor", term)
-            .map(Tensor)
-            .map_err(error_tuple)
-    }
-}
-
-/// A tensor in any state (deallocated or failed too), named `tensor`.
-pub struct AnyTensor(pub TensorRef);
-
-impl<'a> Decoder<'a> for AnyTensor {
-    fn decode(term: Term<'a>) -> NifResult<Self> {
-        tensor::decode_any("tensor", term)
-            .map(AnyTensor)
-            .map_err(error_tuple)
-    }
-}
-
 /// Declares a typed argument: its name in errors and its decoder.
 macro_rules! typed_arg {
     ($(#[$doc:meta])* $name:ident($ty:ty) = $decode:expr, $arg:literal) => {
@@ -61,6 +39,15 @@ macro_rules! typed_arg {
     };
 }
 
+typed_arg!(
+    /// A usable tensor (see [`tensor::decode`]).
+    Tensor(TensorRef) = tensor::decode, "tensor"
+);
+typed_arg!(
+    /// A tensor in any state (deallocated or failed too), for queries that
+    /// report those themselves.
+    AnyTensor(TensorRef) = tensor::decode_any, "tensor"
+);
 typed_arg!(
     /// An element type: `{:f, 32}`, `:bool`, ...
     TypeArg(Dtype) = term::decode_type, "type"
@@ -108,6 +95,11 @@ impl<'a, N: BinaryName + 'a> Decoder<'a> for Bytes<'a, N> {
             .map_err(error_tuple)
     }
 }
+
+/// The binary of `from_binary`: a tensor's elements.
+pub type Data<'a> = Bytes<'a, names::Data>;
+/// A wire-format frame.
+pub type Frame<'a> = Bytes<'a, names::Frame>;
 
 impl<'a, N: BinaryName> Bytes<'a, N> {
     pub fn as_slice(&self) -> &[u8] {
@@ -161,4 +153,35 @@ fn op_of(term: Term) -> Result<Op, Error> {
         .find(|(a, _)| *a == atom)
         .map(|&(_, op)| op)
         .ok_or_else(unknown)
+}
+
+/// Declares a NIF that copies data on the calling (normal) scheduler and
+/// its twin on a dirty CPU scheduler: both call `$body(env, args..., max)`,
+/// `max` being the most bytes the copy may take there (`$limit` on the
+/// normal scheduler, unlimited on the dirty one).
+#[macro_export]
+macro_rules! here_and_dirty {
+    (
+        $(#[$doc:meta])*
+        $normal:ident / $dirty:ident ($($arg:ident: $ty:ident $(<$lt:lifetime>)?),*)
+            limit $limit:expr => $body:path
+    ) => {
+        $(#[$doc])*
+        #[rustler::nif]
+        fn $normal<'a>(
+            env: rustler::Env<'a>,
+            $($arg: $ty $(<$lt>)?),*
+        ) -> rustler::NifResult<rustler::Term<'a>> {
+            $body(env, $($arg,)* $limit)
+        }
+
+        /// The same on a dirty CPU scheduler, for data of any size.
+        #[rustler::nif(schedule = "DirtyCpu")]
+        fn $dirty<'a>(
+            env: rustler::Env<'a>,
+            $($arg: $ty $(<$lt>)?),*
+        ) -> rustler::NifResult<rustler::Term<'a>> {
+            $body(env, $($arg,)* usize::MAX)
+        }
+    };
 }

@@ -46,7 +46,7 @@ fn worker_chain_seconds<'a>(
     tag: Tag<'a>,
     n: Term<'a>,
     reps: Term<'a>,
-) -> NifResult<crate::reply::Submitted> {
+) -> crate::reply::AsyncResult {
     let n = decode_int_in("n", n, 1..=100_000).map_err(error_tuple)? as usize;
     let reps = decode_int_in("reps", reps, 1..=1000).map_err(error_tuple)? as usize;
     crate::reply::submit(

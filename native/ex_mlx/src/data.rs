@@ -3,11 +3,11 @@
 use ex_mlx_core::device::Device;
 use ex_mlx_core::error::{Error, Result};
 use ex_mlx_core::host::{self, HostBuffer};
-use rustler::env::OwnedEnv;
+use rustler::env::{OwnedEnv, SavedTerm};
 use rustler::{Binary, Encoder, Env, NifResult, Resource, ResourceArc, Term};
 
-use crate::args::{names, Bytes, DeviceArg, ShapeArg, Tag, Tensor, TypeArg};
-use crate::reply::{done_here, submit, Submitted};
+use crate::args::{Data, DeviceArg, ShapeArg, Tag, Tensor, TypeArg};
+use crate::reply::{done_here, submit, AsyncResult};
 use crate::tensor::{NewTensor, TensorRef};
 use crate::term::error_tuple;
 
@@ -17,60 +17,65 @@ use crate::term::error_tuple;
 fn from_binary<'a>(
     env: Env<'a>,
     tag: Tag<'a>,
-    data: Bytes<'a, names::Data>,
+    data: Data<'a>,
     type_: TypeArg,
     shape: ShapeArg,
     device: DeviceArg,
-) -> NifResult<Submitted> {
+) -> AsyncResult {
     let (dtype, shape, device) = (type_.0, shape.0, device.0);
     ex_mlx_core::device::check_dtype(dtype, device).map_err(error_tuple)?;
     host::check_bytes(data.as_slice(), &shape, dtype).map_err(error_tuple)?;
-    // The copy into MLX runs on the worker, not on this scheduler; the
-    // binary stays alive in an environment of its own until then.
-    let keep = OwnedEnv::new();
-    let saved = keep.save(data.0.to_term(env));
+    // The copy into MLX runs on the worker, not on this scheduler.
+    let saved = SavedBinary::new(env, &data.0);
     submit(env, tag, device, move || {
-        keep.run(|env| {
-            let binary: Binary = saved
-                .load(env)
-                .decode()
-                .map_err(|_| Error::Internal("the saved binary vanished".into()))?;
-            let array = host::array_from_bytes(binary.as_slice(), &shape, dtype)?;
+        saved.read(|bytes| {
+            let array = host::array_from_bytes(bytes, &shape, dtype)?;
             Ok(NewTensor::from_host(array, device))
         })
     })
 }
 
-/// `from_binary_here(binary, type, shape)`: a new CPU tensor holding a copy of
-/// `binary`, made on the calling thread: `{:ok, tensor}` or `{:error, reason}`.
-///
-/// No worker is needed: making an array from host bytes runs no MLX stream.
-/// MLX allocates a buffer (its allocator takes a lock, so any thread may) and
-/// copies the bytes; the array is born evaluated, with no graph node, so
-/// nothing ever evaluates it on this thread, and the CPU worker may use it
-/// like any other array afterwards. (Only the CPU device: the worker path
-/// stays for `:gpu`.) Up to [`HERE_NORMAL_MAX`] bytes, on the normal
-/// scheduler; large ones through `from_binary_here_dirty`.
-#[rustler::nif]
-fn from_binary_here<'a>(
-    env: Env<'a>,
-    data: Bytes<'a, names::Data>,
-    type_: TypeArg,
-    shape: ShapeArg,
-) -> NifResult<Term<'a>> {
-    from_binary_on_caller(env, data, type_, shape, HERE_NORMAL_MAX)
+/// A binary kept alive, in an environment of its own, until a worker reads
+/// it (the caller's environment ends when its NIF returns).
+pub struct SavedBinary {
+    env: OwnedEnv,
+    term: SavedTerm,
 }
 
-/// `from_binary_here_dirty(binary, type, shape)`: `from_binary_here` on a
-/// dirty CPU scheduler, for binaries of any size.
-#[rustler::nif(schedule = "DirtyCpu")]
-fn from_binary_here_dirty<'a>(
-    env: Env<'a>,
-    data: Bytes<'a, names::Data>,
-    type_: TypeArg,
-    shape: ShapeArg,
-) -> NifResult<Term<'a>> {
-    from_binary_on_caller(env, data, type_, shape, usize::MAX)
+impl SavedBinary {
+    pub fn new(env: Env, binary: &Binary) -> Self {
+        let owned = OwnedEnv::new();
+        let term = owned.save(binary.to_term(env));
+        SavedBinary { env: owned, term }
+    }
+
+    /// `read(bytes)` on the binary's bytes.
+    pub fn read<T>(self, read: impl FnOnce(&[u8]) -> Result<T>) -> Result<T> {
+        let SavedBinary { env, term } = self;
+        env.run(|env| {
+            let binary: Binary = term
+                .load(env)
+                .decode()
+                .map_err(|_| Error::Internal("the saved binary vanished".into()))?;
+            read(binary.as_slice())
+        })
+    }
+}
+
+crate::here_and_dirty! {
+    /// `from_binary_here(binary, type, shape)`: a new CPU tensor holding a
+    /// copy of `binary`, made on the calling thread: `{:ok, tensor}` or
+    /// `{:error, reason}`. Up to [`HERE_NORMAL_MAX`] bytes on the normal
+    /// scheduler; `from_binary_here_dirty` takes any size.
+    ///
+    /// No worker is needed: making an array from host bytes runs no MLX
+    /// stream. MLX allocates a buffer (its allocator takes a lock, so any
+    /// thread may) and copies the bytes; the array is born evaluated, with no
+    /// graph node, so nothing ever evaluates it on this thread, and the CPU
+    /// worker may use it like any other array afterwards. (Only the CPU
+    /// device: the worker path stays for `:gpu`.)
+    from_binary_here / from_binary_here_dirty(data: Data<'a>, type_: TypeArg, shape: ShapeArg)
+        limit HERE_NORMAL_MAX => from_binary_on_caller
 }
 
 /// The most bytes a NIF copies on a normal scheduler (`from_binary_here`,
@@ -81,7 +86,7 @@ pub const HERE_NORMAL_MAX: usize = 64 * 1024;
 
 fn from_binary_on_caller<'a>(
     env: Env<'a>,
-    binary: Bytes<'a, names::Data>,
+    binary: Data<'a>,
     type_: TypeArg,
     shape: ShapeArg,
     max_bytes: usize,
@@ -145,7 +150,7 @@ impl Encoder for HostBinary {
 
 /// `to_binary(tag, tensor)`: the tensor's elements, row-major, little-endian.
 #[rustler::nif]
-fn to_binary<'a>(env: Env<'a>, tag: Tag<'a>, tensor: Tensor) -> NifResult<Submitted> {
+fn to_binary<'a>(env: Env<'a>, tag: Tag<'a>, tensor: Tensor) -> AsyncResult {
     let tensor = tensor.0;
     // An evaluated, row-contiguous CPU array is read in place here: no copy
     // and no MLX stream (see `HostBuffer::in_place`).
@@ -165,7 +170,7 @@ fn to_binary<'a>(env: Env<'a>, tag: Tag<'a>, tensor: Tensor) -> NifResult<Submit
 /// contiguous copy, so the address stays valid for as long as the tensor
 /// lives (and is not deallocated).
 #[rustler::nif]
-fn data_pointer<'a>(env: Env<'a>, tag: Tag<'a>, tensor: Tensor) -> NifResult<Submitted> {
+fn data_pointer<'a>(env: Env<'a>, tag: Tag<'a>, tensor: Tensor) -> AsyncResult {
     on_host_buffer(env, tag, tensor.0, |tensor, buffer| {
         let bytes = buffer.bytes();
         let address = bytes.as_ptr() as u64;
@@ -179,12 +184,7 @@ fn data_pointer<'a>(env: Env<'a>, tag: Tag<'a>, tensor: Tensor) -> NifResult<Sub
 
 /// Runs `read(tensor, buffer)` on the worker, `buffer` being the tensor's
 /// evaluated, contiguous data ([`HostBuffer::new`]).
-fn on_host_buffer<'a, T, F>(
-    env: Env<'a>,
-    tag: Tag<'a>,
-    tensor: TensorRef,
-    read: F,
-) -> NifResult<Submitted>
+fn on_host_buffer<'a, T, F>(env: Env<'a>, tag: Tag<'a>, tensor: TensorRef, read: F) -> AsyncResult
 where
     T: Encoder + Send + 'static,
     F: FnOnce(&TensorRef, HostBuffer) -> Result<T> + Send + 'static,

@@ -1,10 +1,10 @@
 //! NIFs about devices: whether one is available, and moving a tensor to one.
 
 use ex_mlx_core::worker;
-use rustler::{Env, NifResult};
+use rustler::Env;
 
 use crate::args::{DeviceArg, Tag, Tensor};
-use crate::reply::{submit, Replier, Submitted};
+use crate::reply::{submit, AsyncResult, Replier, Submitted};
 use crate::tensor::NewTensor;
 use crate::term::error_tuple;
 
@@ -12,7 +12,7 @@ use crate::term::error_tuple;
 /// own device's worker first, then handed over (the device's worker is
 /// started first, so a missing device fails here).
 #[rustler::nif]
-fn transfer<'a>(env: Env<'a>, tag: Tag<'a>, t: Tensor, device: DeviceArg) -> NifResult<Submitted> {
+fn transfer<'a>(env: Env<'a>, tag: Tag<'a>, t: Tensor, device: DeviceArg) -> AsyncResult {
     let (t, to) = (t.0, device.0);
     let from = t.device;
     if let Some((_, dtype)) = t.info().map_err(error_tuple)? {

@@ -16,7 +16,7 @@ use mlx_rs::Array;
 use rustler::{Atom, Encoder, Env, NifResult, Term};
 
 use crate::args::{OpArg, Tag};
-use crate::reply::{submit, Submitted};
+use crate::reply::{submit, AsyncResult};
 use crate::tensor::{self, common_device, NewTensor, Results, TensorRef};
 use crate::term::{decode_param, error_tuple, show};
 
@@ -27,7 +27,7 @@ fn op<'a>(
     name: OpArg,
     inputs: Term<'a>,
     params: Term<'a>,
-) -> NifResult<Submitted> {
+) -> AsyncResult {
     let op = name.0;
     let (inputs, params, device) = check_call(op, inputs, params).map_err(error_tuple)?;
     submit(env, tag, device, move || run(op, &inputs, params, device))
@@ -78,13 +78,18 @@ fn run(op: Op, inputs: &[TensorRef], params: Vec<Param>, device: Device) -> Resu
     }
 }
 
-fn decode_inputs(op: Op, term: Term) -> Result<Vec<TensorRef>> {
-    let items = term.decode::<Vec<Term>>().map_err(|_| {
+/// The items of list argument `name`, a list of `what`.
+fn list<'a>(name: &'static str, what: &str, term: Term<'a>) -> Result<Vec<Term<'a>>> {
+    term.decode::<Vec<Term>>().map_err(|_| {
         Error::arg(
-            "inputs",
-            format!("expected a list of tensors, got: {}", show(term)),
+            name,
+            format!("expected a list of {what}, got: {}", show(term)),
         )
-    })?;
+    })
+}
+
+fn decode_inputs(op: Op, term: Term) -> Result<Vec<TensorRef>> {
+    let items = list("inputs", "tensors", term)?;
     match op.inputs() {
         Inputs::Fixed(names) => {
             if items.len() != names.len() {
@@ -115,12 +120,7 @@ fn decode_inputs(op: Op, term: Term) -> Result<Vec<TensorRef>> {
 }
 
 fn decode_params(op: Op, term: Term) -> Result<Vec<Param>> {
-    let items = term.decode::<Vec<Term>>().map_err(|_| {
-        Error::arg(
-            "params",
-            format!("expected a list of parameters, got: {}", show(term)),
-        )
-    })?;
+    let items = list("params", "parameters", term)?;
     let specs = op.params();
     if items.len() != specs.len() {
         let names: Vec<&str> = specs.iter().map(|s| s.name()).collect();

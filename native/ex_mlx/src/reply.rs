@@ -69,6 +69,10 @@ impl Replier {
     }
 }
 
+/// What an asynchronous NIF returns: [`Submitted`], or `{:error, reason}`
+/// for arguments it refused.
+pub type AsyncResult = NifResult<Submitted>;
+
 /// What a NIF returns once its work is queued.
 pub enum Submitted {
     /// `:ok`: the reply will come as a message.
@@ -193,7 +197,7 @@ fn no_deferred_form() -> Error {
 /// Queues `work` on `device`'s worker, replying or filling a deferred tensor
 /// as `tag` asks (see the module documentation): what every asynchronous NIF
 /// returns.
-pub fn submit<T, F>(env: Env, tag: Tag, device: Device, work: F) -> NifResult<Submitted>
+pub fn submit<T, F>(env: Env, tag: Tag, device: Device, work: F) -> AsyncResult
 where
     T: Encoder + Send + 'static,
     F: FnOnce() -> Result<T> + Send + 'static,

@@ -8,7 +8,7 @@ use ex_mlx_core::error::Error;
 use rustler::{Encoder, Env, NifResult, Term};
 
 use crate::args::{AnyTensor, Tag, Tensor};
-use crate::reply::{done_here, ok, submit, Submitted};
+use crate::reply::{done_here, ok, submit, AsyncResult};
 use crate::tensor::NewTensor;
 use crate::term::{error_tuple, shape_term, DeviceTerm, NumberTerm, TypeTerm};
 
@@ -33,7 +33,7 @@ fn tensor_info(env: Env, tensor: AnyTensor) -> NifResult<Term> {
 
 /// `tensor_await(tag, t)`: replies `{shape, type, device}` once `t` is computed.
 #[rustler::nif]
-fn tensor_await<'a>(env: Env<'a>, tag: Tag<'a>, tensor: AnyTensor) -> NifResult<Submitted> {
+fn tensor_await<'a>(env: Env<'a>, tag: Tag<'a>, tensor: AnyTensor) -> AsyncResult {
     let tensor = tensor.0;
     submit(env, tag, tensor.device, move || {
         tensor.array()?;
@@ -67,7 +67,7 @@ fn deallocate(tensor: AnyTensor) -> bool {
 
 /// `eval(tag, t)`: computes `t`; at once when it is known to be computed.
 #[rustler::nif]
-fn eval<'a>(env: Env<'a>, tag: Tag<'a>, tensor: Tensor) -> NifResult<Submitted> {
+fn eval<'a>(env: Env<'a>, tag: Tag<'a>, tensor: Tensor) -> AsyncResult {
     let tensor = tensor.0;
     if tensor.is_evaluated() {
         if let Ok(done) = done_here(tag, ok()) {
@@ -84,7 +84,7 @@ fn eval<'a>(env: Env<'a>, tag: Tag<'a>, tensor: Tensor) -> NifResult<Submitted> 
 
 /// `item(tag, t)`: the only element of `t` as an Elixir number.
 #[rustler::nif]
-fn item<'a>(env: Env<'a>, tag: Tag<'a>, tensor: Tensor) -> NifResult<Submitted> {
+fn item<'a>(env: Env<'a>, tag: Tag<'a>, tensor: Tensor) -> AsyncResult {
     let tensor = tensor.0;
     submit(env, tag, tensor.device, move || {
         Ok(NumberTerm(ex_mlx_core::item::item(&tensor.array()?)?))

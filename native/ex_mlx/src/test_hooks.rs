@@ -9,7 +9,7 @@ use std::sync::{Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 use ex_mlx_core::device::Device;
-use rustler::{Env, NifResult};
+use rustler::Env;
 
 use crate::args::Tag;
 
@@ -27,11 +27,7 @@ const MAX_HOLD: Duration = Duration::from_secs(30);
 /// (`:nif`) or on the CPU worker (`:worker`, replying to `tag`), so the tests
 /// can check that a Rust panic becomes an Elixir error and the VM lives on.
 #[rustler::nif]
-fn panic_for_test<'a>(
-    env: Env<'a>,
-    tag: Tag<'a>,
-    place: rustler::Atom,
-) -> NifResult<reply::Submitted> {
+fn panic_for_test<'a>(env: Env<'a>, tag: Tag<'a>, place: rustler::Atom) -> reply::AsyncResult {
     if place.to_term(env).atom_to_string().ok().as_deref() == Some("worker") {
         reply::submit(env, tag, Device::Cpu, || -> ex_mlx_core::Result<bool> {
             panic!("deliberate test panic on the worker")
@@ -45,7 +41,7 @@ fn panic_for_test<'a>(
 /// until `release_worker_for_test/0` (or [`MAX_HOLD`]); it replies `true` if
 /// it was released, `false` if it gave up waiting.
 #[rustler::nif]
-fn hold_worker_for_test<'a>(env: Env<'a>, tag: Tag<'a>) -> NifResult<reply::Submitted> {
+fn hold_worker_for_test<'a>(env: Env<'a>, tag: Tag<'a>) -> reply::AsyncResult {
     *lock() = true;
     reply::submit(env, tag, Device::Cpu, || -> ex_mlx_core::Result<bool> {
         let deadline = Instant::now() + MAX_HOLD;

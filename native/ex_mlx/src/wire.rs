@@ -9,12 +9,11 @@ use ex_mlx_core::device::Device;
 use ex_mlx_core::error::{Error, Result};
 use ex_mlx_core::host::{self, HostBuffer};
 use ex_mlx_core::wire;
-use rustler::env::OwnedEnv;
 use rustler::{Binary, Encoder, Env, NifResult, OwnedBinary, Term};
 
-use crate::args::{names, Bytes, DeviceArg, Tag, Tensor};
-use crate::data::{evaluated_host_buffer, HERE_NORMAL_MAX};
-use crate::reply::{done_here, submit, Submitted};
+use crate::args::{names, Bytes, DeviceArg, Frame, Tag, Tensor};
+use crate::data::{evaluated_host_buffer, SavedBinary, HERE_NORMAL_MAX};
+use crate::reply::{done_here, submit, AsyncResult};
 use crate::tensor::NewTensor;
 use crate::term::{decode_int_in, decode_shape, decode_type, error_tuple, show, TypeTerm};
 
@@ -52,7 +51,7 @@ const ENCODE_HERE_MAX: usize = 1 << 20;
 /// at most [`ENCODE_HERE_MAX`] bytes is encoded here, on the calling thread
 /// (no MLX stream is needed to read computed data); others on the worker.
 #[rustler::nif]
-fn wire_encode<'a>(env: Env<'a>, tag: Tag<'a>, t: Tensor) -> NifResult<Submitted> {
+fn wire_encode<'a>(env: Env<'a>, tag: Tag<'a>, t: Tensor) -> AsyncResult {
     let t = t.0;
     if let Some(buffer) = evaluated_host_buffer(&t).map_err(error_tuple)? {
         if buffer.bytes().len() <= ENCODE_HERE_MAX {
@@ -85,13 +84,9 @@ rustler::atoms! { not_evaluated }
 
 /// A CPU tensor from a frame, made on the calling thread (see
 /// `crate::data::from_binary_here` for why no worker is needed).
-fn decode_here<'a>(
-    env: Env<'a>,
-    binary: Bytes<'a, names::Frame>,
-    max_data: Option<usize>,
-) -> NifResult<Term<'a>> {
+fn decode_here<'a>(env: Env<'a>, binary: Frame<'a>, max_data: usize) -> NifResult<Term<'a>> {
     // (the largest header is that of rank 32)
-    if max_data.is_some_and(|max| binary.len() > max + wire::header_len(32)) {
+    if binary.len() > max_data.saturating_add(wire::header_len(32)) {
         return Err(error_tuple(Error::arg(
             "frame",
             format!(
@@ -115,42 +110,22 @@ fn tensor_from_frame(bytes: &[u8], device: Device) -> Result<NewTensor> {
     Ok(NewTensor::from_host(array, device))
 }
 
-/// `wire_decode_here(frame)`: `{:ok, tensor}` on the CPU, decoded on this
-/// (normal) scheduler; frames of at most [`HERE_NORMAL_MAX`] data bytes.
-#[rustler::nif]
-fn wire_decode_here<'a>(env: Env<'a>, frame: Bytes<'a, names::Frame>) -> NifResult<Term<'a>> {
-    decode_here(env, frame, Some(HERE_NORMAL_MAX))
-}
-
-/// `wire_decode_here_dirty(frame)`: `wire_decode_here` on a dirty scheduler,
-/// for frames of any size.
-#[rustler::nif(schedule = "DirtyCpu")]
-fn wire_decode_here_dirty<'a>(env: Env<'a>, frame: Bytes<'a, names::Frame>) -> NifResult<Term<'a>> {
-    decode_here(env, frame, None)
+crate::here_and_dirty! {
+    /// `wire_decode_here(frame)`: `{:ok, tensor}` on the CPU, decoded on the
+    /// calling thread; frames of at most [`HERE_NORMAL_MAX`] data bytes on
+    /// the normal scheduler, any size on a dirty one (`wire_decode_here_dirty`).
+    wire_decode_here / wire_decode_here_dirty(frame: Frame<'a>)
+        limit HERE_NORMAL_MAX => decode_here
 }
 
 /// `wire_decode(tag, frame, device)`: a tensor from one frame, made on the
 /// device's worker.
 #[rustler::nif]
-fn wire_decode<'a>(
-    env: Env<'a>,
-    tag: Tag<'a>,
-    frame: Bytes<'a, names::Frame>,
-    device: DeviceArg,
-) -> NifResult<Submitted> {
-    let device = device.0;
-    // The frame stays alive in an environment of its own until the worker
-    // has read it.
-    let keep = OwnedEnv::new();
-    let saved = keep.save(frame.0.to_term(env));
+fn wire_decode<'a>(env: Env<'a>, tag: Tag<'a>, frame: Frame<'a>, to: DeviceArg) -> AsyncResult {
+    let device = to.0;
+    let saved = SavedBinary::new(env, &frame.0);
     submit(env, tag, device, move || {
-        keep.run(|env| {
-            let binary: Binary = saved
-                .load(env)
-                .decode()
-                .map_err(|_| Error::Internal("the saved frame vanished".into()))?;
-            tensor_from_frame(binary.as_slice(), device)
-        })
+        saved.read(|bytes| tensor_from_frame(bytes, device))
     })
 }
 

@@ -33,19 +33,16 @@ pub fn conv_general(
             ),
         ));
     }
-    for (name, len) in [
-        ("strides", strides.len()),
-        ("padding", padding.len()),
-        ("kernel_dilation", kernel_dilation.len()),
-        ("input_dilation", input_dilation.len()),
-    ] {
-        if len != spatial {
-            return Err(Error::arg(
-                name,
-                format!("needs {spatial} entries, one per spatial axis, got {len}"),
-            ));
-        }
-    }
+    super::check_lengths(
+        &[
+            ("strides", strides.len()),
+            ("padding", padding.len()),
+            ("kernel_dilation", kernel_dilation.len()),
+            ("input_dilation", input_dilation.len()),
+        ],
+        spatial,
+        "one per spatial axis",
+    )?;
     let to_i32 = |name: &'static str, v: &[i64]| -> Result<Vec<i32>> {
         v.iter()
             .map(|&x| {

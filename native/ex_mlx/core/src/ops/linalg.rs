@@ -71,26 +71,20 @@ fn integer_matmul(a: &Array, b: &Array) -> Result<Array> {
 /// Checks that `a` is a (batch of) square matrix of a floating type.
 fn check_square(name: &'static str, a: &Array) -> Result<()> {
     let n = a.ndim();
-    if n < 2 || a.shape()[n - 1] != a.shape()[n - 2] {
-        return Err(Error::arg(
-            name,
-            format!(
-                "needs square matrices, got shape {}",
-                display_shape(a.shape())
-            ),
-        ));
-    }
-    check_float(name, a)
+    let square = n >= 2 && a.shape()[n - 1] == a.shape()[n - 2];
+    check_shape(name, a, square, "square matrices")
 }
 
+/// Checks that `a` is a (batch of) matrix of a floating type.
 fn check_matrix(name: &'static str, a: &Array) -> Result<()> {
-    if a.ndim() < 2 {
+    check_shape(name, a, a.ndim() >= 2, "a matrix (rank 2 or more)")
+}
+
+fn check_shape(name: &'static str, a: &Array, ok: bool, needs: &str) -> Result<()> {
+    if !ok {
         return Err(Error::arg(
             name,
-            format!(
-                "needs a matrix (rank 2 or more), got shape {}",
-                display_shape(a.shape())
-            ),
+            format!("needs {needs}, got shape {}", display_shape(a.shape())),
         ));
     }
     check_float(name, a)

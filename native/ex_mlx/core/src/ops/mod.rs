@@ -24,6 +24,18 @@ pub mod window;
 
 use crate::error::{Error, Result};
 
+/// Checks that each named list has `expected` entries (`what` says what
+/// they are for, in the error).
+pub fn check_lengths(lists: &[(&'static str, usize)], expected: usize, what: &str) -> Result<()> {
+    match lists.iter().find(|(_, len)| *len != expected) {
+        Some(&(name, len)) => Err(Error::arg(
+            name,
+            format!("needs {expected} entries, {what}, got {len}"),
+        )),
+        None => Ok(()),
+    }
+}
+
 /// Normalises `axis` (negative counts from the end) for an array of rank `rank`.
 pub fn check_axis(name: &'static str, axis: i64, rank: usize) -> Result<i32> {
     let r = rank as i64;

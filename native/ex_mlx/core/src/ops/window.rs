@@ -60,19 +60,16 @@ pub fn window(
     let strides = &strides.unwrap_or_else(|| super::params::ones(rank));
     let padding = &padding.unwrap_or_else(|| vec![(0, 0); rank]);
     let dilations = &dilations.unwrap_or_else(|| super::params::ones(rank));
-    for (name, len) in [
-        ("window", window.len()),
-        ("strides", strides.len()),
-        ("padding", padding.len()),
-        ("window_dilations", dilations.len()),
-    ] {
-        if len != rank {
-            return Err(Error::arg(
-                name,
-                format!("needs one entry per axis ({rank}), got {len}"),
-            ));
-        }
-    }
+    super::check_lengths(
+        &[
+            ("window", window.len()),
+            ("strides", strides.len()),
+            ("padding", padding.len()),
+            ("window_dilations", dilations.len()),
+        ],
+        rank,
+        "one per axis",
+    )?;
     if let Some(bad) = window
         .iter()
         .chain(strides)
