@@ -7,6 +7,8 @@
 use ex_mlx_core::device::Device;
 use ex_mlx_core::error::Error;
 use ex_mlx_core::ops::table::Op;
+use std::collections::HashMap;
+
 use mlx_rs::Dtype;
 use rustler::{Atom, Binary, Decoder, NifResult, Term};
 
@@ -124,10 +126,38 @@ impl<'a> Decoder<'a> for OpArg {
     }
 }
 
-/// The op an atom names. Atoms are compared as terms (no string is built):
-/// the table of every op's atom is made once.
+/// Hashes an atom by its term, which is unique to the atom: the hot path of
+/// every op call looks its op up with it.
+#[derive(Default)]
+struct AtomHasher(u64);
+
+impl std::hash::Hasher for AtomHasher {
+    fn finish(&self) -> u64 {
+        // (spread the bits: terms share their low tag bits)
+        self.0.wrapping_mul(0x9E37_79B9_7F4A_7C15)
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = (self.0 << 8) | u64::from(b);
+        }
+    }
+
+    fn write_usize(&mut self, n: usize) {
+        self.0 = n as u64;
+    }
+
+    fn write_u64(&mut self, n: u64) {
+        self.0 = n;
+    }
+}
+
+type AtomMap = HashMap<Atom, Op, std::hash::BuildHasherDefault<AtomHasher>>;
+
+/// The op an atom names, looked up by the atom itself (no string is built)
+/// in a map of every op's atom, made once.
 fn op_of(term: Term) -> Result<Op, Error> {
-    static ATOMS: std::sync::OnceLock<Vec<(Atom, Op)>> = std::sync::OnceLock::new();
+    static ATOMS: std::sync::OnceLock<AtomMap> = std::sync::OnceLock::new();
     let unknown = || {
         Error::arg(
             "op",
@@ -148,11 +178,7 @@ fn op_of(term: Term) -> Result<Op, Error> {
             })
             .collect()
     });
-    atoms
-        .iter()
-        .find(|(a, _)| *a == atom)
-        .map(|&(_, op)| op)
-        .ok_or_else(unknown)
+    atoms.get(&atom).copied().ok_or_else(unknown)
 }
 
 /// Declares a NIF that copies data on the calling (normal) scheduler and

@@ -11,9 +11,9 @@
 use ex_mlx_core::device::{check_dtype, Device};
 use ex_mlx_core::error::{Error, Result};
 use ex_mlx_core::ops::params::Param;
-use ex_mlx_core::ops::table::{Inputs, Op};
+use ex_mlx_core::ops::table::{Inputs, Op, Outputs};
 use mlx_rs::Array;
-use rustler::{Atom, Encoder, Env, NifResult, Term};
+use rustler::{Atom, Encoder, Env, ListIterator, NifResult, Term};
 
 use crate::args::{OpArg, Tag};
 use crate::reply::{submit, AsyncResult};
@@ -38,12 +38,17 @@ fn op<'a>(
 fn check_call(op: Op, inputs: Term, params: Term) -> Result<(Vec<TensorRef>, Vec<Param>, Device)> {
     let inputs = decode_inputs(op, inputs)?;
     let params = decode_params(op, params)?;
-    let device = match params.iter().find_map(|p| match p {
+    let given = params.iter().find_map(|p| match p {
         Param::Device(d) => Some(*d),
         _ => None,
-    }) {
-        Some(device) => device,
-        None => common_device(&inputs.iter().collect::<Vec<_>>())?,
+    });
+    let device = match (given, inputs.first()) {
+        (Some(device), _) => device,
+        (None, Some(first)) => match inputs.iter().find(|t| t.device != first.device) {
+            None => first.device,
+            Some(other) => return Err(common_device(&[first, other]).unwrap_err()),
+        },
+        (None, None) => return Err(Error::Internal(format!("{}: no device", op.name()))),
     };
     for p in &params {
         if let Param::Type(dtype) = p {
@@ -55,10 +60,6 @@ fn check_call(op: Op, inputs: Term, params: Term) -> Result<(Vec<TensorRef>, Vec
 
 /// Runs `op` on the worker and wraps its results.
 fn run(op: Op, inputs: &[TensorRef], params: Vec<Param>, device: Device) -> Result<Results> {
-    let arrays = inputs
-        .iter()
-        .map(|t| t.array())
-        .collect::<Result<Vec<Array>>>()?;
     let wrap = |array: Array| {
         if op.has_flag("view") {
             Ok(NewTensor::view(array, device))
@@ -66,21 +67,29 @@ fn run(op: Op, inputs: &[TensorRef], params: Vec<Param>, device: Device) -> Resu
             NewTensor::new(array, device)
         }
     };
-    let mut outputs = op.apply(&arrays, params)?;
-    if op.results().len() == 1 {
-        let one = outputs
-            .pop()
-            .ok_or_else(|| Error::Internal(format!("{} gave no result", op.name())))?;
-        Ok(Results::One(wrap(one)?))
-    } else {
-        let many = outputs.into_iter().map(wrap).collect::<Result<_>>()?;
-        Ok(Results::Many(many))
+    // (one or two inputs, most ops, stay on the stack)
+    let outputs = match inputs {
+        [a] => op.apply(&[a.array()?], params)?,
+        [a, b] => op.apply(&[a.array()?, b.array()?], params)?,
+        _ => {
+            let arrays = inputs
+                .iter()
+                .map(|t| t.array())
+                .collect::<Result<Vec<Array>>>()?;
+            op.apply(&arrays, params)?
+        }
+    };
+    match outputs {
+        Outputs::One(one) => Ok(Results::One(wrap(one)?)),
+        Outputs::Many(many) => Ok(Results::Many(
+            many.into_iter().map(wrap).collect::<Result<_>>()?,
+        )),
     }
 }
 
-/// The items of list argument `name`, a list of `what`.
-fn list<'a>(name: &'static str, what: &str, term: Term<'a>) -> Result<Vec<Term<'a>>> {
-    term.decode::<Vec<Term>>().map_err(|_| {
+/// The items of list argument `name`, a list of `what` (iterated in place).
+fn list<'a>(name: &'static str, what: &str, term: Term<'a>) -> Result<ListIterator<'a>> {
+    term.decode::<ListIterator>().map_err(|_| {
         Error::arg(
             name,
             format!("expected a list of {what}, got: {}", show(term)),
@@ -92,7 +101,8 @@ fn decode_inputs(op: Op, term: Term) -> Result<Vec<TensorRef>> {
     let items = list("inputs", "tensors", term)?;
     match op.inputs() {
         Inputs::Fixed(names) => {
-            if items.len() != names.len() {
+            let given = term.list_length().unwrap_or(0);
+            if given != names.len() {
                 return Err(Error::arg(
                     "inputs",
                     format!(
@@ -100,21 +110,24 @@ fn decode_inputs(op: Op, term: Term) -> Result<Vec<TensorRef>> {
                         op.name(),
                         names.len(),
                         names.join(", "),
-                        items.len()
+                        given
                     ),
                 ));
             }
-            names
-                .iter()
-                .zip(items)
-                .map(|(name, t)| tensor::decode(name, t))
-                .collect()
+            let mut tensors = Vec::with_capacity(names.len());
+            for (name, t) in names.iter().zip(items) {
+                tensors.push(tensor::decode(name, t)?);
+            }
+            Ok(tensors)
         }
         Inputs::List(name) => {
-            if items.is_empty() {
+            let tensors = items
+                .map(|t| tensor::decode(name, t))
+                .collect::<Result<Vec<_>>>()?;
+            if tensors.is_empty() {
                 return Err(Error::arg(name, "needs at least one tensor"));
             }
-            items.into_iter().map(|t| tensor::decode(name, t)).collect()
+            Ok(tensors)
         }
     }
 }
@@ -122,7 +135,8 @@ fn decode_inputs(op: Op, term: Term) -> Result<Vec<TensorRef>> {
 fn decode_params(op: Op, term: Term) -> Result<Vec<Param>> {
     let items = list("params", "parameters", term)?;
     let specs = op.params();
-    if items.len() != specs.len() {
+    let given = term.list_length().unwrap_or(0);
+    if given != specs.len() {
         let names: Vec<&str> = specs.iter().map(|s| s.name()).collect();
         return Err(Error::arg(
             "params",
@@ -131,7 +145,7 @@ fn decode_params(op: Op, term: Term) -> Result<Vec<Param>> {
                 op.name(),
                 specs.len(),
                 names.join(", "),
-                items.len()
+                given
             ),
         ));
     }

@@ -177,15 +177,16 @@ fn expected_result(tag: Term) -> Result<Option<Expected>> {
 /// The array inside a tensor-producing result (deferred mode only).
 fn into_array<T: 'static>(value: T) -> Result<mlx_rs::Array> {
     let any: Box<dyn Any> = Box::new(value);
-    let any = match any.downcast::<NewTensor>() {
-        Ok(tensor) => return tensor.into_array(),
+    // (an op's result first: the common case)
+    let any = match any.downcast::<Results>() {
+        Ok(results) => match *results {
+            Results::One(tensor) => return tensor.into_array(),
+            Results::Many(_) => return Err(no_deferred_form()),
+        },
         Err(any) => any,
     };
-    match any.downcast::<Results>() {
-        Ok(results) => match *results {
-            Results::One(tensor) => tensor.into_array(),
-            Results::Many(_) => Err(no_deferred_form()),
-        },
+    match any.downcast::<NewTensor>() {
+        Ok(tensor) => tensor.into_array(),
         Err(_) => Err(no_deferred_form()),
     }
 }

@@ -142,31 +142,46 @@ impl ParamSpec {
     }
 }
 
-/// The results of an op.
-pub type Outputs = Vec<Array>;
+/// The results of an op: one array (most ops, kept out of a `Vec`: this is
+/// the hot path), or several.
+#[derive(Debug)]
+pub enum Outputs {
+    One(Array),
+    Many(Vec<Array>),
+}
 
-/// What an op's body returns, as its list of results.
+impl Outputs {
+    /// The results as a list.
+    pub fn into_vec(self) -> Vec<Array> {
+        match self {
+            Outputs::One(a) => vec![a],
+            Outputs::Many(v) => v,
+        }
+    }
+}
+
+/// What an op's body returns, as its results.
 pub trait IntoOutputs {
     fn into_outputs(self) -> Result<Outputs>;
 }
 
 impl<E: Into<Error>> IntoOutputs for std::result::Result<Array, E> {
     fn into_outputs(self) -> Result<Outputs> {
-        Ok(vec![self.map_err(Into::into)?])
+        Ok(Outputs::One(self.map_err(Into::into)?))
     }
 }
 
 impl<E: Into<Error>> IntoOutputs for std::result::Result<(Array, Array), E> {
     fn into_outputs(self) -> Result<Outputs> {
         let (a, b) = self.map_err(Into::into)?;
-        Ok(vec![a, b])
+        Ok(Outputs::Many(vec![a, b]))
     }
 }
 
 impl<E: Into<Error>> IntoOutputs for std::result::Result<(Array, Array, Array), E> {
     fn into_outputs(self) -> Result<Outputs> {
         let (a, b, c) = self.map_err(Into::into)?;
-        Ok(vec![a, b, c])
+        Ok(Outputs::Many(vec![a, b, c]))
     }
 }
 
@@ -1162,7 +1177,8 @@ mod tests {
                 };
                 let out = op
                     .apply(&inputs, vec![])
-                    .map_err(|e| Error::Internal(format!("{}: {e}", op.name())))?;
+                    .map_err(|e| Error::Internal(format!("{}: {e}", op.name())))?
+                    .into_vec();
                 if let Some(expected) = op.results()[0].result(&[input.dtype()], &[]) {
                     assert_eq!(out[0].dtype(), expected, "{}", op.name());
                 }
