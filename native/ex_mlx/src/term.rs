@@ -36,6 +36,11 @@ pub fn show(term: Term) -> String {
             Ok(items) => format!("[{}]", join(items)),
             Err(_) => format!("{term:?}"),
         },
+        // (Rust's shortest round-trip digits: 1.5, 0.1, 1e300)
+        TermType::Float => match term.decode::<f64>() {
+            Ok(f) => format!("{f:?}"),
+            Err(_) => format!("{term:?}"),
+        },
         _ => format!("{term:?}"),
     }
 }
