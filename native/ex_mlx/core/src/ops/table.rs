@@ -882,6 +882,20 @@ op_table! {
         ///     iex> ExMLX.iota({:u, 8}, {10}) |> ExMLX.slice([1], [8], [3]) |> ExMLX.to_list()
         ///     [1, 4, 7]
         slice(tensor; starts: Ints, stops: Ints, #[positional] strides: OptInts = "nil") -> same [view] => shape::slice(tensor, &starts, &stops, &strides.unwrap_or_else(|| ones(starts.len())));
+        /// The lower triangle of the last two axes: the elements on and below
+        /// diagonal `k` (0 the main one, positive above it, negative below),
+        /// zeros elsewhere. Rank 2 or more.
+        ///
+        ///     iex> ExMLX.iota({:s, 32}, {3, 3}) |> ExMLX.tril() |> ExMLX.to_list()
+        ///     [0, 0, 0, 3, 4, 0, 6, 7, 8]
+        tril(tensor; k: Int = "0") -> same => ops::tril(tensor, i32::try_from(k).map_err(|_| Error::arg("k", format!("{k} is out of range")))?);
+        /// The upper triangle of the last two axes: the elements on and above
+        /// diagonal `k` (0 the main one, positive above it, negative below),
+        /// zeros elsewhere. Rank 2 or more.
+        ///
+        ///     iex> ExMLX.iota({:s, 32}, {3, 3}) |> ExMLX.triu(k: 1) |> ExMLX.to_list()
+        ///     [0, 1, 2, 0, 0, 5, 0, 0, 0]
+        triu(tensor; k: Int = "0") -> same => ops::triu(tensor, i32::try_from(k).map_err(|_| Error::arg("k", format!("{k} is out of range")))?);
         /// Joins tensors along an existing axis.
         ///
         ///     iex> a = ExMLX.iota({:u, 8}, {2})
