@@ -409,4 +409,54 @@ if Code.ensure_loaded?(Nx) do
       assert_raise ArgumentError, ~r/does not support \{:c, 128\}/, fn -> Nx.rfft(x) end
     end
   end
+
+  defmodule ExMLX.Backend.ConversionTest do
+    @moduledoc "ExMLX.Backend.from_nx/1 and to_nx/1, and their doctests."
+    use ExUnit.Case, async: true
+    doctest ExMLX.Backend, only: [from_nx: 1, to_nx: 1]
+
+    test "from_nx shares an ExMLX.Backend tensor's array and copies others" do
+      mlx = Nx.tensor([[1, 2], [3, 4]], type: {:s, 16}, backend: ExMLX.Backend)
+      t = ExMLX.Backend.from_nx(mlx)
+      assert %ExMLX.Tensor{shape: {2, 2}, type: {:s, 16}, device: :cpu} = t
+      assert t.ref == mlx.data.ref
+      assert ExMLX.to_list(t) == [1, 2, 3, 4]
+
+      binary = Nx.tensor([1.5, -2.5], backend: Nx.BinaryBackend)
+      assert ExMLX.Backend.from_nx(binary) |> ExMLX.to_list() == [1.5, -2.5]
+    end
+
+    test "a type ExMLX stores widened comes back in its storage type, values exact" do
+      t = Nx.tensor([1, 7, 15], type: {:u, 4}, backend: ExMLX.Backend) |> ExMLX.Backend.from_nx()
+      assert t.type == {:u, 8}
+      assert ExMLX.to_list(t) == [1, 7, 15]
+    end
+
+    test "to_nx wraps an ExMLX tensor for Nx (booleans as u8) and round-trips" do
+      t = ExMLX.iota({:f, 32}, {2, 3})
+      nx = ExMLX.Backend.to_nx(t)
+      assert %Nx.Tensor{shape: {2, 3}, type: {:f, 32}, names: [nil, nil]} = nx
+      assert Nx.to_flat_list(nx) == [0.0, 1.0, 2.0, 3.0, 4.0, 5.0]
+      assert ExMLX.Backend.from_nx(nx).ref == t.ref
+
+      bools = ExMLX.greater(ExMLX.iota({:s, 32}, {3}), ExMLX.full(0, {:s, 32}, {}))
+      assert bools.type == :bool
+      assert ExMLX.Backend.to_nx(bools) |> Nx.to_flat_list() == [0, 1, 1]
+      assert ExMLX.Backend.to_nx(bools).type == {:u, 8}
+    end
+
+    test "what is not a tensor, or is a template, is an ArgumentError naming it" do
+      assert_raise ArgumentError, "tensor: expected an Nx.Tensor, got: 1", fn ->
+        ExMLX.Backend.from_nx(1)
+      end
+
+      assert_raise ArgumentError, ~r/^tensor: expected a tensor with data, got a template/, fn ->
+        ExMLX.Backend.from_nx(Nx.template({2}, {:f, 32}))
+      end
+
+      assert_raise ArgumentError, "tensor: expected an ExMLX.Tensor, got: :x", fn ->
+        ExMLX.Backend.to_nx(:x)
+      end
+    end
+  end
 end
