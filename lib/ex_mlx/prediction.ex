@@ -24,7 +24,7 @@ defmodule ExMLX.Prediction do
   def binary(op, %{shape: sa, type: ta, device: da}, %{shape: sb, type: tb, device: db})
       when da == db do
     case types(op) do
-      %{{^ta, ^tb} => type} ->
+      %{^ta => %{^tb => type}} ->
         case broadcast(sa, sb) do
           {:ok, shape} -> {:ok, shape, type}
           :error -> :unknown
@@ -57,7 +57,9 @@ defmodule ExMLX.Prediction do
     end
   end
 
-  # {type_a, type_b} => result type, for the pairs MLX accepts.
+  # type_a => type_b => result type, for the pairs MLX accepts. (Nested
+  # maps of 14 keys each are flat maps, looked up without hashing: this is
+  # on the path of every element-wise binary op.)
   defp types(op) do
     key = {__MODULE__, op}
 
@@ -82,7 +84,7 @@ defmodule ExMLX.Prediction do
 
         try do
           {_, _, type, _} = Op.run(op, [a, b], [])
-          Map.put(table, {ta, tb}, type)
+          Map.update(table, ta, %{tb => type}, &Map.put(&1, tb, type))
         rescue
           ExMLX.Error -> table
         end

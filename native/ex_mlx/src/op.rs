@@ -15,6 +15,8 @@ use ex_mlx_core::ops::table::{Inputs, Op, Outputs};
 use mlx_rs::Array;
 use rustler::{Atom, Encoder, Env, ListIterator, NifResult, Term};
 
+use smallvec::SmallVec;
+
 use crate::args::{OpArg, Tag};
 use crate::reply::{submit, AsyncResult};
 use crate::tensor::{self, common_device, NewTensor, Results, TensorRef};
@@ -35,7 +37,7 @@ fn op<'a>(
 
 /// The op's inputs and parameters, decoded by its signature, and the device
 /// it runs on: its `device` parameter, or its inputs' device.
-fn check_call(op: Op, inputs: Term, params: Term) -> Result<(Vec<TensorRef>, Vec<Param>, Device)> {
+fn check_call(op: Op, inputs: Term, params: Term) -> Result<(InputRefs, Vec<Param>, Device)> {
     let inputs = decode_inputs(op, inputs)?;
     let params = decode_params(op, params)?;
     let given = params.iter().find_map(|p| match p {
@@ -97,7 +99,12 @@ fn list<'a>(name: &'static str, what: &str, term: Term<'a>) -> Result<ListIterat
     })
 }
 
-fn decode_inputs(op: Op, term: Term) -> Result<Vec<TensorRef>> {
+/// An op's input tensors: up to three inline. They are made on the caller's
+/// scheduler and dropped on the worker, so a heap list here would be freed
+/// across threads on every call (and contend for the allocator's lock).
+type InputRefs = SmallVec<[TensorRef; 3]>;
+
+fn decode_inputs(op: Op, term: Term) -> Result<InputRefs> {
     let items = list("inputs", "tensors", term)?;
     match op.inputs() {
         Inputs::Fixed(names) => {
@@ -114,7 +121,7 @@ fn decode_inputs(op: Op, term: Term) -> Result<Vec<TensorRef>> {
                     ),
                 ));
             }
-            let mut tensors = Vec::with_capacity(names.len());
+            let mut tensors = InputRefs::new();
             for (name, t) in names.iter().zip(items) {
                 tensors.push(tensor::decode(name, t)?);
             }
@@ -123,7 +130,7 @@ fn decode_inputs(op: Op, term: Term) -> Result<Vec<TensorRef>> {
         Inputs::List(name) => {
             let tensors = items
                 .map(|t| tensor::decode(name, t))
-                .collect::<Result<Vec<_>>>()?;
+                .collect::<Result<InputRefs>>()?;
             if tensors.is_empty() {
                 return Err(Error::arg(name, "needs at least one tensor"));
             }
