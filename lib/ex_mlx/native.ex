@@ -119,6 +119,10 @@ defmodule ExMLX.Native do
   def op(_tag, _name, _inputs, _params), do: not_loaded()
   # The op table: [{name, family, inputs, params, results, flags}].
   def op_table, do: not_loaded()
+  # Programs of op-table instructions (ExMLX.Compiler): checked and kept by
+  # program_new, run in one call on the device's worker by program_run.
+  def program_new(_device, _inputs, _constants, _instructions, _outputs), do: not_loaded()
+  def program_run(_tag, _program, _inputs), do: not_loaded()
 
   # For ExMLX's own tests, in the test environment's build only (the cargo
   # feature test-hooks): a deliberate panic (:nif or :worker), and a hold

@@ -14,40 +14,213 @@ defmodule ExMLX.Op do
   Runs op `name` on `inputs` with `params` (in the table's order) and waits
   for it: `{ref, shape, type, device}`, or a list of them for an op with
   several results. Raises `ExMLX.Error` for anything MLX or ExMLX refuses.
+  While a program is recorded (`record_program/3`) and an input is one of its
+  values, the op is recorded instead (shape and type then `nil`).
   """
-  def run(name, inputs, params), do: Call.run(&Native.op(&1, name, inputs, params))
+  def run(name, inputs, params) do
+    if recorded?(inputs) do
+      case record(name, inputs, params, :any) do
+        [one] -> one
+        many -> many
+      end
+    else
+      Call.run(&Native.op(&1, name, inputs, params))
+    end
+  end
 
   @doc """
   Queues one-result op `name` without waiting: `{ref, device}` at once,
   the worker filling the tensor in the background (cast to `type`, or
   MLX's own type with `:any`). An error surfaces where the tensor is used.
+  Recorded instead while a program is (see `run/3`).
   """
-  def defer(name, inputs, params, type \\ :any),
-    do: Call.defer(&Native.op(&1, name, inputs, params), type)
+  def defer(name, inputs, params, type \\ :any) do
+    if recorded?(inputs) do
+      [{ref, _shape, _type, device}] = record(name, inputs, params, type)
+      {ref, device}
+    else
+      Call.defer(&Native.op(&1, name, inputs, params), type)
+    end
+  end
 
   @doc "Like `defer/4`, for a result whose `type` and `shape` were predicted (ExMLX.Prediction)."
-  def defer_exact(name, inputs, params, type, shape),
-    do: Call.deferred(Native.op({:deferred, type, shape}, name, inputs, params))
+  def defer_exact(name, inputs, params, type, shape) do
+    if recorded?(inputs),
+      do: defer(name, inputs, params, type),
+      else: Call.deferred(Native.op({:deferred, type, shape}, name, inputs, params))
+  end
 
   @doc "A tensor made from `binary` on `device`, queued without waiting: `{ref, device}`."
   def from_binary_deferred(binary, type, shape, device, cast),
     do: Call.defer(&Native.from_binary(&1, binary, type, shape, device), cast)
 
   @doc "The tensor on `device`: `{ref, shape, type, device}`."
-  def transfer(ref, device), do: Call.run(&Native.transfer(&1, ref, device))
+  def transfer(ref, device) do
+    case recorded_value(ref) do
+      nil -> Call.run(&Native.transfer(&1, ref, device))
+      {type, ^device} -> {ref, nil, type, device}
+      _ -> unrecordable!("a transfer to another device")
+    end
+  end
 
   @doc "The tensor's bytes (row-major, little-endian)."
-  def to_binary(ref), do: Call.run(&Native.to_binary(&1, ref))
+  def to_binary(ref) do
+    if recorded_value(ref), do: unrecordable!("reading a tensor's data")
+    Call.run(&Native.to_binary(&1, ref))
+  end
 
   @doc "`{address, bytes}` of the tensor's data, which stays put while the tensor lives."
-  def data_pointer(ref), do: Call.run(&Native.data_pointer(&1, ref))
+  def data_pointer(ref) do
+    if recorded_value(ref), do: unrecordable!("a tensor's address")
+    Call.run(&Native.data_pointer(&1, ref))
+  end
 
   @doc "The only element, as an Elixir number."
-  def item(ref), do: Call.run(&Native.item(&1, ref))
+  def item(ref) do
+    if recorded_value(ref), do: unrecordable!("reading a number")
+    Call.run(&Native.item(&1, ref))
+  end
 
   @doc "Frees the tensor's data now: `true` if it had data."
-  def deallocate(ref), do: Native.deallocate(ref)
+  def deallocate(ref) do
+    if recorded_value(ref), do: true, else: Native.deallocate(ref)
+  end
 
-  @doc "`{shape, type, device}`, waiting for a deferred tensor."
-  def info(ref), do: Call.info(ref)
+  @doc """
+  `{shape, type, device}`, waiting for a deferred tensor. Of a recorded
+  value: `{nil, type, device}`, `type` being `nil` where MLX decides it.
+  """
+  def info(ref) do
+    case recorded_value(ref) do
+      nil -> Call.info(ref)
+      {type, device} -> {nil, type, device}
+    end
+  end
+
+  # ---------------------------------------------------------------------------
+  # Recording programs (ExMLX.Compiler)
+  # ---------------------------------------------------------------------------
+
+  defmodule Unrecordable do
+    @moduledoc false
+    # Raised while recording a program at a step that needs data (a read, a
+    # loop condition): the compiler then runs the function another way.
+    defexception [:message]
+  end
+
+  @recorder :ex_mlx_program_recorder
+
+  @doc """
+  Records the ops `fun.(inputs)` runs on `inputs` (one new reference per
+  input, standing for the program's input slots) on `device`: returns
+  `{fun's result, program}`, the program being
+  `%{inputs: n, constants: [ref], instructions: [...], slots: %{ref => slot}}`
+  in the form `ExMLX.Native.program_new/5` takes. Ops on real tensors only
+  run for real (their results become constants); anything that needs data
+  raises `ExMLX.Op.Unrecordable`.
+  """
+  def record_program(input_count, device, fun) do
+    inputs = for _ <- 1..input_count//1, do: make_ref()
+
+    state = %{
+      device: device,
+      values: Map.new(Enum.with_index(inputs), fn {ref, i} -> {ref, {{:in, i}, nil}} end),
+      constants: %{},
+      instructions: [],
+      results: 0
+    }
+
+    previous = Process.put(@recorder, state)
+
+    try do
+      result = fun.(inputs)
+      {result, Process.get(@recorder)}
+    after
+      if previous, do: Process.put(@recorder, previous), else: Process.delete(@recorder)
+    end
+  end
+
+  @doc """
+  The program of a recording (`record_program/3`) whose outputs are `outputs`
+  (references): `{inputs, constants, instructions, output_slots}` with
+  slots numbered as ex_mlx_core's programs number them (inputs, then
+  constants, then results in order).
+  """
+  def program(state, input_count, outputs) do
+    {output_ids, state} = Enum.map_reduce(outputs, state, &value_id/2)
+    constants = state.constants |> Enum.sort_by(fn {_ref, j} -> j end) |> Enum.map(&elem(&1, 0))
+    base = input_count + length(constants)
+
+    slot = fn
+      {:in, i} -> i
+      {:const, j} -> input_count + j
+      {:res, r} -> base + r
+    end
+
+    instructions =
+      state.instructions
+      |> Enum.reverse()
+      |> Enum.map(fn {name, ids, params, cast, count} ->
+        {name, Enum.map(ids, slot), params, cast, count}
+      end)
+
+    {input_count, constants, instructions, Enum.map(output_ids, slot)}
+  end
+
+  defp recorded?(inputs) do
+    case Process.get(@recorder) do
+      nil -> false
+      %{values: values} -> Enum.any?(inputs, &is_map_key(values, &1))
+    end
+  end
+
+  defp recorded_value(ref) do
+    case Process.get(@recorder) do
+      %{values: %{^ref => {_id, type}}, device: device} -> {type, device}
+      _ -> nil
+    end
+  end
+
+  defp unrecordable!(what), do: raise(Unrecordable, message: "#{what} needs data at run time")
+
+  # Records op `name`: its results become new values, cast to `cast`.
+  defp record(name, inputs, params, cast) do
+    state = Process.get(@recorder)
+    {ids, state} = Enum.map_reduce(inputs, state, &value_id(&1, &2))
+    count = length(ExMLX.OpTable.fetch!(name).results)
+    type = if cast == :any, do: nil, else: cast
+    refs = for _ <- 1..count, do: make_ref()
+
+    values =
+      refs
+      |> Enum.with_index(state.results)
+      |> Enum.reduce(state.values, fn {ref, r}, acc -> Map.put(acc, ref, {{:res, r}, type}) end)
+
+    Process.put(@recorder, %{
+      state
+      | values: values,
+        instructions: [{name, ids, params, cast, count} | state.instructions],
+        results: state.results + count
+    })
+
+    Enum.map(refs, &{&1, nil, type, state.device})
+  end
+
+  # The id of a value: a recorded one's, or a real tensor's as a constant.
+  defp value_id(ref, %{values: values, constants: constants} = state) do
+    case values do
+      %{^ref => {id, _type}} ->
+        {id, state}
+
+      _ ->
+        case constants do
+          %{^ref => j} ->
+            {{:const, j}, state}
+
+          _ ->
+            j = map_size(constants)
+            {{:const, j}, %{state | constants: Map.put(constants, ref, j)}}
+        end
+    end
+  end
 end

@@ -3,7 +3,7 @@ defmodule ExMLX.PredictionTest do
   # result, with a predicted shape and type the worker then checks.
   use ExUnit.Case, async: true
 
-  alias ExMLX.{Call, Native, Prediction}
+  alias ExMLX.{Call, Prediction}
   import ExMLX.TestHelpers, only: [types: 0]
 
   test "broadcasting follows NumPy's rules" do

@@ -24,7 +24,7 @@ defmodule ExMLX.Fuzz do
         pick([0.5, -1.0e308, 1.0e308, 3.0, -0.0])
 
       4 ->
-        :crypto.strong_rand_bytes(:rand.uniform(33) - 1)
+        :rand.bytes(:rand.uniform(33) - 1)
 
       5 ->
         pick(pool.tensors)

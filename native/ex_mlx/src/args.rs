@@ -156,7 +156,7 @@ type AtomMap = HashMap<Atom, Op, std::hash::BuildHasherDefault<AtomHasher>>;
 
 /// The op an atom names, looked up by the atom itself (no string is built)
 /// in a map of every op's atom, made once.
-fn op_of(term: Term) -> Result<Op, Error> {
+pub fn op_of(term: Term) -> Result<Op, Error> {
     static ATOMS: std::sync::OnceLock<AtomMap> = std::sync::OnceLock::new();
     let unknown = || {
         Error::arg(

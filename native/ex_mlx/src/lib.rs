@@ -16,6 +16,7 @@ pub mod data;
 pub mod device;
 pub mod memory;
 pub mod op;
+pub mod program;
 pub mod reply;
 pub mod tensor;
 pub mod tensor_nifs;

@@ -2,7 +2,9 @@
 //!
 //! Modules, one concern each: [`error`] (the error enum), [`dtype`] (the type
 //! table), [`device`], [`worker`] (the thread model), [`host`] (bytes in and
-//! out). The NIF crate (`ex_mlx`) turns Elixir terms into calls on these.
+//! out), [`item`], [`memory`], [`wire`], [`ops`] (the op table and the op
+//! families), [`program`] (op-table instructions run in one go). The NIF
+//! crate (`ex_mlx`) turns Elixir terms into calls on these.
 
 pub mod device;
 pub mod dtype;
@@ -11,6 +13,7 @@ pub mod host;
 pub mod item;
 pub mod memory;
 pub mod ops;
+pub mod program;
 pub mod wire;
 pub mod worker;
 

@@ -1,0 +1,190 @@
+if Code.ensure_loaded?(Nx) do
+  defmodule ExMLX.Compiler do
+    @moduledoc """
+    A `Nx.Defn` compiler: a `defn` function becomes one program of MLX ops
+    that the device's worker runs in a single call.
+
+        Nx.Defn.jit(&MyModule.predict/2, compiler: ExMLX.Compiler).(params, x)
+        Nx.Defn.global_default_options(compiler: ExMLX.Compiler)
+
+    Options: `:device` (`:cpu` or `:gpu`; default `ExMLX.default_device/0`).
+
+    The first call with given input shapes and types traces the function and
+    records the ops ExMLX.Backend runs for it (each an op of the op table,
+    docs/architecture.md) as a program, cached by the function and the input
+    templates; every call then is one lookup and one NIF call, and returns
+    lazy tensors on `ExMLX.Backend`.
+
+    Not yet compiled: functions whose graph needs data while it runs
+    (`while` loops, `cond`, hooks, reading a tensor) — those run on
+    `Nx.Defn.Evaluator` with ExMLX.Backend, which gives the same results
+    call by call; the reason is logged once per function (at `:debug`).
+
+        iex> f = Nx.Defn.jit(fn a, b -> Nx.multiply(Nx.add(a, b), 2) end, compiler: ExMLX.Compiler)
+        iex> f.(Nx.tensor([1.0, 2.0]), Nx.tensor([3.0, 4.0])) |> Nx.to_flat_list()
+        [8.0, 12.0]
+    """
+
+    @behaviour Nx.Defn.Compiler
+
+    require Logger
+
+    alias ExMLX.{Call, Native, Op}
+    alias Nx.Defn.{Composite, Expr}
+
+    # Ops of the graph that need more than recording: they run on the
+    # Evaluator (hooks call user code on every run).
+    @not_compiled [:hook, :token, :attach_token, :while, :cond, :runtime_call]
+
+    @impl true
+    def __partitions_options__(opts), do: [opts]
+
+    @impl true
+    def __to_backend__(opts), do: {ExMLX.Backend, device: device(opts)}
+
+    @impl true
+    def __jit__(key, vars, fun, args_list, opts),
+      do: __compile__(key, vars, fun, opts).(args_list)
+
+    @impl true
+    def __compile__(key, vars, fun, opts) do
+      device = device(opts)
+
+      fn args_list ->
+        Enum.map(args_list, fn args ->
+          tensors = Enum.map(args, fn arg -> arg.() end)
+          cache_key = {__MODULE__, key, device, Enum.map(tensors, &template/1)}
+
+          compiled =
+            case :persistent_term.get(cache_key, nil) do
+              nil ->
+                compiled = compile(key, vars, fun, tensors, device, opts)
+                :persistent_term.put(cache_key, compiled)
+                compiled
+
+              compiled ->
+                compiled
+            end
+
+          run(compiled, key, vars, fun, tensors, device, opts)
+        end)
+      end
+    end
+
+    defp device(opts), do: Keyword.get(opts, :device, ExMLX.default_device())
+
+    defp template(%Nx.Tensor{shape: shape, type: type, names: names, vectorized_axes: v}),
+      do: {shape, type, names, v}
+
+    # -------------------------------------------------------------------------
+    # Compiling: record the backend's ops on symbolic inputs
+    # -------------------------------------------------------------------------
+
+    defp compile(key, vars, fun, tensors, device, opts) do
+      case not_compiled(fun.(vars)) do
+        nil -> record(key, vars, fun, tensors, device, opts)
+        op -> evaluator("its graph has a #{inspect(op)} node")
+      end
+    rescue
+      e in Op.Unrecordable -> evaluator(Exception.message(e))
+    end
+
+    defp record(key, vars, fun, tensors, device, opts) do
+      {output, recording} =
+        Op.record_program(length(tensors), device, fn refs ->
+          symbolic =
+            Enum.zip_with(tensors, refs, fn t, ref ->
+              fn -> %{t | data: %ExMLX.Backend{ref: ref, device: device}} end
+            end)
+
+          Nx.with_default_backend({ExMLX.Backend, device: device}, fn ->
+            [output] =
+              Nx.Defn.Evaluator.__jit__(key, vars, fun, [symbolic], Keyword.delete(opts, :device))
+
+            output
+          end)
+        end)
+
+      output_refs =
+        output
+        |> List.wrap()
+        |> Composite.flatten_list()
+        |> Enum.map(fn %Nx.Tensor{data: %ExMLX.Backend{ref: ref}} -> ref end)
+
+      {inputs, constants, instructions, outputs} =
+        Op.program(recording, length(tensors), output_refs)
+
+      program =
+        Native.program_new(device, inputs, constants, instructions, outputs) |> Call.value()
+
+      {:program, program, output}
+    end
+
+    defp evaluator(reason) do
+      Logger.debug("ExMLX.Compiler: running on Nx.Defn.Evaluator: #{reason}")
+      {:evaluator, reason}
+    end
+
+    # The first op of @not_compiled in the graph, or nil.
+    defp not_compiled(expr) do
+      {_, {_seen, found}} = Composite.traverse(expr, {%{}, nil}, &find_not_compiled/2)
+      found
+    end
+
+    defp find_not_compiled(t, {_seen, found} = acc) when found != nil, do: {t, acc}
+
+    defp find_not_compiled(%Nx.Tensor{data: %Expr{id: id, op: op}} = t, {seen, nil}) do
+      cond do
+        is_map_key(seen, id) ->
+          {t, {seen, nil}}
+
+        op in @not_compiled ->
+          {t, {seen, op}}
+
+        true ->
+          {_, acc} =
+            Nx.Defn.Tree.apply_args(t, :all, {Map.put(seen, id, true), nil}, &find_not_compiled/2)
+
+          {t, acc}
+      end
+    end
+
+    defp find_not_compiled(t, acc), do: {t, acc}
+
+    # -------------------------------------------------------------------------
+    # Running
+    # -------------------------------------------------------------------------
+
+    defp run({:program, program, output}, _key, _vars, _fun, tensors, device, _opts) do
+      refs = Enum.map(tensors, &input_ref(&1, device))
+      results = Call.run(&Native.program_run(&1, program, refs))
+
+      {output, []} =
+        Composite.traverse(output, results, fn t, [{ref, _shape, _type, device} | rest] ->
+          {%{t | data: %ExMLX.Backend{ref: ref, device: device}}, rest}
+        end)
+
+      output
+    end
+
+    defp run({:evaluator, _reason}, key, vars, fun, tensors, device, opts) do
+      args = Enum.map(tensors, fn t -> fn -> t end end)
+
+      Nx.with_default_backend({ExMLX.Backend, device: device}, fn ->
+        [output] =
+          Nx.Defn.Evaluator.__jit__(key, vars, fun, [args], Keyword.delete(opts, :device))
+
+        output
+      end)
+    end
+
+    defp input_ref(%Nx.Tensor{data: %ExMLX.Backend{ref: ref, device: device}}, device), do: ref
+
+    defp input_ref(%Nx.Tensor{} = t, device) do
+      %Nx.Tensor{data: %ExMLX.Backend{ref: ref}} =
+        Nx.backend_copy(t, {ExMLX.Backend, device: device})
+
+      ref
+    end
+  end
+end

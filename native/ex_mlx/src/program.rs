@@ -1,0 +1,185 @@
+//! NIFs for programs (`ex_mlx_core::program`): `program_new` checks and keeps
+//! one; `program_run` runs it on its device's worker in one call.
+
+use ex_mlx_core::device::Device;
+use ex_mlx_core::error::{Error, Result};
+use ex_mlx_core::program::{Instruction, Program};
+use mlx_rs::Array;
+use rustler::{Atom, Env, NifResult, Resource, ResourceArc, Term};
+
+use crate::args::{op_of, DeviceArg, Tag};
+use crate::reply::{submit, AsyncResult};
+use crate::tensor::{self, NewTensor, Results, TensorRef};
+use crate::term::{decode_param, decode_type, error_tuple, show};
+
+/// A checked program, the constant tensors it reads, and its device.
+pub struct ProgramResource {
+    program: Program,
+    constants: Vec<TensorRef>,
+    device: Device,
+}
+
+#[rustler::resource_impl]
+impl Resource for ProgramResource {}
+
+rustler::atoms! { any }
+
+/// A program argument (named `program` in errors).
+pub struct ProgramArg(ResourceArc<ProgramResource>);
+
+impl<'a> rustler::Decoder<'a> for ProgramArg {
+    fn decode(term: Term<'a>) -> NifResult<Self> {
+        term.decode().map(ProgramArg).map_err(|_| {
+            error_tuple(Error::arg(
+                "program",
+                format!("expected a program reference, got: {}", show(term)),
+            ))
+        })
+    }
+}
+
+/// `program_new(device, inputs, constants, instructions, outputs)`: a program
+/// reference, or `{:error, {:argument, message}}` naming what is malformed.
+/// `inputs` is how many tensors a call takes; `constants` a list of tensors;
+/// each instruction `{op, [slot], [param], cast, results}` (`cast` a type or
+/// `:any`); `outputs` a list of slots.
+#[rustler::nif]
+fn program_new<'a>(
+    device: DeviceArg,
+    inputs: Term<'a>,
+    constants: Term<'a>,
+    instructions: Term<'a>,
+    outputs: Term<'a>,
+) -> NifResult<ResourceArc<ProgramResource>> {
+    build(device.0, inputs, constants, instructions, outputs)
+        .map(ResourceArc::new)
+        .map_err(error_tuple)
+}
+
+fn build(
+    device: Device,
+    inputs: Term,
+    constants: Term,
+    instructions: Term,
+    outputs: Term,
+) -> Result<ProgramResource> {
+    let inputs: usize = inputs
+        .decode()
+        .map_err(|_| Error::arg("inputs", format!("expected a count, got: {}", show(inputs))))?;
+    let constants = tensor::decode_list("constants", constants)?;
+    if let Some(other) = constants.iter().find(|t| t.device != device) {
+        return Err(Error::Device(format!(
+            "a constant is on {}, the program on {}",
+            other.device.name(),
+            device.name()
+        )));
+    }
+    let items: Vec<Term> = instructions.decode().map_err(|_| {
+        Error::arg(
+            "instructions",
+            format!("expected a list, got: {}", show(instructions)),
+        )
+    })?;
+    let instructions = items
+        .into_iter()
+        .map(instruction)
+        .collect::<Result<Vec<_>>>()?;
+    let outputs: Vec<usize> = outputs.decode().map_err(|_| {
+        Error::arg(
+            "outputs",
+            format!("expected a list of slots, got: {}", show(outputs)),
+        )
+    })?;
+    let program = Program::new(inputs, constants.len(), instructions, outputs)?;
+    Ok(ProgramResource {
+        program,
+        constants,
+        device,
+    })
+}
+
+fn instruction(term: Term) -> Result<Instruction> {
+    let bad = || {
+        Error::arg(
+            "instructions",
+            format!(
+                "expected {{op, [slot], [param], cast, results}}, got: {}",
+                show(term)
+            ),
+        )
+    };
+    let (op, inputs, params, cast, results): (Term, Vec<usize>, Vec<Term>, Term, usize) =
+        term.decode().map_err(|_| bad())?;
+    let op = op_of(op)?;
+    let specs = op.params();
+    if specs.len() != params.len() {
+        return Err(Error::arg(
+            "instructions",
+            format!(
+                "{} takes {} parameters, got {}",
+                op.name(),
+                specs.len(),
+                params.len()
+            ),
+        ));
+    }
+    let params = specs
+        .iter()
+        .zip(params)
+        .map(|(spec, t)| decode_param(spec.name(), spec.kind, t))
+        .collect::<Result<Vec<_>>>()?;
+    let cast = match cast.decode::<Atom>() {
+        Ok(a) if a == any() => None,
+        _ => Some(decode_type("cast", cast)?),
+    };
+    Ok(Instruction {
+        op,
+        inputs,
+        params,
+        cast,
+        results,
+    })
+}
+
+/// `program_run(tag, program, inputs)`: replies with the list of the
+/// program's output tensors (lazy: computed when read).
+#[rustler::nif]
+fn program_run<'a>(
+    env: Env<'a>,
+    tag: Tag<'a>,
+    program: ProgramArg,
+    inputs: Term<'a>,
+) -> AsyncResult {
+    let program = program.0;
+    let inputs = tensor::decode_list("inputs", inputs).map_err(error_tuple)?;
+    let device = program.device;
+    if let Some(other) = inputs.iter().find(|t| t.device != device) {
+        return Err(error_tuple(Error::Device(format!(
+            "an input is on {}, the program on {}; transfer it first",
+            other.device.name(),
+            device.name()
+        ))));
+    }
+    if inputs.len() != program.program.inputs() {
+        return Err(error_tuple(Error::arg(
+            "inputs",
+            format!(
+                "the program takes {} inputs, got {}",
+                program.program.inputs(),
+                inputs.len()
+            ),
+        )));
+    }
+    submit(env, tag, device, move || {
+        let arrays =
+            |ts: &[TensorRef]| ts.iter().map(|t| t.array()).collect::<Result<Vec<Array>>>();
+        let outputs = program
+            .program
+            .run(arrays(&inputs)?, arrays(&program.constants)?)?;
+        let tensors = outputs
+            .into_iter()
+            .map(|a| NewTensor::new(a, device))
+            .collect::<Result<Vec<_>>>()?;
+        Ok(Results::Many(tensors))
+    })
+}

@@ -1,0 +1,140 @@
+if Code.ensure_loaded?(Nx) do
+  defmodule ExMLX.CompilerTest do
+    # ExMLX.Compiler against Nx.BinaryBackend running the same defn
+    # functions through Nx's own Evaluator (an independent implementation).
+    use ExUnit.Case, async: false
+
+    defp assert_all_close(left, right) do
+      left = Nx.backend_copy(left, Nx.BinaryBackend)
+      right = Nx.backend_copy(right, Nx.BinaryBackend)
+      close = Nx.all_close(left, right, atol: 1.0e-5, rtol: 1.0e-5) |> Nx.to_number()
+      assert close == 1, "not close:\n#{inspect(left)}\n#{inspect(right)}"
+    end
+
+    doctest ExMLX.Compiler
+
+    defmodule Funs do
+      import Nx.Defn
+
+      defn(affine(x, w, b), do: Nx.dot(x, w) + b)
+
+      defn mlp(x, w1, b1, w2, b2) do
+        x
+        |> Nx.dot(w1)
+        |> Nx.add(b1)
+        |> Nx.max(0)
+        |> Nx.dot(w2)
+        |> Nx.add(b2)
+        |> softmax()
+      end
+
+      defn softmax(t) do
+        e = Nx.exp(t - Nx.reduce_max(t, axes: [-1], keep_axes: true))
+        e / Nx.sum(e, axes: [-1], keep_axes: true)
+      end
+
+      defn(stats(t), do: {Nx.mean(t), Nx.sum(t * t), Nx.argmax(t)})
+
+      defn(with_constants(t), do: t * 2.5 + Nx.tensor([1.0, 2.0, 3.0]))
+
+      defn countdown(n) do
+        {n, _} =
+          while {n, i = 0}, Nx.greater(n, 0) do
+            {n - 1, i + 1}
+          end
+
+        n
+      end
+
+      defn(grad_of_square_sum(t), do: grad(t, fn t -> Nx.sum(t * t) end))
+    end
+
+    defp binary(fun, args) do
+      args = Enum.map(args, &Nx.backend_copy(&1, Nx.BinaryBackend))
+      Nx.with_default_backend(Nx.BinaryBackend, fn -> apply(fun, args) end)
+    end
+
+    defp compiled(fun, args), do: apply(Nx.Defn.jit(fun, compiler: ExMLX.Compiler), args)
+
+    defp key(seed), do: Nx.Random.key(seed)
+
+    defp normal(seed, shape) do
+      Nx.with_default_backend(Nx.BinaryBackend, fn ->
+        {t, _} = Nx.Random.normal(key(seed), shape: shape)
+        t
+      end)
+    end
+
+    test "an MLP's forward pass matches Nx.BinaryBackend" do
+      args = [
+        normal(1, {4, 8}),
+        normal(2, {8, 16}),
+        normal(3, {16}),
+        normal(4, {16, 3}),
+        normal(5, {3})
+      ]
+
+      got = compiled(&Funs.mlp/5, args)
+      assert %Nx.Tensor{data: %ExMLX.Backend{}, shape: {4, 3}, type: {:f, 32}} = got
+      assert_all_close(got, binary(&Funs.mlp/5, args))
+    end
+
+    test "several outputs, integer results and constants" do
+      t = Nx.tensor([[1.0, 5.0, 2.0], [0.5, -1.0, 4.0]])
+      {mean, squares, argmax} = compiled(&Funs.stats/1, [t])
+      {bmean, bsquares, bargmax} = binary(&Funs.stats/1, [t])
+      assert_all_close(mean, bmean)
+      assert_all_close(squares, bsquares)
+      assert Nx.to_number(argmax) == Nx.to_number(bargmax)
+      assert argmax.type == bargmax.type
+
+      got = compiled(&Funs.with_constants/1, [Nx.tensor([1.0, 2.0, 4.0])])
+      assert Nx.to_flat_list(got) == [3.5, 7.0, 13.0]
+    end
+
+    test "gradients compile (they are ordinary graphs)" do
+      t = Nx.tensor([1.0, -2.0, 3.0])
+      assert Nx.to_flat_list(compiled(&Funs.grad_of_square_sum/1, [t])) == [2.0, -4.0, 6.0]
+    end
+
+    test "one program per input shape and type, reused across calls" do
+      f = Nx.Defn.jit(&Funs.affine/3, compiler: ExMLX.Compiler)
+      x = Nx.iota({2, 3}, type: {:f, 32})
+      w = Nx.iota({3, 2}, type: {:f, 32})
+      b = Nx.tensor([1.0, -1.0])
+      before = programs()
+      first = f.(x, w, b)
+      assert programs() == before + 1
+      second = f.(Nx.add(x, 1), w, b)
+      assert programs() == before + 1
+      assert_all_close(first, binary(&Funs.affine/3, [x, w, b]))
+      assert_all_close(second, binary(&Funs.affine/3, [Nx.add(x, 1), w, b]))
+      f.(Nx.iota({5, 3}, type: {:f, 32}), w, b)
+      assert programs() == before + 2
+    end
+
+    test "a while loop runs on the Evaluator, with the same results" do
+      assert compiled(&Funs.countdown/1, [Nx.tensor(5)]) |> Nx.to_number() == 0
+      assert {:evaluator, reason} = cached(&Funs.countdown/1, [Nx.tensor(5)])
+      assert reason =~ ":while"
+    end
+
+    # How many programs ExMLX.Compiler has cached.
+    defp programs do
+      Enum.count(:persistent_term.get(), fn
+        {{ExMLX.Compiler, _, _, _}, {:program, _, _}} -> true
+        _ -> false
+      end)
+    end
+
+    defp cached(fun, args) do
+      templates = Enum.map(args, &{&1.shape, &1.type, &1.names, &1.vectorized_axes})
+
+      Enum.find_value(:persistent_term.get(), fn
+        {{ExMLX.Compiler, _key, _device, ^templates}, compiled} -> compiled
+        _ -> nil
+      end)
+      |> tap(fn found -> assert found, "nothing cached for #{inspect(fun)}" end)
+    end
+  end
+end
