@@ -64,21 +64,18 @@ defmodule ExMLX.Op do
   end
 
   @doc "The tensor's bytes (row-major, little-endian)."
-  def to_binary(ref) do
-    if recorded_value(ref), do: unrecordable!("reading a tensor's data")
-    Call.run(&Native.to_binary(&1, ref))
-  end
+  def to_binary(ref), do: read(ref, "reading a tensor's data", &Native.to_binary(&1, ref))
 
   @doc "`{address, bytes}` of the tensor's data, which stays put while the tensor lives."
-  def data_pointer(ref) do
-    if recorded_value(ref), do: unrecordable!("a tensor's address")
-    Call.run(&Native.data_pointer(&1, ref))
-  end
+  def data_pointer(ref), do: read(ref, "a tensor's address", &Native.data_pointer(&1, ref))
 
   @doc "The only element, as an Elixir number."
-  def item(ref) do
-    if recorded_value(ref), do: unrecordable!("reading a number")
-    Call.run(&Native.item(&1, ref))
+  def item(ref), do: read(ref, "reading a number", &Native.item(&1, ref))
+
+  # A NIF that reads `ref`'s data: there is none while recording.
+  defp read(ref, what, nif) do
+    if recorded_value(ref), do: unrecordable!(what)
+    Call.run(nif)
   end
 
   @doc "Frees the tensor's data now: `true` if it had data."

@@ -144,14 +144,9 @@ fn instruction(term: Term) -> Result<Instruction> {
 /// `program_run(tag, program, inputs)`: replies with the list of the
 /// program's output tensors (lazy: computed when read).
 #[rustler::nif]
-fn program_run<'a>(
-    env: Env<'a>,
-    tag: Tag<'a>,
-    program: ProgramArg,
-    inputs: Term<'a>,
-) -> AsyncResult {
+fn program_run<'a>(env: Env<'a>, tag: Tag<'a>, program: ProgramArg, args: Term<'a>) -> AsyncResult {
     let program = program.0;
-    let inputs = tensor::decode_list("inputs", inputs).map_err(error_tuple)?;
+    let inputs = tensor::decode_list("inputs", args).map_err(error_tuple)?;
     let device = program.device;
     if let Some(other) = inputs.iter().find(|t| t.device != device) {
         return Err(error_tuple(Error::Device(format!(
