@@ -105,11 +105,12 @@ if Code.ensure_loaded?(Nx) do
           end)
         end)
 
+      # (an output can be a tensor the graph captured from another backend)
       output_refs =
         output
         |> List.wrap()
         |> Composite.flatten_list()
-        |> Enum.map(fn %Nx.Tensor{data: %ExMLX.Backend{ref: ref}} -> ref end)
+        |> Enum.map(&input_ref(&1, device))
 
       {inputs, constants, instructions, outputs} =
         Op.program(recording, length(tensors), output_refs)

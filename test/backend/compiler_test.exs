@@ -47,6 +47,8 @@ if Code.ensure_loaded?(Nx) do
       end
 
       defn(grad_of_square_sum(t), do: grad(t, fn t -> Nx.sum(t * t) end))
+
+      defn(passthrough(t), do: {t, Nx.tensor([1.0, 2.0]), t + 1})
     end
 
     defp binary(fun, args) do
@@ -90,6 +92,15 @@ if Code.ensure_loaded?(Nx) do
 
       got = compiled(&Funs.with_constants/1, [Nx.tensor([1.0, 2.0, 4.0])])
       assert Nx.to_flat_list(got) == [3.5, 7.0, 13.0]
+    end
+
+    test "outputs may be inputs, constants the graph captured, or results" do
+      t = Nx.tensor([3.0, 4.0], backend: Nx.BinaryBackend)
+      {same, constant, plus} = compiled(&Funs.passthrough/1, [t])
+      assert Nx.to_flat_list(same) == [3.0, 4.0]
+      assert Nx.to_flat_list(constant) == [1.0, 2.0]
+      assert Nx.to_flat_list(plus) == [4.0, 5.0]
+      assert %ExMLX.Backend{} = constant.data
     end
 
     test "gradients compile (they are ordinary graphs)" do
