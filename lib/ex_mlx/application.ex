@@ -15,7 +15,8 @@ defmodule ExMLX.Application do
     apply_cache_limit(Application.get_env(:ex_mlx, :cache_limit, :default))
 
     children = [
-      {DynamicSupervisor, name: ExMLX.MonitorSupervisor, strategy: :one_for_one}
+      {DynamicSupervisor, name: ExMLX.MonitorSupervisor, strategy: :one_for_one},
+      ExMLX.ProgramCache
     ]
 
     Supervisor.start_link(children, strategy: :one_for_one, name: ExMLX.Supervisor)

@@ -12,8 +12,8 @@ if Code.ensure_loaded?(Nx) do
     The first call with given input shapes and types traces the function and
     records the ops ExMLX.Backend runs for it (each an op of the op table,
     docs/architecture.md) as a program, cached by the function and the input
-    templates; every call then is one lookup and one NIF call, and returns
-    lazy tensors on `ExMLX.Backend`.
+    templates (in an ETS table, at most 4,096 programs); every call then is
+    one lookup and one NIF call, and returns lazy tensors on `ExMLX.Backend`.
 
     Not yet compiled: functions whose graph needs data while it runs
     (`while` loops, `cond`, hooks, reading a tensor) — those run on
@@ -53,18 +53,12 @@ if Code.ensure_loaded?(Nx) do
       fn args_list ->
         Enum.map(args_list, fn args ->
           tensors = Enum.map(args, fn arg -> arg.() end)
-          cache_key = {__MODULE__, key, device, Enum.map(tensors, &template/1)}
+          cache_key = {key, device, Enum.map(tensors, &template/1)}
 
           compiled =
-            case :persistent_term.get(cache_key, nil) do
-              nil ->
-                compiled = compile(key, vars, fun, tensors, device, opts)
-                :persistent_term.put(cache_key, compiled)
-                compiled
-
-              compiled ->
-                compiled
-            end
+            ExMLX.ProgramCache.fetch(cache_key, fn ->
+              compile(key, vars, fun, tensors, device, opts)
+            end)
 
           run(compiled, key, vars, fun, tensors, device, opts)
         end)

@@ -132,8 +132,8 @@ if Code.ensure_loaded?(Nx) do
 
     # How many programs ExMLX.Compiler has cached.
     defp programs do
-      Enum.count(:persistent_term.get(), fn
-        {{ExMLX.Compiler, _, _, _}, {:program, _, _}} -> true
+      Enum.count(ExMLX.ProgramCache.entries(), fn
+        {_key, {:program, _, _}} -> true
         _ -> false
       end)
     end
@@ -141,8 +141,8 @@ if Code.ensure_loaded?(Nx) do
     defp cached(fun, args) do
       templates = Enum.map(args, &{&1.shape, &1.type, &1.names, &1.vectorized_axes})
 
-      Enum.find_value(:persistent_term.get(), fn
-        {{ExMLX.Compiler, _key, _device, ^templates}, compiled} -> compiled
+      Enum.find_value(ExMLX.ProgramCache.entries(), fn
+        {{_key, _device, ^templates}, compiled} -> compiled
         _ -> nil
       end)
       |> tap(fn found -> assert found, "nothing cached for #{inspect(fun)}" end)

@@ -75,4 +75,14 @@ defmodule ExMLX.ProgramTest do
     assert {:error, {:argument, "op: unknown op :nope (ExMLX.Native.op_table/0 lists them)"}} =
              Native.program_new(:cpu, 1, [], [{:nope, [0], [], :any, 1}], [1])
   end
+
+  test "the program cache compiles a key once" do
+    key = {make_ref(), :cpu, []}
+    parent = self()
+    first = ExMLX.ProgramCache.fetch(key, fn -> send(parent, :compiled) && :one end)
+    second = ExMLX.ProgramCache.fetch(key, fn -> send(parent, :compiled) && :two end)
+    assert {first, second} == {:one, :one}
+    assert_received :compiled
+    refute_received :compiled
+  end
 end

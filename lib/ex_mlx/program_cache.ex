@@ -1,0 +1,40 @@
+defmodule ExMLX.ProgramCache do
+  @moduledoc false
+  # The compiled programs of ExMLX.Compiler, by function and input templates,
+  # in an ETS table this process owns (started by ExMLX.Application). Reads
+  # go to the table directly (one lookup per call); a miss compiles in the
+  # caller and inserts. `:persistent_term` would make every new entry a
+  # global scan of all processes, and Nx hands the compiler a fresh closure
+  # as the key whenever a call passes non-tensor arguments, so entries can
+  # be many: at most `@max_entries` are kept, the table being emptied when it
+  # is full (programs are cheap to record again).
+  use GenServer
+
+  @table __MODULE__
+  @max_entries 4096
+
+  def start_link(_opts), do: GenServer.start_link(__MODULE__, [], name: __MODULE__)
+
+  @impl true
+  def init([]) do
+    :ets.new(@table, [:named_table, :public, :set, read_concurrency: true])
+    {:ok, nil}
+  end
+
+  @doc "The entry of `key`, or `compile.()`'s result, stored under `key`."
+  def fetch(key, compile) do
+    case :ets.lookup(@table, key) do
+      [{^key, compiled}] ->
+        compiled
+
+      [] ->
+        compiled = compile.()
+        if :ets.info(@table, :size) >= @max_entries, do: :ets.delete_all_objects(@table)
+        :ets.insert(@table, {key, compiled})
+        compiled
+    end
+  end
+
+  @doc "Every entry, as `{key, compiled}` (for tests)."
+  def entries, do: :ets.tab2list(@table)
+end
