@@ -418,6 +418,27 @@ defmodule Bench.Suite do
     mlx_sm = timed(fn -> softmax.(xm) end, reps)
     bin_sm = timed(fn -> softmax.(xb) end, max(2, div(reps, 5)))
 
+    # The same MLP through defn: ExMLX.Compiler (one program per call) and
+    # Nx.Defn.Evaluator (one backend call per node), both on ExMLX.Backend.
+    defn = Nx.Defn
+    forward = fn x, w1, w2 -> x |> nx.dot(w1) |> nx.max(0) |> nx.dot(w2) end
+    compiled = defn.jit(forward, compiler: ExMLX.Compiler)
+    evaluated = defn.jit(forward, compiler: Nx.Defn.Evaluator)
+    x1 = nx.slice(xm, [0, 0], [1, 784])
+
+    jit_rows =
+      for {label, input} <- [{"batch 1", x1}, {"batch 64", xm}] do
+        run = fn f -> timed(fn -> f.(input, w1m, w2m) |> nx.to_binary() end, reps) end
+        {c, e} = {run.(compiled), run.(evaluated)}
+
+        [
+          "defn MLP forward #{label}: ExMLX.Compiler vs Nx.Defn.Evaluator, µs",
+          fmt(c.median * 1.0e6),
+          fmt(e.median * 1.0e6),
+          ratio(e.median, c.median)
+        ]
+      end
+
     one = nx.tensor(1.0, backend: ExMLX.Backend)
     chain = fn -> Enum.reduce(1..graph, one, fn _, acc -> nx.add(acc, one) end) end
     lazy = timed(fn -> chain.() |> nx.to_binary() end, reps)
@@ -425,34 +446,36 @@ defmodule Bench.Suite do
     py_lazy = get_in(py, ["lazy_graph_s_per_op", "median"])
     py_build = get_in(py, ["lazy_build_s_per_op", "median"])
 
-    rows = [
-      row(
-        "Nx.add lazy op (graph of #{graph} + read), µs/op, vs Python mlx",
-        lazy.median / graph * 1.0e6,
-        scale(py_lazy, 1.0e6)
-      ),
-      row(
-        "Nx.add graph building only, µs/op, vs Python mlx",
-        build.median / graph * 1.0e6,
-        scale(py_build, 1.0e6)
-      ),
+    rows =
       [
-        "MLP forward 64×784→512→10, ms",
-        fmt(mlx_mlp.median * 1000),
-        fmt(bin_mlp.median * 1000),
-        ratio(bin_mlp.median, mlx_mlp.median)
-      ],
-      [
-        "softmax 64×784, ms",
-        fmt(mlx_sm.median * 1000),
-        fmt(bin_sm.median * 1000),
-        ratio(bin_sm.median, mlx_sm.median)
-      ]
-    ]
+        row(
+          "Nx.add lazy op (graph of #{graph} + read), µs/op, vs Python mlx",
+          lazy.median / graph * 1.0e6,
+          scale(py_lazy, 1.0e6)
+        ),
+        row(
+          "Nx.add graph building only, µs/op, vs Python mlx",
+          build.median / graph * 1.0e6,
+          scale(py_build, 1.0e6)
+        ),
+        [
+          "MLP forward 64×784→512→10, ms",
+          fmt(mlx_mlp.median * 1000),
+          fmt(bin_mlp.median * 1000),
+          ratio(bin_mlp.median, mlx_mlp.median)
+        ],
+        [
+          "softmax 64×784, ms",
+          fmt(mlx_sm.median * 1000),
+          fmt(bin_sm.median * 1000),
+          ratio(bin_sm.median, mlx_sm.median)
+        ]
+      ] ++ jit_rows
 
     %{
       title:
-        "With Nx (first two rows: ratio = ExMLX / Python mlx; then speed-up = BinaryBackend / ExMLX)",
+        "With Nx (first two rows: ratio = ExMLX / Python mlx; then speed-up = BinaryBackend / ExMLX; " <>
+          "defn rows: speed-up = Evaluator / ExMLX.Compiler, both on ExMLX.Backend)",
       columns: ["ExMLX.Backend", "reference", "ratio"],
       rows: rows
     }
