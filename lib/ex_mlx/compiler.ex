@@ -15,6 +15,9 @@ if Code.ensure_loaded?(Nx) do
     templates (in an ETS table, at most 4,096 programs); every call then is
     one lookup and one NIF call, and returns lazy tensors on `ExMLX.Backend`.
 
+    `export/3` writes a compiled function in the program format
+    (docs/program-format.md) and `import/1` runs it without tracing.
+
     Not yet compiled: functions whose graph needs data while it runs
     (`while` loops, `cond`, hooks, reading a tensor) — those run on
     `Nx.Defn.Evaluator` with ExMLX.Backend, which gives the same results
@@ -112,7 +115,7 @@ if Code.ensure_loaded?(Nx) do
       program =
         Native.program_new(device, inputs, constants, instructions, outputs) |> Call.value()
 
-      {:program, program, output}
+      {:program, program, output, {device, inputs, constants, instructions, outputs}}
     end
 
     defp evaluator(reason) do
@@ -147,10 +150,74 @@ if Code.ensure_loaded?(Nx) do
     defp find_not_compiled(t, acc), do: {t, acc}
 
     # -------------------------------------------------------------------------
+    # Export and import (docs/program-format.md)
+    # -------------------------------------------------------------------------
+
+    @exporting :ex_mlx_compiler_exporting
+
+    @doc """
+    The program `fun` compiles to for `args` (tensors, or numbers), as bytes
+    in the program format (docs/program-format.md): store them, and
+    `import/1` runs them in another VM without Nx's tracing. Options as for
+    the compiler (`:device`). Raises `ArgumentError` for a function that
+    does not compile to one program (see the module documentation).
+
+        iex> bytes = ExMLX.Compiler.export(&Nx.multiply(&1, 3), [Nx.tensor([1, 2])])
+        iex> run = ExMLX.Compiler.import(bytes)
+        iex> run.([Nx.tensor([5, 6])]) |> hd() |> Nx.to_flat_list()
+        [15, 18]
+    """
+    @spec export(function(), [Nx.Tensor.t() | number()], keyword()) :: binary()
+    def export(fun, args, opts \\ []) when is_function(fun) and is_list(args) do
+      previous = Process.put(@exporting, true)
+
+      spec =
+        try do
+          apply(Nx.Defn.jit(fun, Keyword.put(opts, :compiler, __MODULE__)), args)
+          Process.get(@exporting)
+        after
+          if previous, do: Process.put(@exporting, previous), else: Process.delete(@exporting)
+        end
+
+      case spec do
+        {device, inputs, constants, instructions, outputs} ->
+          tensors = Enum.map(constants, &ExMLX.Tensor.wrap(Tuple.insert_at(Op.info(&1), 0, &1)))
+          ExMLX.ProgramFormat.encode(device, inputs, tensors, instructions, outputs)
+
+        {:evaluator, reason} ->
+          raise ArgumentError, "cannot export this function as one program: #{reason}"
+      end
+    end
+
+    @doc """
+    A function running the program in `bytes` (from `export/3`): it takes
+    the list of input tensors (as `export/3` got them; copied to the
+    program's device when elsewhere) and returns the list of output tensors
+    on `ExMLX.Backend`, flat, in the types ExMLX stores them (booleans as
+    `{:u, 8}`).
+    """
+    @spec import(binary()) :: ([Nx.Tensor.t()] -> [Nx.Tensor.t()])
+    def import(bytes) when is_binary(bytes) do
+      {program, device} = Call.run(&Native.program_load(&1, bytes))
+
+      fn inputs when is_list(inputs) ->
+        refs = Enum.map(inputs, &input_ref(Nx.to_tensor(&1), device))
+
+        results = Call.run(&Native.program_run(&1, program, refs))
+        Enum.map(results, &ExMLX.Backend.to_nx(ExMLX.Tensor.wrap(&1)))
+      end
+    end
+
+    def import(other),
+      do: raise(ArgumentError, "bytes: expected a binary, got: #{inspect(other)}")
+
+    # -------------------------------------------------------------------------
     # Running
     # -------------------------------------------------------------------------
 
-    defp run({:program, program, output}, _key, _vars, _fun, tensors, device, _opts) do
+    defp run({:program, program, output, spec}, _key, _vars, _fun, tensors, device, _opts) do
+      if Process.get(@exporting), do: Process.put(@exporting, spec)
+
       refs = Enum.map(tensors, &input_ref(&1, device))
       results = Call.run(&Native.program_run(&1, program, refs))
 
@@ -162,7 +229,9 @@ if Code.ensure_loaded?(Nx) do
       output
     end
 
-    defp run({:evaluator, _reason}, key, vars, fun, tensors, device, opts) do
+    defp run({:evaluator, reason}, key, vars, fun, tensors, device, opts) do
+      if Process.get(@exporting), do: Process.put(@exporting, {:evaluator, reason})
+
       args = Enum.map(tensors, fn t -> fn -> t end end)
 
       Nx.with_default_backend({ExMLX.Backend, device: device}, fn ->

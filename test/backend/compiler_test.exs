@@ -124,6 +124,26 @@ if Code.ensure_loaded?(Nx) do
       assert programs() == before + 2
     end
 
+    test "export writes the program format; import runs it without tracing" do
+      args = [
+        normal(1, {4, 8}),
+        normal(2, {8, 16}),
+        normal(3, {16}),
+        normal(4, {16, 3}),
+        normal(5, {3})
+      ]
+
+      bytes = ExMLX.Compiler.export(&Funs.mlp/5, args)
+      assert <<"EXMLXPRG", 1::little-16, _::binary>> = bytes
+      run = ExMLX.Compiler.import(bytes)
+      [got] = run.(args)
+      assert_all_close(got, binary(&Funs.mlp/5, args))
+
+      assert_raise ArgumentError, ~r/cannot export this function as one program: .*:while/, fn ->
+        ExMLX.Compiler.export(&Funs.countdown/1, [Nx.tensor(3)])
+      end
+    end
+
     test "a while loop runs on the Evaluator, with the same results" do
       assert compiled(&Funs.countdown/1, [Nx.tensor(5)]) |> Nx.to_number() == 0
       assert {:evaluator, reason} = cached(&Funs.countdown/1, [Nx.tensor(5)])
@@ -133,7 +153,7 @@ if Code.ensure_loaded?(Nx) do
     # How many programs ExMLX.Compiler has cached.
     defp programs do
       Enum.count(ExMLX.ProgramCache.entries(), fn
-        {_key, {:program, _, _}} -> true
+        {_key, {:program, _, _, _}} -> true
         _ -> false
       end)
     end

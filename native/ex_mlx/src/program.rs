@@ -1,5 +1,6 @@
 //! NIFs for programs (`ex_mlx_core::program`): `program_new` checks and keeps
-//! one; `program_run` runs it on its device's worker in one call.
+//! one; `program_load` reads one from its bytes (docs/program-format.md);
+//! `program_run` runs one on its device's worker in one call.
 
 use ex_mlx_core::device::Device;
 use ex_mlx_core::error::{Error, Result};
@@ -177,4 +178,41 @@ fn program_run<'a>(env: Env<'a>, tag: Tag<'a>, program: ProgramArg, args: Term<'
             .collect::<Result<Vec<_>>>()?;
         Ok(Results::Many(tensors))
     })
+}
+
+/// `program_load(tag, bytes)`: a program read from its bytes
+/// (docs/program-format.md), its constants made on its device's worker;
+/// replies with `{program, device}`.
+#[rustler::nif(schedule = "DirtyCpu")]
+fn program_load<'a>(env: Env<'a>, tag: Tag<'a>, bytes: Term<'a>) -> AsyncResult {
+    let bytes = crate::term::decode_binary("program", bytes).map_err(error_tuple)?;
+    let decoded = ex_mlx_core::program_format::decode(bytes.as_slice()).map_err(error_tuple)?;
+    let device = decoded.device;
+    for c in &decoded.constants {
+        ex_mlx_core::device::check_dtype(c.dtype, device).map_err(error_tuple)?;
+    }
+    submit(env, tag, device, move || {
+        let constants = decoded
+            .constants
+            .iter()
+            .map(|c| {
+                let array = ex_mlx_core::host::array_from_bytes(&c.data, &c.shape, c.dtype)?;
+                Ok(crate::tensor::Tensor::wrap(array, device, true))
+            })
+            .collect::<Result<Vec<_>>>()?;
+        Ok(ProgramHandle(ResourceArc::new(ProgramResource {
+            program: decoded.program,
+            constants,
+            device,
+        })))
+    })
+}
+
+/// A program reference and its device, as a reply: `{program, device}`.
+struct ProgramHandle(ResourceArc<ProgramResource>);
+
+impl rustler::Encoder for ProgramHandle {
+    fn encode<'a>(&self, env: Env<'a>) -> Term<'a> {
+        (&self.0, crate::term::DeviceTerm(self.0.device)).encode(env)
+    }
 }

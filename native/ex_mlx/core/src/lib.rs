@@ -14,6 +14,7 @@ pub mod item;
 pub mod memory;
 pub mod ops;
 pub mod program;
+pub mod program_format;
 pub mod wire;
 pub mod worker;
 
