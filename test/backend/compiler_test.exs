@@ -144,6 +144,71 @@ if Code.ensure_loaded?(Nx) do
       end
     end
 
+    test "64 processes calling one compiled function at once all get their own result" do
+      f = Nx.Defn.jit(&Funs.affine/3, compiler: ExMLX.Compiler)
+      w = Nx.iota({3, 2}, type: {:f, 32})
+      b = Nx.tensor([1.0, -1.0])
+
+      results =
+        1..64
+        |> Task.async_stream(
+          fn i ->
+            x = Nx.multiply(Nx.iota({2, 3}, type: {:f, 32}), i)
+            {i, f.(x, w, b) |> Nx.backend_copy(Nx.BinaryBackend)}
+          end,
+          max_concurrency: 64,
+          timeout: 60_000
+        )
+        |> Enum.map(fn {:ok, r} -> r end)
+
+      for {i, got} <- results do
+        x = Nx.multiply(Nx.iota({2, 3}, type: {:f, 32}), i)
+        assert_all_close(got, binary(&Funs.affine/3, [x, w, b]))
+      end
+    end
+
+    test "an error in a compiled call (out of memory) is raised at the call, and the VM goes on" do
+      f = Nx.Defn.jit(&Funs.affine/3, compiler: ExMLX.Compiler)
+      x = Nx.iota({2, 3}, type: {:f, 32})
+      w = Nx.iota({3, 2}, type: {:f, 32})
+      b = Nx.tensor([1.0, -1.0])
+      assert %Nx.Tensor{} = f.(x, w, b)
+      # a caller killed while it waits for its program leaves nothing behind
+      pid = spawn(fn -> for _ <- 1..1000, do: f.(x, w, b) end)
+      Process.sleep(5)
+      Process.exit(pid, :kill)
+
+      limit = ExMLX.Memory.stats().memory_limit
+
+      try do
+        ExMLX.Memory.set_memory_limit(1024)
+
+        assert_raise ExMLX.Error, ~r/memory limit/, fn ->
+          f.(Nx.iota({200, 3}, type: {:f, 32}), w, b) |> Nx.to_binary()
+        end
+      after
+        ExMLX.Memory.set_memory_limit(limit)
+      end
+
+      assert_all_close(f.(x, w, b), binary(&Funs.affine/3, [x, w, b]))
+    end
+
+    test "Nx.Serving runs a batch through ExMLX.Compiler" do
+      serving =
+        Nx.Serving.jit(&Funs.softmax/1, compiler: ExMLX.Compiler)
+        |> Nx.Serving.process_options(batch_size: 2)
+
+      batch = Nx.Batch.stack([Nx.tensor([1.0, 2.0, 3.0]), Nx.tensor([0.0, 0.0, 0.0])])
+      got = Nx.Serving.run(serving, batch)
+
+      assert_all_close(
+        got,
+        binary(&Funs.softmax/1, [
+          Nx.stack([Nx.tensor([1.0, 2.0, 3.0]), Nx.tensor([0.0, 0.0, 0.0])])
+        ])
+      )
+    end
+
     test "a while loop runs on the Evaluator, with the same results" do
       assert compiled(&Funs.countdown/1, [Nx.tensor(5)]) |> Nx.to_number() == 0
       assert {:evaluator, reason} = cached(&Funs.countdown/1, [Nx.tensor(5)])
