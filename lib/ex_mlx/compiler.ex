@@ -115,7 +115,14 @@ if Code.ensure_loaded?(Nx) do
       program =
         Native.program_new(device, inputs, constants, instructions, outputs) |> Call.value()
 
-      {:program, program, output, {device, inputs, constants, instructions, outputs}}
+      types =
+        output
+        |> List.wrap()
+        |> Composite.flatten_list()
+        |> Enum.map(&ExMLX.Backend.storage_type(&1.type))
+
+      ExMLX.ProgramCache.put_spec(program, {device, inputs, constants, instructions, outputs})
+      {:program, %{program: program, output: output, types: types}}
     end
 
     defp evaluator(reason) do
@@ -215,14 +222,18 @@ if Code.ensure_loaded?(Nx) do
     # Running
     # -------------------------------------------------------------------------
 
-    defp run({:program, program, output, spec}, _key, _vars, _fun, tensors, device, _opts) do
-      if Process.get(@exporting), do: Process.put(@exporting, spec)
+    # One NIF call that returns the outputs pending (their shapes and types
+    # are the recorded ones): reading them waits for the worker, as for the
+    # backend's deferred ops.
+    defp run({:program, compiled}, _key, _vars, _fun, tensors, device, _opts) do
+      if Process.get(@exporting),
+        do: Process.put(@exporting, ExMLX.ProgramCache.spec(compiled.program))
 
       refs = Enum.map(tensors, &input_ref(&1, device))
-      results = Call.run(&Native.program_run(&1, program, refs))
+      results = Native.program_start(compiled.program, refs, compiled.types) |> Call.value()
 
       {output, []} =
-        Composite.traverse(output, results, fn t, [{ref, _shape, _type, device} | rest] ->
+        Composite.traverse(compiled.output, results, fn t, [ref | rest] ->
           {%{t | data: %ExMLX.Backend{ref: ref, device: device}}, rest}
         end)
 

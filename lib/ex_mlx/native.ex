@@ -123,6 +123,8 @@ defmodule ExMLX.Native do
   # program_new, run in one call on the device's worker by program_run.
   def program_new(_device, _inputs, _constants, _instructions, _outputs), do: not_loaded()
   def program_run(_tag, _program, _inputs), do: not_loaded()
+  # The outputs at once, pending (cast to `types`); the worker fills them.
+  def program_start(_program, _inputs, _types), do: not_loaded()
   # A program read from its bytes (docs/program-format.md; dirty scheduler).
   def program_load(_tag, _bytes), do: not_loaded()
 

@@ -35,6 +35,21 @@ defmodule ExMLX.ProgramCache do
     end
   end
 
+  @doc """
+  Keeps `spec` (what a program was built from, for `ExMLX.Compiler.export/3`)
+  beside the entries, out of the hot path: every call copies its entry out
+  of the table, so entries stay small.
+  """
+  def put_spec(program, spec), do: :ets.insert(@table, {{:spec, program}, spec})
+
+  @doc "The spec kept for `program`, or nil."
+  def spec(program) do
+    case :ets.lookup(@table, {:spec, program}) do
+      [{_, spec}] -> spec
+      [] -> nil
+    end
+  end
+
   @doc "Every entry, as `{key, compiled}` (for tests)."
   def entries, do: :ets.tab2list(@table)
 end

@@ -218,7 +218,7 @@ if Code.ensure_loaded?(Nx) do
     # How many programs ExMLX.Compiler has cached.
     defp programs do
       Enum.count(ExMLX.ProgramCache.entries(), fn
-        {_key, {:program, _, _, _}} -> true
+        {{_fun, _device, _templates}, {:program, _}} -> true
         _ -> false
       end)
     end

@@ -10,7 +10,9 @@ use rustler::{Atom, Env, NifResult, Resource, ResourceArc, Term};
 
 use crate::args::{op_of, DeviceArg, Tag};
 use crate::reply::{submit, AsyncResult};
-use crate::tensor::{self, NewTensor, Results, TensorRef};
+use ex_mlx_core::{memory, worker};
+
+use crate::tensor::{self, NewTensor, Results, Tensor, TensorRef};
 use crate::term::{decode_param, decode_type, error_tuple, show};
 
 /// A checked program, the constant tensors it reads, and its device.
@@ -147,25 +149,8 @@ fn instruction(term: Term) -> Result<Instruction> {
 #[rustler::nif]
 fn program_run<'a>(env: Env<'a>, tag: Tag<'a>, program: ProgramArg, args: Term<'a>) -> AsyncResult {
     let program = program.0;
-    let inputs = tensor::decode_list("inputs", args).map_err(error_tuple)?;
+    let inputs = checked_inputs(&program, args).map_err(error_tuple)?;
     let device = program.device;
-    if let Some(other) = inputs.iter().find(|t| t.device != device) {
-        return Err(error_tuple(Error::Device(format!(
-            "an input is on {}, the program on {}; transfer it first",
-            other.device.name(),
-            device.name()
-        ))));
-    }
-    if inputs.len() != program.program.inputs() {
-        return Err(error_tuple(Error::arg(
-            "inputs",
-            format!(
-                "the program takes {} inputs, got {}",
-                program.program.inputs(),
-                inputs.len()
-            ),
-        )));
-    }
     submit(env, tag, device, move || {
         let arrays =
             |ts: &[TensorRef]| ts.iter().map(|t| t.array()).collect::<Result<Vec<Array>>>();
@@ -178,6 +163,108 @@ fn program_run<'a>(env: Env<'a>, tag: Tag<'a>, program: ProgramArg, args: Term<'
             .collect::<Result<Vec<_>>>()?;
         Ok(Results::Many(tensors))
     })
+}
+
+/// `program_start(program, inputs, types)`: the program's output tensors at
+/// once, pending, each to be cast to its entry of `types` (the caller knows
+/// the outputs' types: ExMLX.Compiler recorded them); the worker runs the
+/// program in the background and fills them, or gives each the error. A
+/// compiled call then costs no round trip to the worker; its results are
+/// waited for where they are read, like deferred ops' (see `crate::reply`).
+#[rustler::nif]
+fn program_start<'a>(
+    program: ProgramArg,
+    inputs: Term<'a>,
+    types: Term<'a>,
+) -> NifResult<Vec<TensorRef>> {
+    let program = program.0;
+    let inputs = checked_inputs(&program, inputs).map_err(error_tuple)?;
+    let types: Vec<Term> = types.decode().map_err(|_| {
+        error_tuple(Error::arg(
+            "types",
+            format!("expected a list of types, got: {}", show(types)),
+        ))
+    })?;
+    if types.len() != program.program.outputs() {
+        return Err(error_tuple(Error::arg(
+            "types",
+            format!(
+                "the program has {} outputs, got {} types",
+                program.program.outputs(),
+                types.len()
+            ),
+        )));
+    }
+    let types = types
+        .into_iter()
+        .map(|t| decode_type("types", t))
+        .collect::<Result<Vec<_>>>()
+        .map_err(error_tuple)?;
+    let device = program.device;
+    let outputs: Vec<TensorRef> = types.iter().map(|_| Tensor::pending(device)).collect();
+    let targets = outputs.clone();
+    worker::submit(
+        device,
+        Box::new(move || {
+            let result = worker::run_caught(|| {
+                let arrays =
+                    |ts: &[TensorRef]| ts.iter().map(|t| t.array()).collect::<Result<Vec<Array>>>();
+                let arrays = program
+                    .program
+                    .run(arrays(&inputs)?, arrays(&program.constants)?)?;
+                arrays
+                    .into_iter()
+                    .zip(&types)
+                    .map(|(a, &dtype)| {
+                        let a = if a.dtype() == dtype {
+                            a
+                        } else {
+                            a.as_dtype(dtype)?
+                        };
+                        memory::check_allocation(a.nbytes())?;
+                        Ok(a)
+                    })
+                    .collect::<Result<Vec<Array>>>()
+            });
+            match result {
+                Ok(arrays) => {
+                    for (t, a) in targets.iter().zip(arrays) {
+                        t.fill(Ok(a));
+                    }
+                }
+                Err(e) => {
+                    for t in &targets {
+                        t.fill(Err(e.clone()));
+                    }
+                }
+            }
+        }),
+    )
+    .map_err(error_tuple)?;
+    Ok(outputs)
+}
+
+/// The inputs of a call of `program`: tensors on its device, as many as it takes.
+fn checked_inputs(program: &ProgramResource, args: Term) -> Result<Vec<TensorRef>> {
+    let inputs = tensor::decode_list("inputs", args)?;
+    if let Some(other) = inputs.iter().find(|t| t.device != program.device) {
+        return Err(Error::Device(format!(
+            "an input is on {}, the program on {}; transfer it first",
+            other.device.name(),
+            program.device.name()
+        )));
+    }
+    if inputs.len() != program.program.inputs() {
+        return Err(Error::arg(
+            "inputs",
+            format!(
+                "the program takes {} inputs, got {}",
+                program.program.inputs(),
+                inputs.len()
+            ),
+        ));
+    }
+    Ok(inputs)
 }
 
 /// `program_load(tag, bytes)`: a program read from its bytes

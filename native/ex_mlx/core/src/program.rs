@@ -99,6 +99,11 @@ impl Program {
         self.inputs
     }
 
+    /// How many outputs a call gives.
+    pub fn outputs(&self) -> usize {
+        self.outputs.len()
+    }
+
     /// Runs the program on `inputs` and `constants` (on the worker of the
     /// device they are on): the output arrays, lazy.
     pub fn run(&self, inputs: Vec<Array>, constants: Vec<Array>) -> Result<Vec<Array>> {
