@@ -105,25 +105,19 @@ fn list<'a>(name: &'static str, what: &str, term: Term<'a>) -> Result<ListIterat
 type InputRefs = SmallVec<[TensorRef; 3]>;
 
 fn decode_inputs(op: Op, term: Term) -> Result<InputRefs> {
-    let items = list("inputs", "tensors", term)?;
+    let mut items = list("inputs", "tensors", term)?;
     match op.inputs() {
         Inputs::Fixed(names) => {
-            let given = term.list_length().unwrap_or(0);
-            if given != names.len() {
-                return Err(Error::arg(
-                    "inputs",
-                    format!(
-                        "{} takes {} tensors ({}), got {}",
-                        op.name(),
-                        names.len(),
-                        names.join(", "),
-                        given
-                    ),
-                ));
-            }
+            // (one pass over the list: its length is counted only for the error)
             let mut tensors = InputRefs::new();
-            for (name, t) in names.iter().zip(items) {
-                tensors.push(tensor::decode(name, t)?);
+            for name in names {
+                match items.next() {
+                    Some(t) => tensors.push(tensor::decode(name, t)?),
+                    None => return Err(wrong_inputs(op, names, term)),
+                }
+            }
+            if items.next().is_some() {
+                return Err(wrong_inputs(op, names, term));
             }
             Ok(tensors)
         }
@@ -139,9 +133,26 @@ fn decode_inputs(op: Op, term: Term) -> Result<InputRefs> {
     }
 }
 
+fn wrong_inputs(op: Op, names: &[&str], term: Term) -> Error {
+    Error::arg(
+        "inputs",
+        format!(
+            "{} takes {} tensors ({}), got {}",
+            op.name(),
+            names.len(),
+            names.join(", "),
+            term.list_length().unwrap_or(0)
+        ),
+    )
+}
+
 fn decode_params(op: Op, term: Term) -> Result<Vec<Param>> {
-    let items = list("params", "parameters", term)?;
     let specs = op.params();
+    // (most ops take none: no list to walk)
+    if specs.is_empty() && term.is_empty_list() {
+        return Ok(Vec::new());
+    }
+    let items = list("params", "parameters", term)?;
     let given = term.list_length().unwrap_or(0);
     if given != specs.len() {
         let names: Vec<&str> = specs.iter().map(|s| s.name()).collect();

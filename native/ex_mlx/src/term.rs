@@ -53,18 +53,35 @@ fn join(items: Vec<Term>) -> String {
 // Decoding arguments
 // -----------------------------------------------------------------------------
 
+rustler::atoms! { f, bf, s, u, c, bool, cpu, gpu }
+
+/// The kind of a type (`:f`, `:s`, ...) by atom, without building its name:
+/// types are decoded on every deferred op.
+fn type_kind(atom: Atom) -> Option<&'static str> {
+    [(f(), "f"), (bf(), "bf"), (s(), "s"), (u(), "u"), (c(), "c")]
+        .into_iter()
+        .find(|(a, _)| *a == atom)
+        .map(|(_, name)| name)
+}
+
 /// A type argument: `{kind, bits}` as Nx writes it, or `:bool`.
 pub fn decode_type(name: &'static str, term: Term) -> Result<Dtype, Error> {
+    if let Ok((kind, bits)) = term.decode::<(Atom, u32)>() {
+        if let Some(kind) = type_kind(kind) {
+            return dtype::from_name(kind, bits);
+        }
+    }
     if let Ok(atom) = term.decode::<Atom>() {
+        if atom == bool() {
+            return Ok(Dtype::Bool);
+        }
         let atom_name = atom
             .to_term(term.get_env())
             .atom_to_string()
             .unwrap_or_default();
-        if atom_name == "bool" {
-            return Ok(Dtype::Bool);
-        }
         return Err(Error::Type(format!("unsupported type :{atom_name}")));
     }
+    // (a kind that is not one of the types': the error names it)
     if let Ok((kind, bits)) = term.decode::<(Atom, u32)>() {
         let kind = kind
             .to_term(term.get_env())
@@ -162,9 +179,9 @@ pub struct DeviceTerm(pub Device);
 
 impl Encoder for DeviceTerm {
     fn encode<'a>(&self, env: Env<'a>) -> Term<'a> {
-        match Atom::from_str(env, self.0.name()) {
-            Ok(atom) => atom.encode(env),
-            Err(_) => rustler::types::atom::error().encode(env),
+        match self.0 {
+            Device::Cpu => cpu().encode(env),
+            Device::Gpu => gpu().encode(env),
         }
     }
 }
