@@ -67,14 +67,15 @@ if Code.ensure_loaded?(Nx) do
       end)
     end
 
+    # x {4, 8}, w1 {8, 16}, b1 {16}, w2 {16, 3}, b2 {3}
+    defp mlp_args,
+      do:
+        Enum.map(Enum.with_index([{4, 8}, {8, 16}, {16}, {16, 3}, {3}], 1), fn {s, i} ->
+          normal(i, s)
+        end)
+
     test "an MLP's forward pass matches Nx.BinaryBackend" do
-      args = [
-        normal(1, {4, 8}),
-        normal(2, {8, 16}),
-        normal(3, {16}),
-        normal(4, {16, 3}),
-        normal(5, {3})
-      ]
+      args = mlp_args()
 
       got = compiled(&Funs.mlp/5, args)
       assert %Nx.Tensor{data: %ExMLX.Backend{}, shape: {4, 3}, type: {:f, 32}} = got
@@ -126,13 +127,7 @@ if Code.ensure_loaded?(Nx) do
     end
 
     test "export writes the program format; import runs it without tracing" do
-      args = [
-        normal(1, {4, 8}),
-        normal(2, {8, 16}),
-        normal(3, {16}),
-        normal(4, {16, 3}),
-        normal(5, {3})
-      ]
+      args = mlp_args()
 
       bytes = ExMLX.Compiler.export(&Funs.mlp/5, args)
       assert <<"EXMLXPRG", 1::little-16, _::binary>> = bytes
