@@ -21,7 +21,8 @@ if Code.ensure_loaded?(Nx) do
     Not yet compiled: functions whose graph needs data while it runs
     (`while` loops, `cond`, hooks, reading a tensor) — those run on
     `Nx.Defn.Evaluator` with ExMLX.Backend, which gives the same results
-    call by call; the reason is logged once per function (at `:debug`).
+    call by call; the reason is logged (at `:debug`) when the function is
+    first traced for given input templates.
 
         iex> f = Nx.Defn.jit(fn a, b -> Nx.multiply(Nx.add(a, b), 2) end, compiler: ExMLX.Compiler)
         iex> f.(Nx.tensor([1.0, 2.0]), Nx.tensor([3.0, 4.0])) |> Nx.to_flat_list()

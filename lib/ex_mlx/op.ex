@@ -3,10 +3,12 @@ defmodule ExMLX.Op do
   # The one path from Elixir to MLX's tensors: every op of the op table
   # (native/ex_mlx/core/src/ops/table.rs) runs through run/3 or defer/4,
   # and the few calls that are not ops (moving, reading and freeing a
-  # tensor's data) through the functions below them. `ExMLX` and
-  # `ExMLX.Backend` call these; nothing else calls ExMLX.Native's tensor
-  # NIFs. Inputs are native tensor references; results are what the NIF
-  # returns: `{ref, shape, type, device}` per tensor.
+  # tensor's data) through the functions below them. `ExMLX`, `ExMLX.FFT`,
+  # `ExMLX.Prediction` and `ExMLX.Backend` call these; nothing else calls
+  # ExMLX.Native's tensor NIFs. Inputs are native tensor references;
+  # results are what the NIF returns: `{ref, shape, type, device}` per
+  # tensor. While ExMLX.Compiler records a program (record_program/3), ops
+  # on its values are recorded instead of run.
 
   alias ExMLX.{Call, Native}
 
@@ -110,10 +112,9 @@ defmodule ExMLX.Op do
   @doc """
   Records the ops `fun.(inputs)` runs on `inputs` (one new reference per
   input, standing for the program's input slots) on `device`: returns
-  `{fun's result, program}`, the program being
-  `%{inputs: n, constants: [ref], instructions: [...], slots: %{ref => slot}}`
-  in the form `ExMLX.Native.program_new/5` takes. Ops on real tensors only
-  run for real (their results become constants); anything that needs data
+  `{fun's result, recording}`; `program/3` turns the recording into the
+  arguments of `ExMLX.Native.program_new/5`. Ops on real tensors only run
+  for real (their results become constants); anything that needs data
   raises `ExMLX.Op.Unrecordable`.
   """
   def record_program(input_count, device, fun) do
