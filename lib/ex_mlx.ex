@@ -394,7 +394,13 @@ defmodule ExMLX do
         quote(do: run_op(unquote(name), unquote(refs), unquote(params), unquote(:cpu in flags)))
       end
 
-    @doc entry.doc
+    @doc (if options == [] do
+            entry.doc
+          else
+            entry.doc <>
+              "\n\nOptions, with their defaults: " <>
+              Enum.map_join(options, ", ", &"`#{&1.name}: #{&1.default}`") <> "."
+          end)
     @spec unquote(name)(unquote_splicing(arg_types)) :: unquote(return_type)
     def unquote(name)(unquote_splicing(args)) do
       unquote(check_opts)
