@@ -15,6 +15,7 @@ defmodule Bench.Suite do
 
     sections = [
       dispatch(cfg, python),
+      under_load(cfg),
       matmul(cfg, python),
       transfers(cfg),
       fairness(cfg),
@@ -288,6 +289,74 @@ defmodule Bench.Suite do
   # as long. The ratio compares the longest gaps: how much worse the NIF
   # load is for other processes than an equal Elixir load.
   @tick_ms 10
+
+  # The eager round trip while one of the cores is busy with another OS
+  # process (`yes > /dev/null`, started and stopped here), beside the same
+  # case in Python mlx under the same load, and both quiet, in rounds.
+  defp under_load(%{reps: reps, graph: graph, rounds: rounds}) do
+    one = ExMLX.full(1.0, {:f, 32}, {}) |> ExMLX.eval()
+    n = div(graph, 10)
+
+    eager = fn ->
+      timed(fn -> for _ <- 1..n, do: ExMLX.add(one, one) |> ExMLX.item() end, reps)
+    end
+
+    quick = reps == 5
+
+    per_round =
+      for _ <- 1..rounds do
+        quiet = {eager.().median / n * 1.0e6, py_eager(quick)}
+        busy = with_busy_core(fn -> {eager.().median / n * 1.0e6, py_eager(quick)} end)
+        {quiet, busy}
+      end
+
+    row = fn label, pick ->
+      pairs = Enum.map(per_round, pick)
+      ours = median(Enum.map(pairs, &elem(&1, 0)))
+
+      case Enum.reject(pairs, fn {_, theirs} -> is_nil(theirs) end) do
+        [] ->
+          row(label, ours, nil)
+
+        valid ->
+          [
+            label,
+            fmt(ours),
+            fmt(median(Enum.map(valid, &elem(&1, 1)))),
+            fmt_ratio(median(Enum.map(valid, fn {o, t} -> o / t end)))
+          ]
+      end
+    end
+
+    %{
+      title:
+        "Eager round trip (add + item) quiet and with one core busy (µs; ratio = ExMLX / Python mlx, median over #{rounds} round(s))",
+      columns: ["ExMLX", "Python mlx", "ratio"],
+      rows: [row.("quiet", &elem(&1, 0)), row.("one core busy (yes > /dev/null)", &elem(&1, 1))]
+    }
+  end
+
+  defp py_eager(quick) do
+    py = python_reference(quick, ["--dispatch-only"])
+    scale(get_in(py, ["eager_s_per_op", "median"]), 1.0e6)
+  end
+
+  # Runs `fun` while an OS process of ours keeps one core busy.
+  defp with_busy_core(fun) do
+    port =
+      Port.open({:spawn_executable, "/bin/sh"}, [:binary, args: ["-c", "exec yes > /dev/null"]])
+
+    {:os_pid, pid} = Port.info(port, :os_pid)
+
+    try do
+      Process.sleep(100)
+      fun.()
+    after
+      System.cmd("kill", [Integer.to_string(pid)])
+      # (the port closes itself when the process exits)
+      if Port.info(port), do: Port.close(port)
+    end
+  end
 
   defp fairness(%{load: {processes, ops}}) do
     shared = ExMLX.iota({:f, 32}, {16}) |> ExMLX.eval()
