@@ -341,20 +341,21 @@ defmodule Bench.Suite do
     scale(get_in(py, ["eager_s_per_op", "median"]), 1.0e6)
   end
 
-  # Runs `fun` while an OS process of ours keeps one core busy.
+  # Runs `fun` while an OS process of ours keeps one core busy: `yes`,
+  # started in the background by a shell (which prints its PID), killed by
+  # that PID afterwards, and bounded by `timeout` should this VM die first.
   defp with_busy_core(fun) do
-    port =
-      Port.open({:spawn_executable, "/bin/sh"}, [:binary, args: ["-c", "exec yes > /dev/null"]])
-
-    {:os_pid, pid} = Port.info(port, :os_pid)
+    pid =
+      ~c"timeout 600 yes > /dev/null 2>&1 & echo $!"
+      |> :os.cmd()
+      |> to_string()
+      |> String.trim()
 
     try do
       Process.sleep(100)
       fun.()
     after
-      System.cmd("kill", [Integer.to_string(pid)])
-      # (the port closes itself when the process exits)
-      if Port.info(port), do: Port.close(port)
+      System.cmd("kill", [pid])
     end
   end
 
