@@ -2,7 +2,9 @@ defmodule ExMLX do
   @moduledoc """
   Apple's MLX arrays from Elixir, without Nx.
 
-  This is the low-level API the Nx backend is built on. Tensors are
+  This is the low-level API the Nx backend is built on. Every operation is
+  an entry of the op table (`native/ex_mlx/core/src/ops/table.rs`), from
+  which its function here is generated, documentation included. Tensors are
   `ExMLX.Tensor` structs; operations are lazy and run on the tensor's device
   (`:cpu` or `:gpu`), on a worker thread that owns the device's MLX stream, so
   no call blocks a BEAM scheduler.
@@ -27,10 +29,10 @@ defmodule ExMLX do
   Arguments are checked when a function is called; a bad one raises
   `ExMLX.Error` (or `ArgumentError`) there. Most operations then wait for
   the worker to build the result's graph node, so MLX's own errors are raised
-  at the call too. `add/2`, `subtract/2`, `multiply/2`, `max/2` and `min/2`
-  do not wait: the shape and type of their result follow from the inputs'
-  (broadcasting, MLX's type promotion), so they return at once and the
-  worker catches up in the background. An error MLX raises for them (such as
+  at the call too. The element-wise binary operations (`binary_ops/0`:
+  `add/2`, `multiply/2`, `less/2`, ...) do not wait: the shape and type of
+  their result follow from the inputs' (broadcasting, MLX's type promotion),
+  so they return at once and the worker catches up in the background. An error MLX raises for them (such as
   `:out_of_memory`) is raised where the result is used: `eval/1`,
   `to_binary/1`, `item/1`, or an operation on it.
   """
