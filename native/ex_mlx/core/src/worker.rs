@@ -62,7 +62,8 @@ fn start(device: Device) -> std::result::Result<Worker, String> {
         .spawn(move || {
             let stream = mlx_rs::Stream::new_with_device(&device.to_mlx());
             mlx_rs::with_stream(&stream, || {
-                while let Some(job) = next_job(&jobs) {
+                let mut idle = IdlePolicy::default();
+                while let Some(job) = next_job(&jobs, &mut idle) {
                     job();
                     done.fetch_sub(1, Ordering::AcqRel);
                 }
@@ -77,16 +78,49 @@ fn start(device: Device) -> std::result::Result<Worker, String> {
 /// the futex wake-up on each of them, at the price of this much CPU per burst.
 const SPIN: std::time::Duration = std::time::Duration::from_micros(50);
 
-/// The next job, polling for [`SPIN`] before blocking; `None` when every
-/// sender is gone.
-fn next_job(jobs: &mpsc::Receiver<Job>) -> Option<Job> {
+/// A poll of the queue that takes longer than this means the OS took the
+/// core away from the worker meanwhile: another thread wanted it.
+const PREEMPTED: std::time::Duration = std::time::Duration::from_micros(20);
+
+/// How many jobs a worker waits for without polling after it was preempted
+/// while polling, before it tries polling again.
+const NO_SPIN_JOBS: u32 = 256;
+
+/// Whether the worker polls when idle. On a busy machine (bench/README.md:
+/// one core taken by another process) polling keeps the core from the very
+/// threads the worker waits for, and made an eager round trip 2.5× slower
+/// than blocking at once; on an idle one it saves a wake-up per op. A
+/// preemption while polling is the sign of a busy machine.
+#[derive(Default)]
+struct IdlePolicy {
+    no_spin_for: u32,
+}
+
+/// The next job, polling for [`SPIN`] before blocking (unless the machine
+/// looks busy, see [`IdlePolicy`]); `None` when every sender is gone.
+fn next_job(jobs: &mpsc::Receiver<Job>, idle: &mut IdlePolicy) -> Option<Job> {
     let start = std::time::Instant::now();
+    let mut last = start;
     loop {
         match jobs.try_recv() {
             Ok(job) => return Some(job),
             Err(mpsc::TryRecvError::Disconnected) => return None,
-            Err(mpsc::TryRecvError::Empty) if start.elapsed() < SPIN => std::hint::spin_loop(),
-            Err(mpsc::TryRecvError::Empty) => return jobs.recv().ok(),
+            Err(mpsc::TryRecvError::Empty) => {
+                if idle.no_spin_for > 0 {
+                    idle.no_spin_for -= 1;
+                    return jobs.recv().ok();
+                }
+                let now = std::time::Instant::now();
+                if now.duration_since(last) > PREEMPTED {
+                    idle.no_spin_for = NO_SPIN_JOBS;
+                    return jobs.recv().ok();
+                }
+                if now.duration_since(start) >= SPIN {
+                    return jobs.recv().ok();
+                }
+                last = now;
+                std::hint::spin_loop();
+            }
         }
     }
 }
