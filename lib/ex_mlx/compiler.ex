@@ -103,26 +103,17 @@ if Code.ensure_loaded?(Nx) do
           end)
         end)
 
+      outputs = output |> List.wrap() |> Composite.flatten_list()
       # (an output can be a tensor the graph captured from another backend)
-      output_refs =
-        output
-        |> List.wrap()
-        |> Composite.flatten_list()
-        |> Enum.map(&input_ref(&1, device))
+      output_refs = Enum.map(outputs, &device_ref(&1, device))
+      types = Enum.map(outputs, &ExMLX.Backend.storage_type(&1.type))
 
-      {inputs, constants, instructions, outputs} =
+      {inputs, constants, instructions, slots} =
         Op.program(recording, length(tensors), output_refs)
 
-      program =
-        Native.program_new(device, inputs, constants, instructions, outputs) |> Call.value()
+      program = Native.program_new(device, inputs, constants, instructions, slots) |> Call.value()
 
-      types =
-        output
-        |> List.wrap()
-        |> Composite.flatten_list()
-        |> Enum.map(&ExMLX.Backend.storage_type(&1.type))
-
-      ExMLX.ProgramCache.put_spec(program, {device, inputs, constants, instructions, outputs})
+      ExMLX.ProgramCache.put_spec(program, {device, inputs, constants, instructions, slots})
       {:program, %{program: program, output: output, types: types}}
     end
 
@@ -209,7 +200,7 @@ if Code.ensure_loaded?(Nx) do
       {program, device} = Call.run(&Native.program_load(&1, bytes))
 
       fn inputs when is_list(inputs) ->
-        refs = Enum.map(inputs, &input_ref(Nx.to_tensor(&1), device))
+        refs = Enum.map(inputs, &device_ref(Nx.to_tensor(&1), device))
 
         results = Call.run(&Native.program_run(&1, program, refs))
         Enum.map(results, &ExMLX.Backend.to_nx(ExMLX.Tensor.wrap(&1)))
@@ -230,7 +221,7 @@ if Code.ensure_loaded?(Nx) do
       if Process.get(@exporting),
         do: Process.put(@exporting, ExMLX.ProgramCache.spec(compiled.program))
 
-      refs = Enum.map(tensors, &input_ref(&1, device))
+      refs = Enum.map(tensors, &device_ref(&1, device))
       results = Native.program_start(compiled.program, refs, compiled.types) |> Call.value()
 
       {output, []} =
@@ -254,9 +245,11 @@ if Code.ensure_loaded?(Nx) do
       end)
     end
 
-    defp input_ref(%Nx.Tensor{data: %ExMLX.Backend{ref: ref, device: device}}, device), do: ref
+    # The native reference of `t` on `device`, copied there if it lives on
+    # another backend or device.
+    defp device_ref(%Nx.Tensor{data: %ExMLX.Backend{ref: ref, device: device}}, device), do: ref
 
-    defp input_ref(%Nx.Tensor{} = t, device) do
+    defp device_ref(%Nx.Tensor{} = t, device) do
       %Nx.Tensor{data: %ExMLX.Backend{ref: ref}} =
         Nx.backend_copy(t, {ExMLX.Backend, device: device})
 

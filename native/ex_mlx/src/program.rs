@@ -9,10 +9,10 @@ use mlx_rs::Array;
 use rustler::{Atom, Env, NifResult, Resource, ResourceArc, Term};
 
 use crate::args::{op_of, DeviceArg, Tag};
-use crate::reply::{submit, AsyncResult};
-use ex_mlx_core::{memory, worker};
+use crate::reply::{self, submit, AsyncResult};
+use ex_mlx_core::memory;
 
-use crate::tensor::{self, NewTensor, Results, Tensor, TensorRef};
+use crate::tensor::{self, NewTensor, Results, TensorRef};
 use crate::term::{decode_param, decode_type, error_tuple, show};
 
 /// A checked program, the constant tensors it reads, and its device.
@@ -24,6 +24,15 @@ pub struct ProgramResource {
 
 #[rustler::resource_impl]
 impl Resource for ProgramResource {}
+
+impl ProgramResource {
+    /// Runs the program on `inputs` (on its device's worker): its output
+    /// arrays, lazy.
+    fn run(&self, inputs: &[TensorRef]) -> Result<Vec<Array>> {
+        let arrays = |ts: &[TensorRef]| ts.iter().map(|t| t.array()).collect::<Result<Vec<_>>>();
+        self.program.run(arrays(inputs)?, arrays(&self.constants)?)
+    }
+}
 
 rustler::atoms! { any }
 
@@ -152,12 +161,8 @@ fn program_run<'a>(env: Env<'a>, tag: Tag<'a>, program: ProgramArg, args: Term<'
     let inputs = checked_inputs(&program, args).map_err(error_tuple)?;
     let device = program.device;
     submit(env, tag, device, move || {
-        let arrays =
-            |ts: &[TensorRef]| ts.iter().map(|t| t.array()).collect::<Result<Vec<Array>>>();
-        let outputs = program
-            .program
-            .run(arrays(&inputs)?, arrays(&program.constants)?)?;
-        let tensors = outputs
+        let tensors = program
+            .run(&inputs)?
             .into_iter()
             .map(|a| NewTensor::new(a, device))
             .collect::<Result<Vec<_>>>()?;
@@ -201,47 +206,24 @@ fn program_start<'a>(
         .collect::<Result<Vec<_>>>()
         .map_err(error_tuple)?;
     let device = program.device;
-    let outputs: Vec<TensorRef> = types.iter().map(|_| Tensor::pending(device)).collect();
-    let targets = outputs.clone();
-    worker::submit(
-        device,
-        Box::new(move || {
-            let result = worker::run_caught(|| {
-                let arrays =
-                    |ts: &[TensorRef]| ts.iter().map(|t| t.array()).collect::<Result<Vec<Array>>>();
-                let arrays = program
-                    .program
-                    .run(arrays(&inputs)?, arrays(&program.constants)?)?;
-                arrays
-                    .into_iter()
-                    .zip(&types)
-                    .map(|(a, &dtype)| {
-                        let a = if a.dtype() == dtype {
-                            a
-                        } else {
-                            a.as_dtype(dtype)?
-                        };
-                        memory::check_allocation(a.nbytes())?;
-                        Ok(a)
-                    })
-                    .collect::<Result<Vec<Array>>>()
-            });
-            match result {
-                Ok(arrays) => {
-                    for (t, a) in targets.iter().zip(arrays) {
-                        t.fill(Ok(a));
-                    }
-                }
-                Err(e) => {
-                    for t in &targets {
-                        t.fill(Err(e.clone()));
-                    }
-                }
-            }
-        }),
-    )
-    .map_err(error_tuple)?;
-    Ok(outputs)
+    let count = types.len();
+    reply::pending(device, count, move || {
+        program
+            .run(&inputs)?
+            .into_iter()
+            .zip(&types)
+            .map(|(a, &dtype)| {
+                let a = if a.dtype() == dtype {
+                    a
+                } else {
+                    a.as_dtype(dtype)?
+                };
+                memory::check_allocation(a.nbytes())?;
+                Ok(a)
+            })
+            .collect()
+    })
+    .map_err(error_tuple)
 }
 
 /// The inputs of a call of `program`: tensors on its device, as many as it takes.

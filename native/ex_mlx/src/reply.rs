@@ -195,6 +195,46 @@ fn no_deferred_form() -> Error {
     Error::Internal("this operation does not produce one tensor; it has no deferred form".into())
 }
 
+/// Queues `work` on `device`'s worker and returns at once `count` pending
+/// tensors, which the worker fills with the work's results or, if the work
+/// fails, gives each the error (see `Tensor::fill`): deferred mode for work
+/// with several results (a program's outputs, `crate::program`).
+pub fn pending<F>(device: Device, count: usize, work: F) -> Result<Vec<TensorRef>>
+where
+    F: FnOnce() -> Result<Vec<mlx_rs::Array>> + Send + 'static,
+{
+    let outputs: Vec<TensorRef> = (0..count).map(|_| Tensor::pending(device)).collect();
+    let targets = outputs.clone();
+    worker::submit(
+        device,
+        Box::new(move || {
+            let result = worker::run_caught(|| {
+                let arrays = work()?;
+                if arrays.len() != count {
+                    return Err(Error::Internal(format!(
+                        "{} results for {count} pending tensors",
+                        arrays.len()
+                    )));
+                }
+                Ok(arrays)
+            });
+            match result {
+                Ok(arrays) => {
+                    for (t, array) in targets.iter().zip(arrays) {
+                        t.fill(Ok(array));
+                    }
+                }
+                Err(e) => {
+                    for t in &targets {
+                        t.fill(Err(e.clone()));
+                    }
+                }
+            }
+        }),
+    )?;
+    Ok(outputs)
+}
+
 /// Queues `work` on `device`'s worker, replying or filling a deferred tensor
 /// as `tag` asks (see the module documentation): what every asynchronous NIF
 /// returns.
@@ -215,6 +255,8 @@ where
         if let Some(dtype) = expected.dtype() {
             ex_mlx_core::device::check_dtype(dtype, device)?;
         }
+        // (the one-result form of `pending`, without its lists: this is the
+        // path of every deferred op)
         let out = Tensor::pending(device);
         let target = out.clone();
         worker::submit(

@@ -10,7 +10,7 @@ use mlx_rs::{Array, Dtype};
 
 use crate::error::{Error, Result};
 use crate::ops::params::Param;
-use crate::ops::table::{Inputs, Op, Outputs};
+use crate::ops::table::Op;
 
 /// One op: its input slots, parameters, the type each result is cast to (if
 /// any) and how many results it has.
@@ -55,20 +55,10 @@ impl Program {
                     "reads slot {slot}, which is not written before it"
                 )));
             }
-            let inputs_ok = match ins.op.inputs() {
-                Inputs::Fixed(names) => names.len() == ins.inputs.len(),
-                Inputs::List(_) => !ins.inputs.is_empty(),
-            };
-            if !inputs_ok {
+            if !ins.op.takes_inputs(ins.inputs.len()) {
                 return Err(bad(format!("{} inputs", ins.inputs.len())));
             }
-            let specs = ins.op.params();
-            let kinds_ok = specs.len() == ins.params.len()
-                && specs
-                    .iter()
-                    .zip(&ins.params)
-                    .all(|(s, p)| s.kind == p.kind());
-            if !kinds_ok {
+            if !ins.op.takes_params(&ins.params) {
                 return Err(bad("parameters of the wrong number or kinds".into()));
             }
             if ins.results != ins.op.results().len() {
@@ -121,11 +111,7 @@ impl Program {
         slots.extend(constants);
         for ins in &self.instructions {
             let args: Vec<Array> = ins.inputs.iter().map(|&s| slots[s].clone()).collect();
-            let outputs = match ins.op.apply(&args, ins.params.clone())? {
-                Outputs::One(a) => vec![a],
-                Outputs::Many(v) => v,
-            };
-            for out in outputs {
+            for out in ins.op.apply(&args, ins.params.clone())?.into_vec() {
                 slots.push(match ins.cast {
                     Some(dtype) if out.dtype() != dtype => out.as_dtype(dtype)?,
                     _ => out,

@@ -301,14 +301,7 @@ fn missing(name: &'static str) -> Error {
 /// The inputs and parameters match the op's signature (callers decode them
 /// by it, so a mismatch is ExMLX's bug or a malformed program).
 fn check_arity(op: Op, inputs: &[Array], params: &[Param]) -> Result<()> {
-    let inputs_ok = match op.inputs() {
-        Inputs::Fixed(names) => names.len() == inputs.len(),
-        Inputs::List(_) => !inputs.is_empty(),
-    };
-    let specs = op.params();
-    let params_ok =
-        specs.len() == params.len() && specs.iter().zip(params).all(|(s, p)| s.kind == p.kind());
-    if inputs_ok && params_ok {
+    if op.takes_inputs(inputs.len()) && op.takes_params(params) {
         Ok(())
     } else {
         Err(Error::Internal(format!(
@@ -321,6 +314,20 @@ fn check_arity(op: Op, inputs: &[Array], params: &[Param]) -> Result<()> {
 }
 
 impl Op {
+    /// Whether the op takes `count` tensor inputs.
+    pub fn takes_inputs(self, count: usize) -> bool {
+        match self.inputs() {
+            Inputs::Fixed(names) => names.len() == count,
+            Inputs::List(_) => count > 0,
+        }
+    }
+
+    /// Whether `params` are as many as the op's parameters, each of its kind.
+    pub fn takes_params(self, params: &[Param]) -> bool {
+        let specs = self.params();
+        specs.len() == params.len() && specs.iter().zip(params).all(|(s, p)| s.kind == p.kind())
+    }
+
     /// The op of this name.
     pub fn from_name(name: &str) -> Option<Op> {
         Op::ALL.iter().copied().find(|op| op.name() == name)
