@@ -18,11 +18,18 @@ if Code.ensure_loaded?(Nx) do
     `export/3` writes a compiled function in the program format
     (docs/program-format.md) and `import/1` runs it without tracing.
 
-    Not yet compiled: functions whose graph needs data while it runs
-    (`while` loops, `cond`, hooks, reading a tensor) — those run on
-    `Nx.Defn.Evaluator` with ExMLX.Backend, which gives the same results
-    call by call; the reason is logged (at `:debug`) when the function is
-    first traced for given input templates.
+    `while` loops and `cond` run on the worker, inside the program: a loop
+    reads its condition there step by step, and is not unrolled. Hooks
+    (`hook/3`, `Nx.Defn.Kernel.print_value/2` ...) outside `while`/`cond`
+    are called after the run, in the graph's order, with their values;
+    `:hooks` given to `Nx.Defn.jit/2` replace named hooks' functions.
+
+    What a program cannot hold — a `runtime_call`, a hook inside
+    `while`/`cond`, a backend callback that reads data while it runs (such
+    as `Nx.reduce/4` with a function) — makes that function run on
+    `Nx.Defn.Evaluator` with ExMLX.Backend instead, which gives the same
+    results call by call; the reason is logged (at `:debug`) when the
+    function is first traced for given input templates.
 
         iex> f = Nx.Defn.jit(fn a, b -> Nx.multiply(Nx.add(a, b), 2) end, compiler: ExMLX.Compiler)
         iex> f.(Nx.tensor([1.0, 2.0]), Nx.tensor([3.0, 4.0])) |> Nx.to_flat_list()
@@ -34,11 +41,8 @@ if Code.ensure_loaded?(Nx) do
     require Logger
 
     alias ExMLX.{Call, Native, Op}
-    alias Nx.Defn.{Composite, Expr}
-
-    # Ops of the graph that need more than recording: they run on the
-    # Evaluator (hooks call user code on every run).
-    @not_compiled [:hook, :token, :attach_token, :while, :cond, :runtime_call]
+    alias ExMLX.Compiler.Lowering
+    alias Nx.Defn.Composite
 
     @impl true
     def __partitions_options__(opts), do: [opts]
@@ -78,75 +82,55 @@ if Code.ensure_loaded?(Nx) do
     # Compiling: record the backend's ops on symbolic inputs
     # -------------------------------------------------------------------------
 
-    defp compile(key, vars, fun, tensors, device, opts) do
-      case not_compiled(fun.(vars)) do
-        nil -> record(key, vars, fun, tensors, device, opts)
-        op -> evaluator("its graph has a #{inspect(op)} node")
-      end
+    defp compile(_key, vars, fun, tensors, device, _opts) do
+      record(vars, fun, tensors, device)
     rescue
       e in Op.Unrecordable -> evaluator(Exception.message(e))
     end
 
-    defp record(key, vars, fun, tensors, device, opts) do
-      {output, recording} =
+    defp record(vars, fun, tensors, device) do
+      # outputs devectorized, their templates kept (as Nx.Defn.Evaluator does)
+      {expr, templates} =
+        vars
+        |> fun.()
+        |> Composite.traverse([], &{Nx.devectorize(&1), [Nx.to_template(&1) | &2]})
+
+      {{result, hooks}, recording} =
         Op.record_program(length(tensors), device, fn refs ->
-          symbolic =
+          params =
             Enum.zip_with(tensors, refs, fn t, ref ->
               fn -> %{t | data: %ExMLX.Backend{ref: ref, device: device}} end
             end)
 
-          Nx.with_default_backend({ExMLX.Backend, device: device}, fn ->
-            [output] =
-              Nx.Defn.Evaluator.__jit__(key, vars, fun, [symbolic], Keyword.delete(opts, :device))
-
-            output
-          end)
+          Lowering.lower(expr, params, device)
         end)
 
-      outputs = output |> List.wrap() |> Composite.flatten_list()
+      outputs = Composite.flatten_list([result])
+      hooked = Enum.map(hooks, fn {_spec, value} -> Composite.flatten_list([value]) end)
       # (an output can be a tensor the graph captured from another backend)
-      output_refs = Enum.map(outputs, &device_ref(&1, device))
-      types = Enum.map(outputs, &ExMLX.Backend.storage_type(&1.type))
+      output_refs = Enum.map(outputs ++ Enum.concat(hooked), &device_ref(&1, device))
+      types = Enum.map(outputs ++ Enum.concat(hooked), &ExMLX.Backend.storage_type(&1.type))
 
       {inputs, constants, instructions, slots} =
         Op.program(recording, length(tensors), output_refs)
 
       program = Native.program_new(device, inputs, constants, instructions, slots) |> Call.value()
-
       ExMLX.ProgramCache.put_spec(program, {device, inputs, constants, instructions, slots})
-      {:program, %{program: program, output: output, types: types}}
+
+      {:program,
+       %{
+         program: program,
+         result: result,
+         templates: Enum.reverse(templates),
+         hooks: hooks,
+         types: types
+       }}
     end
 
     defp evaluator(reason) do
       Logger.debug("ExMLX.Compiler: running on Nx.Defn.Evaluator: #{reason}")
       {:evaluator, reason}
     end
-
-    # The first op of @not_compiled in the graph, or nil.
-    defp not_compiled(expr) do
-      {_, {_seen, found}} = Composite.traverse(expr, {%{}, nil}, &find_not_compiled/2)
-      found
-    end
-
-    defp find_not_compiled(t, {_seen, found} = acc) when found != nil, do: {t, acc}
-
-    defp find_not_compiled(%Nx.Tensor{data: %Expr{id: id, op: op}} = t, {seen, nil}) do
-      cond do
-        is_map_key(seen, id) ->
-          {t, {seen, nil}}
-
-        op in @not_compiled ->
-          {t, {seen, op}}
-
-        true ->
-          {_, acc} =
-            Nx.Defn.Tree.apply_args(t, :all, {Map.put(seen, id, true), nil}, &find_not_compiled/2)
-
-          {t, acc}
-      end
-    end
-
-    defp find_not_compiled(t, acc), do: {t, acc}
 
     # -------------------------------------------------------------------------
     # Export and import (docs/program-format.md)
@@ -217,16 +201,19 @@ if Code.ensure_loaded?(Nx) do
     # One NIF call that returns the outputs pending (their shapes and types
     # are the recorded ones): reading them waits for the worker, as for the
     # backend's deferred ops.
-    defp run({:program, compiled}, _key, _vars, _fun, tensors, device, _opts) do
+    defp run({:program, compiled}, _key, _vars, _fun, tensors, device, opts) do
       if Process.get(@exporting),
         do: Process.put(@exporting, ExMLX.ProgramCache.spec(compiled.program))
 
       refs = Enum.map(tensors, &device_ref(&1, device))
       results = Native.program_start(compiled.program, refs, compiled.types) |> Call.value()
+      {result, rest} = fill(compiled.result, results, device)
+      run_hooks(compiled.hooks, rest, device, Keyword.get(opts, :hooks, %{}))
 
+      # the outputs as their (vectorized) templates say, as Nx.Defn.Evaluator gives them
       {output, []} =
-        Composite.traverse(compiled.output, results, fn t, [ref | rest] ->
-          {%{t | data: %ExMLX.Backend{ref: ref, device: device}}, rest}
+        Composite.traverse(result, compiled.templates, fn t, [template | rest] ->
+          {%{template | data: t.data}, rest}
         end)
 
       output
@@ -242,6 +229,34 @@ if Code.ensure_loaded?(Nx) do
           Nx.Defn.Evaluator.__jit__(key, vars, fun, [args], Keyword.delete(opts, :device))
 
         output
+      end)
+    end
+
+    # The composite `recorded` with its tensors' data replaced by `refs` in
+    # order: `{composite, refs left}`.
+    defp fill(recorded, refs, device) do
+      Composite.traverse(recorded, refs, fn t, [ref | rest] ->
+        {%{t | data: %ExMLX.Backend{ref: ref, device: device}}, rest}
+      end)
+    end
+
+    # Hooks are called after the run, in the graph's order, with their
+    # values (the program's last outputs); `:hooks` given at the call take
+    # the place of named hooks' functions.
+    defp run_hooks(hooks, refs, device, overrides) do
+      Enum.reduce(hooks, refs, fn {spec, value}, refs ->
+        {value, refs} = fill(value, refs, device)
+
+        case spec do
+          {:fn, fun} -> fun
+          {:named, name, callback} -> Map.get(overrides, name) || callback
+        end
+        |> case do
+          nil -> :ok
+          fun -> fun.(value)
+        end
+
+        refs
       end)
     end
 

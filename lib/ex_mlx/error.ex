@@ -11,6 +11,8 @@ defmodule ExMLX.Error do
       memory limit (`ExMLX.Memory.set_memory_limit/1`); nothing was allocated
     * `:mlx` - MLX raised an exception; the message is MLX's
     * `:not_loaded` - the native library is missing (run `bin/setup`)
+    * `:cancelled` - work that stopped because its caller exited (a
+      compiled program's `while` loop)
     * `:internal` - a bug in ExMLX; please report it
   """
   defexception [:kind, :message]

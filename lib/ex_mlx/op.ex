@@ -139,6 +139,94 @@ defmodule ExMLX.Op do
   end
 
   @doc """
+  Records a `while` loop whose state starts as `initial` (references) of
+  the storage `types`: `condition.(state)` returns `{predicate, carry}`
+  (the predicate's reference and anything `body` needs from it),
+  `body.(state, carry)` the next state's references, each recorded as a
+  block of the loop. Returns the references of the loop's results (the
+  final state). Slots are numbered as ex_mlx_core's programs number them:
+  state, condition, body, results.
+  """
+  def record_while(initial, types, condition, body) do
+    {initial_ids, state} = Enum.map_reduce(initial, Process.get(@recorder), &value_id/2)
+    {state_refs, state} = new_values(state, types)
+    Process.put(@recorder, state)
+    {condition_block, carry} = record_block(fn -> condition.(state_refs) end, &[&1])
+    {body_block, _} = record_block(fn -> {body.(state_refs, carry), nil} end, & &1)
+    push({:while, initial_ids, condition_block, body_block}, types)
+  end
+
+  @doc """
+  Records a `cond`: `clauses` are `{predicate, body}` pairs of functions
+  (`predicate.()` returns `{reference, carry}`, `body.(carry)` the list of
+  result references), `last.()` the references of the last clause; every
+  body gives results of the storage `types`. Returns the references of the
+  results.
+  """
+  def record_cond(clauses, last, types) do
+    clauses =
+      Enum.map(clauses, fn {predicate, body} ->
+        {predicate_block, carry} = record_block(predicate, &[&1])
+        {body_block, _} = record_block(fn -> {body.(carry), nil} end, & &1)
+        {predicate_block, body_block}
+      end)
+
+    {last_block, _} = record_block(fn -> {last.(), nil} end, & &1)
+    push({:cond, clauses, last_block}, types)
+  end
+
+  @doc "The storage type a recorded value was given, or `nil` where MLX decides it."
+  def recorded_type(ref) do
+    case recorded_value(ref) do
+      {type, _device} -> type
+      nil -> ref |> Call.info() |> elem(1)
+    end
+  end
+
+  # Runs `fun` (giving `{result, carry}`) with a new block of instructions:
+  # `{{instructions, output_ids}, carry}`, the outputs being `outputs.(result)`.
+  defp record_block(fun, outputs) do
+    outer = Process.get(@recorder).instructions
+    Process.put(@recorder, %{Process.get(@recorder) | instructions: []})
+
+    {result, carry} =
+      try do
+        fun.()
+      rescue
+        e ->
+          Process.put(@recorder, %{Process.get(@recorder) | instructions: outer})
+          reraise e, __STACKTRACE__
+      end
+
+    {ids, state} = Enum.map_reduce(outputs.(result), Process.get(@recorder), &value_id/2)
+    Process.put(@recorder, %{state | instructions: outer})
+    {{Enum.reverse(state.instructions), ids}, carry}
+  end
+
+  # New values of `types`: their references and the state.
+  defp new_values(state, types) do
+    refs = Enum.map(types, fn _ -> make_ref() end)
+
+    values =
+      refs
+      |> Enum.zip(types)
+      |> Enum.with_index(state.results)
+      |> Enum.reduce(state.values, fn {{ref, type}, r}, acc ->
+        Map.put(acc, ref, {{:res, r}, type})
+      end)
+
+    {refs, %{state | values: values, results: state.results + length(refs)}}
+  end
+
+  # Appends a loop or branch whose results are values of `types`.
+  defp push(instruction, types) do
+    state = Process.get(@recorder)
+    {refs, state} = new_values(state, types)
+    Process.put(@recorder, %{state | instructions: [instruction | state.instructions]})
+    refs
+  end
+
+  @doc """
   The program of a recording (`record_program/3`) whose outputs are `outputs`
   (references): `{inputs, constants, instructions, output_slots}` with
   slots numbered as ex_mlx_core's programs number them (inputs, then
@@ -155,15 +243,23 @@ defmodule ExMLX.Op do
       {:res, r} -> base + r
     end
 
-    instructions =
-      state.instructions
-      |> Enum.reverse()
-      |> Enum.map(fn {name, ids, params, cast, count} ->
-        {name, Enum.map(ids, slot), params, cast, count}
-      end)
-
+    instructions = state.instructions |> Enum.reverse() |> Enum.map(&slots(&1, slot))
     {input_count, constants, instructions, Enum.map(output_ids, slot)}
   end
+
+  defp slots({:while, initial, condition, body}, slot),
+    do: {:while, Enum.map(initial, slot), block_slots(condition, slot), block_slots(body, slot)}
+
+  defp slots({:cond, clauses, last}, slot) do
+    clauses = Enum.map(clauses, fn {p, b} -> {block_slots(p, slot), block_slots(b, slot)} end)
+    {:cond, clauses, block_slots(last, slot)}
+  end
+
+  defp slots({name, ids, params, cast, count}, slot),
+    do: {name, Enum.map(ids, slot), params, cast, count}
+
+  defp block_slots({instructions, outputs}, slot),
+    do: {Enum.map(instructions, &slots(&1, slot)), Enum.map(outputs, slot)}
 
   defp recorded?(inputs) do
     case Process.get(@recorder) do

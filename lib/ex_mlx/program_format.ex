@@ -8,7 +8,7 @@ defmodule ExMLX.ProgramFormat do
   import Bitwise
 
   @magic "EXMLXPRG"
-  @version 1
+  @version 2
 
   # The kinds in the order of their tags (KIND_TAGS in program_format.rs).
   @kinds [:Int, :OptInt, :Ints, :OptInts, :Bool, :Float, :Type, :Shape, :OptPairs] ++
@@ -19,11 +19,12 @@ defmodule ExMLX.ProgramFormat do
 
   @doc """
   The bytes of a program: `device`, how many `inputs` it takes, its
-  `constants` (ExMLX tensors), `instructions` (`{op, [slot], [param], cast,
-  results}`, as ExMLX.Op.program/3 gives them) and output slots.
+  `constants` (ExMLX tensors), `instructions` (ops `{op, [slot], [param],
+  cast, results}`, loops and branches, as ExMLX.Op.program/3 gives them)
+  and output slots.
   """
   def encode(device, inputs, constants, instructions, outputs) do
-    names = instructions |> Enum.map(&elem(&1, 0)) |> Enum.uniq()
+    names = instructions |> op_names([]) |> Enum.reverse() |> Enum.uniq()
     index = Map.new(Enum.with_index(names))
 
     body = [
@@ -39,21 +40,55 @@ defmodule ExMLX.ProgramFormat do
         text = Atom.to_string(name)
         <<byte_size(text)::little-16, text::binary>>
       end),
-      <<length(instructions)::little-32>>,
-      Enum.map(instructions, &instruction(&1, index)),
-      <<length(outputs)::little-32>>,
-      Enum.map(outputs, &<<&1::little-32>>)
+      block({instructions, outputs}, index)
     ]
 
     body = IO.iodata_to_binary(body)
     <<body::binary, :erlang.crc32(body)::little-32>>
   end
 
+  # The op names of `instructions`, in loops and branches too (reversed).
+  defp op_names(instructions, acc) do
+    Enum.reduce(instructions, acc, fn
+      {:while, _initial, {c, _}, {b, _}}, acc ->
+        op_names(b, op_names(c, acc))
+
+      {:cond, clauses, {last, _}}, acc ->
+        clauses
+        |> Enum.reduce(acc, fn {{p, _}, {b, _}}, acc -> op_names(b, op_names(p, acc)) end)
+        |> then(&op_names(last, &1))
+
+      op, acc ->
+        [elem(op, 0) | acc]
+    end)
+  end
+
+  defp block({instructions, outputs}, index) do
+    [
+      <<length(instructions)::little-32>>,
+      Enum.map(instructions, &instruction(&1, index)),
+      slots(outputs)
+    ]
+  end
+
+  defp slots(slots), do: [<<length(slots)::little-32>>, Enum.map(slots, &<<&1::little-32>>)]
+
+  defp instruction({:while, initial, condition, body}, index),
+    do: [<<1>>, slots(initial), block(condition, index), block(body, index)]
+
+  defp instruction({:cond, clauses, last}, index) do
+    [
+      <<2, length(clauses)::little-32>>,
+      Enum.map(clauses, fn {p, b} -> [block(p, index), block(b, index)] end),
+      block(last, index)
+    ]
+  end
+
   defp instruction({name, slots, params, cast, results}, index) do
     kinds = Enum.map(ExMLX.OpTable.fetch!(name).params, & &1.kind)
 
     [
-      <<Map.fetch!(index, name)::little-16, length(slots)::little-16>>,
+      <<0, Map.fetch!(index, name)::little-16, length(slots)::little-16>>,
       Enum.map(slots, &<<&1::little-32>>),
       <<length(params)::little-16>>,
       Enum.zip_with(kinds, params, &param/2),

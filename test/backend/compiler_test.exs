@@ -46,6 +46,61 @@ if Code.ensure_loaded?(Nx) do
         n
       end
 
+      # Collatz steps of each element: a cond inside a while, reading a value
+      # from outside the loop (one) through the state
+      defn collatz_steps(n) do
+        {_, steps, _} =
+          while {n, steps = Nx.broadcast(0, n), one = 1}, Nx.any(n > one) do
+            next =
+              cond do
+                Nx.all(Nx.remainder(n, 2) == 0) -> Nx.quotient(n, 2)
+                true -> Nx.select(Nx.remainder(n, 2) == 0, Nx.quotient(n, 2), 3 * n + 1)
+              end
+
+            next = Nx.select(n > one, next, n)
+            {next, steps + (n > one), one}
+          end
+
+        steps
+      end
+
+      # a three-way cond whose clauses share a value of the enclosing scope,
+      # with a while inside one clause, and a tuple result
+      defn branches(x) do
+        s = Nx.sum(x)
+        shared = Nx.exp(x)
+
+        cond do
+          s > 10 ->
+            {x * 2, shared}
+
+          s < 0 ->
+            {_, y, _} = while({i = 0, y = x, shared}, i < 3, do: {i + 1, y * shared, shared})
+            {y, -shared}
+
+          true ->
+            {x + s, shared + 1}
+        end
+      end
+
+      defn hooked(x) do
+        y = hook(x * 3, :triple)
+        z = hook(y + 1, fn t -> send(self(), {:second, Nx.to_flat_list(t)}) end)
+        z * 2
+      end
+
+      defn forever(x) do
+        {x, _} = while({x, i = 0}, i >= 0, do: {x + 1, i + 1})
+        x
+      end
+
+      defn countdown_scaled(n, x) do
+        {_, x} = while({n, x}, n > 0, do: {n - 1, x * 2})
+        x
+      end
+
+      defn(reduce_with_fun(t), do: Nx.reduce(t, 0, fn a, b -> a + b end))
+
       defn(grad_of_square_sum(t), do: grad(t, fn t -> Nx.sum(t * t) end))
 
       defn(passthrough(t), do: {t, Nx.tensor([1.0, 2.0]), t + 1})
@@ -130,14 +185,20 @@ if Code.ensure_loaded?(Nx) do
       args = mlp_args()
 
       bytes = ExMLX.Compiler.export(&Funs.mlp/5, args)
-      assert <<"EXMLXPRG", 1::little-16, _::binary>> = bytes
+      assert <<"EXMLXPRG", 2::little-16, _::binary>> = bytes
       run = ExMLX.Compiler.import(bytes)
       [got] = run.(args)
       assert_all_close(got, binary(&Funs.mlp/5, args))
 
-      assert_raise ArgumentError, ~r/cannot export this function as one program: .*:while/, fn ->
-        ExMLX.Compiler.export(&Funs.countdown/1, [Nx.tensor(3)])
-      end
+      # loops and branches are part of the format
+      n = Nx.tensor([6, 7, 1, 27])
+      run = ExMLX.Compiler.import(ExMLX.Compiler.export(&Funs.collatz_steps/1, [n]))
+      [steps] = run.([n])
+      assert Nx.to_flat_list(steps) == [8, 16, 0, 111]
+
+      assert_raise ArgumentError,
+                   ~r/cannot export this function as one program: reading a tensor's data/,
+                   fn -> ExMLX.Compiler.export(&Funs.reduce_with_fun/1, [Nx.tensor([1, 2])]) end
     end
 
     test "64 processes calling one compiled function at once all get their own result" do
@@ -205,10 +266,98 @@ if Code.ensure_loaded?(Nx) do
       )
     end
 
-    test "a while loop runs on the Evaluator, with the same results" do
+    test "while loops run inside the program, step by step" do
       assert compiled(&Funs.countdown/1, [Nx.tensor(5)]) |> Nx.to_number() == 0
-      assert {:evaluator, reason} = cached(&Funs.countdown/1, [Nx.tensor(5)])
-      assert reason =~ ":while"
+      assert {:program, _} = cached(&Funs.countdown/1, [Nx.tensor(5)])
+      # a condition false from the start
+      assert compiled(&Funs.countdown/1, [Nx.tensor(-3)]) |> Nx.to_number() == -3
+
+      # (Collatz step counts, known: 6 -> 8, 7 -> 16, 1 -> 0, 27 -> 111)
+      n = Nx.tensor([6, 7, 1, 27])
+      got = compiled(&Funs.collatz_steps/1, [n])
+      assert Nx.to_flat_list(got) == [8, 16, 0, 111]
+      assert Nx.to_flat_list(got) == Nx.to_flat_list(binary(&Funs.collatz_steps/1, [n]))
+      assert {:program, _} = cached(&Funs.collatz_steps/1, [n])
+    end
+
+    test "cond runs the first true clause; clauses share the enclosing scope's values" do
+      for x <- [[1.0, 2.0], [10.0, 2.0], [-10.0, 2.0], [-1.0, 0.5]] do
+        x = Nx.tensor(x)
+        {a, b} = compiled(&Funs.branches/1, [x])
+        {ea, eb} = binary(&Funs.branches/1, [x])
+        assert_all_close(a, ea)
+        assert_all_close(b, eb)
+      end
+
+      assert {:program, _} = cached(&Funs.branches/1, [Nx.tensor([1.0, 2.0])])
+    end
+
+    test "Nx.Random (threefry's while loops) compiles and matches Nx.BinaryBackend" do
+      f = fn key -> Nx.Random.uniform(key, shape: {4}) end
+      {got, next} = compiled(f, [key(42)])
+      {expected, expected_next} = binary(f, [key(42)])
+      assert Nx.to_flat_list(got) == Nx.to_flat_list(expected)
+      assert Nx.to_flat_list(next) == Nx.to_flat_list(expected_next)
+    end
+
+    test "hooks are called after the run, in order, with their values; :hooks overrides" do
+      pid = self()
+      triple = fn t -> send(pid, {:triple, Nx.to_flat_list(t)}) end
+      f = Nx.Defn.jit(&Funs.hooked/1, compiler: ExMLX.Compiler, hooks: %{triple: triple})
+      assert Nx.to_flat_list(f.(Nx.tensor([1, 2]))) == [8, 14]
+      assert_received {:triple, [3, 6]}
+      assert_received {:second, [4, 7]}
+      assert {:messages, []} = Process.info(self(), :messages)
+      assert {:program, _} = cached(&Funs.hooked/1, [Nx.tensor([1, 2])])
+
+      # without an override, the named hook (no function) is not called
+      assert Nx.to_flat_list(compiled(&Funs.hooked/1, [Nx.tensor([1, 2])])) == [8, 14]
+      assert_received {:second, [4, 7]}
+      refute_received {:triple, _}
+    end
+
+    test "a callback that needs data falls back to the Evaluator, with the same results" do
+      t = Nx.tensor([1, 2, 3])
+      assert compiled(&Funs.reduce_with_fun/1, [t]) |> Nx.to_number() == 6
+      assert {:evaluator, reason} = cached(&Funs.reduce_with_fun/1, [t])
+      assert reason == "reading a tensor's data needs data at run time"
+    end
+
+    test "a loop whose caller is killed stops, and the worker goes on" do
+      x = Nx.tensor(1.0)
+      parent = self()
+
+      pid =
+        spawn(fn ->
+          t = compiled(&Funs.forever/1, [x])
+          send(parent, :started)
+          Nx.to_number(t)
+        end)
+
+      assert_receive :started, 10_000
+      Process.exit(pid, :kill)
+      # the worker is free again: an eager op and a compiled call complete
+      assert Nx.to_number(Nx.add(Nx.tensor(1), 2)) == 3
+      assert compiled(&Funs.countdown/1, [Nx.tensor(2)]) |> Nx.to_number() == 0
+    end
+
+    test "an error inside a loop (out of memory) is raised where its results are read" do
+      # each step makes a new 8,000-byte state, past a limit of 1,024 bytes
+      x = Nx.iota({2000}, type: {:f, 32})
+      f = Nx.Defn.jit(&Funs.countdown_scaled/2, compiler: ExMLX.Compiler)
+      expected = Nx.multiply(x, 8) |> Nx.to_flat_list()
+      assert Nx.to_flat_list(f.(Nx.tensor(3), x)) == expected
+      limit = ExMLX.Memory.stats().memory_limit
+
+      try do
+        ExMLX.Memory.set_memory_limit(1024)
+        got = f.(Nx.tensor(3), x)
+        assert_raise ExMLX.Error, ~r/memory limit/, fn -> Nx.to_binary(got) end
+      after
+        ExMLX.Memory.set_memory_limit(limit)
+      end
+
+      assert Nx.to_flat_list(f.(Nx.tensor(3), x)) == expected
     end
 
     # How many programs ExMLX.Compiler has cached.
@@ -223,7 +372,7 @@ if Code.ensure_loaded?(Nx) do
       templates = Enum.map(args, &{&1.shape, &1.type, &1.names, &1.vectorized_axes})
 
       Enum.find_value(ExMLX.ProgramCache.entries(), fn
-        {{_key, _device, ^templates}, compiled} -> compiled
+        {{^fun, _device, ^templates}, compiled} -> compiled
         _ -> nil
       end)
       |> tap(fn found -> assert found, "nothing cached for #{inspect(fun)}" end)

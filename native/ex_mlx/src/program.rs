@@ -4,9 +4,10 @@
 
 use ex_mlx_core::device::Device;
 use ex_mlx_core::error::{Error, Result};
-use ex_mlx_core::program::{Instruction, Program};
+use ex_mlx_core::program::{Block, Branch, Instruction, Loop, OpCall, Program, MAX_DEPTH};
 use mlx_rs::Array;
-use rustler::{Atom, Env, NifResult, Resource, ResourceArc, Term};
+use rustler::{Atom, Env, LocalPid, Monitor, NifResult, Resource, ResourceArc, Term};
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use crate::args::{op_of, DeviceArg, Tag};
 use crate::reply::{self, submit, AsyncResult};
@@ -27,14 +28,46 @@ impl Resource for ProgramResource {}
 
 impl ProgramResource {
     /// Runs the program on `inputs` (on its device's worker): its output
-    /// arrays, lazy.
-    fn run(&self, inputs: &[TensorRef]) -> Result<Vec<Array>> {
+    /// arrays, lazy. A run `watch`ing its caller stops its loops once the
+    /// caller has exited.
+    fn run(&self, inputs: &[TensorRef], watch: Option<&CallerWatch>) -> Result<Vec<Array>> {
         let arrays = |ts: &[TensorRef]| ts.iter().map(|t| t.array()).collect::<Result<Vec<_>>>();
-        self.program.run(arrays(inputs)?, arrays(&self.constants)?)
+        let stop = || watch.is_some_and(|w| w.gone.load(Ordering::Relaxed));
+        self.program
+            .run_until(arrays(inputs)?, arrays(&self.constants)?, &stop)
     }
 }
 
-rustler::atoms! { any }
+/// The process that started a program with loops, monitored: `gone` is set
+/// when it exits, and the program's loops stop at their next step (a loop
+/// that never ends would otherwise hold the device's worker for good).
+pub struct CallerWatch {
+    gone: AtomicBool,
+}
+
+#[rustler::resource_impl]
+impl Resource for CallerWatch {
+    fn down<'a>(&'a self, _env: Env<'a>, _pid: LocalPid, _monitor: Monitor) {
+        self.gone.store(true, Ordering::Relaxed);
+    }
+}
+
+/// A watch on the calling process, for a program with loops.
+fn watch_caller(env: Env, program: &ProgramResource) -> Option<ResourceArc<CallerWatch>> {
+    if !program.program.loops() {
+        return None;
+    }
+    let watch = ResourceArc::new(CallerWatch {
+        gone: AtomicBool::new(false),
+    });
+    // (a caller already gone cannot be monitored: the run stops at once)
+    if watch.monitor(Some(env), &env.pid()).is_none() {
+        watch.gone.store(true, Ordering::Relaxed);
+    }
+    Some(watch)
+}
+
+rustler::atoms! { any, while_ = "while", cond }
 
 /// A program argument (named `program` in errors).
 pub struct ProgramArg(ResourceArc<ProgramResource>);
@@ -53,8 +86,9 @@ impl<'a> rustler::Decoder<'a> for ProgramArg {
 /// `program_new(device, inputs, constants, instructions, outputs)`: a program
 /// reference, or `{:error, {:argument, message}}` naming what is malformed.
 /// `inputs` is how many tensors a call takes; `constants` a list of tensors;
-/// each instruction `{op, [slot], [param], cast, results}` (`cast` a type or
-/// `:any`); `outputs` a list of slots.
+/// each instruction an op `{op, [slot], [param], cast, results}` (`cast` a
+/// type or `:any`), a loop or a branch (see `instruction`); `outputs` a list
+/// of slots.
 #[rustler::nif]
 fn program_new<'a>(
     device: DeviceArg,
@@ -86,22 +120,8 @@ fn build(
             device.name()
         )));
     }
-    let items: Vec<Term> = instructions.decode().map_err(|_| {
-        Error::arg(
-            "instructions",
-            format!("expected a list, got: {}", show(instructions)),
-        )
-    })?;
-    let instructions = items
-        .into_iter()
-        .map(instruction)
-        .collect::<Result<Vec<_>>>()?;
-    let outputs: Vec<usize> = outputs.decode().map_err(|_| {
-        Error::arg(
-            "outputs",
-            format!("expected a list of slots, got: {}", show(outputs)),
-        )
-    })?;
+    let instructions = instruction_list(instructions, 0)?;
+    let outputs = slot_list("outputs", outputs)?;
     let program = Program::new(inputs, constants.len(), instructions, outputs)?;
     Ok(ProgramResource {
         program,
@@ -110,7 +130,77 @@ fn build(
     })
 }
 
-fn instruction(term: Term) -> Result<Instruction> {
+fn instruction_list(term: Term, depth: usize) -> Result<Vec<Instruction>> {
+    if depth > MAX_DEPTH {
+        return Err(Error::arg(
+            "instructions",
+            format!("loops and branches nest deeper than {MAX_DEPTH}"),
+        ));
+    }
+    let items: Vec<Term> = term.decode().map_err(|_| {
+        Error::arg(
+            "instructions",
+            format!("expected a list, got: {}", show(term)),
+        )
+    })?;
+    items.into_iter().map(|t| instruction(t, depth)).collect()
+}
+
+fn slot_list(name: &'static str, term: Term) -> Result<Vec<usize>> {
+    term.decode().map_err(|_| {
+        Error::arg(
+            name,
+            format!("expected a list of slots, got: {}", show(term)),
+        )
+    })
+}
+
+/// A block: `{instructions, output_slots}`.
+fn block(term: Term, depth: usize) -> Result<Block> {
+    let (instructions, outputs): (Term, Term) = term.decode().map_err(|_| {
+        Error::arg(
+            "instructions",
+            format!(
+                "expected a block {{instructions, outputs}}, got: {}",
+                show(term)
+            ),
+        )
+    })?;
+    Ok(Block {
+        instructions: instruction_list(instructions, depth + 1)?,
+        outputs: slot_list("outputs", outputs)?,
+    })
+}
+
+/// An instruction: an op `{op, [slot], [param], cast, results}`, a loop
+/// `{:while, [initial_slot], condition_block, body_block}` or a branch
+/// `{:cond, [{predicate_block, body_block}], last_block}`.
+fn instruction(term: Term, depth: usize) -> Result<Instruction> {
+    if let Ok((kind, initial, condition, body)) = term.decode::<(Atom, Term, Term, Term)>() {
+        if kind == while_() {
+            return Ok(Instruction::Loop(Loop::new(
+                slot_list("instructions", initial)?,
+                block(condition, depth)?,
+                block(body, depth)?,
+            )));
+        }
+    }
+    if let Ok((kind, clauses, last)) = term.decode::<(Atom, Vec<(Term, Term)>, Term)>() {
+        if kind == cond() {
+            let clauses = clauses
+                .into_iter()
+                .map(|(pred, body)| Ok((block(pred, depth)?, block(body, depth)?)))
+                .collect::<Result<Vec<_>>>()?;
+            return Ok(Instruction::Branch(Branch::new(
+                clauses,
+                block(last, depth)?,
+            )));
+        }
+    }
+    op_call(term).map(Instruction::Op)
+}
+
+fn op_call(term: Term) -> Result<OpCall> {
     let bad = || {
         Error::arg(
             "instructions",
@@ -144,13 +234,7 @@ fn instruction(term: Term) -> Result<Instruction> {
         Ok(a) if a == any() => None,
         _ => Some(decode_type("cast", cast)?),
     };
-    Ok(Instruction {
-        op,
-        inputs,
-        params,
-        cast,
-        results,
-    })
+    Ok(OpCall::new(op, inputs, params, cast, results))
 }
 
 /// `program_run(tag, program, inputs)`: replies with the list of the
@@ -160,9 +244,10 @@ fn program_run<'a>(env: Env<'a>, tag: Tag<'a>, program: ProgramArg, args: Term<'
     let program = program.0;
     let inputs = checked_inputs(&program, args).map_err(error_tuple)?;
     let device = program.device;
+    let watch = watch_caller(env, &program);
     submit(env, tag, device, move || {
         let tensors = program
-            .run(&inputs)?
+            .run(&inputs, watch.as_deref())?
             .into_iter()
             .map(|a| NewTensor::new(a, device))
             .collect::<Result<Vec<_>>>()?;
@@ -178,6 +263,7 @@ fn program_run<'a>(env: Env<'a>, tag: Tag<'a>, program: ProgramArg, args: Term<'
 /// waited for where they are read, like deferred ops' (see `crate::reply`).
 #[rustler::nif]
 fn program_start<'a>(
+    env: Env<'a>,
     program: ProgramArg,
     inputs: Term<'a>,
     types: Term<'a>,
@@ -207,9 +293,10 @@ fn program_start<'a>(
         .map_err(error_tuple)?;
     let device = program.device;
     let count = types.len();
+    let watch = watch_caller(env, &program);
     reply::pending(device, count, move || {
         program
-            .run(&inputs)?
+            .run(&inputs, watch.as_deref())?
             .into_iter()
             .zip(&types)
             .map(|(a, &dtype)| {

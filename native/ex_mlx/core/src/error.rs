@@ -2,7 +2,7 @@
 //!
 //! The NIF hands every error to Elixir as `{kind, message}`, `kind` being
 //! [`Error::kind`] (`:mlx`, `:argument`, `:type`, `:device`,
-//! `:out_of_memory`, `:internal`, or a wire-format defect);
+//! `:out_of_memory`, `:internal`, `:cancelled`, or a wire-format defect);
 //! `ExMLX.Error` turns it into an exception whose message a person can act on.
 
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
@@ -30,6 +30,11 @@ pub enum Error {
     /// A bug in ExMLX (e.g. a caught panic); the message says where.
     #[error("{0}")]
     Internal(String),
+
+    /// Work stopped because nobody waits for it any more (a compiled
+    /// program's loop whose caller exited).
+    #[error("{0}")]
+    Cancelled(String),
 
     /// Malformed wire-format input; the kind names the defect (`bad_magic`, ...).
     #[error("{0}")]
@@ -65,6 +70,7 @@ impl Error {
             Error::Device(_) => "device",
             Error::OutOfMemory(_) => "out_of_memory",
             Error::Internal(_) => "internal",
+            Error::Cancelled(_) => "cancelled",
             Error::Wire(e) => e.kind,
         }
     }

@@ -1,26 +1,129 @@
-//! Programs: a list of op-table instructions over numbered slots, run by a
-//! device's worker in one go (for `ExMLX.Compiler`, which records them from
-//! a `defn` graph).
+//! Programs: blocks of op-table instructions over numbered slots, with
+//! loops and branches, run by a device's worker in one go (for
+//! `ExMLX.Compiler`, which records them from a `defn` graph).
 //!
-//! Slots `0..inputs` hold the call's inputs, the next `constants.len()` the
-//! program's constant arrays, and each instruction writes its results to the
-//! slots after those, in order. The program's outputs name slots.
+//! Slots `0..inputs` hold the call's inputs and the next `constants.len()`
+//! the program's constant arrays. Every other slot is written by exactly one
+//! place of the program, numbered in the order the program is written
+//! (depth first):
+//!
+//! * an op writes its results to the next slots;
+//! * a loop ([`Loop`]) first takes as many slots as it has state values (the
+//!   state its condition and body read), then come the slots of its
+//!   condition and of its body, then its results (the final state);
+//! * a branch ([`Branch`]) takes, clause by clause, the slots of the
+//!   clause's predicate and body, then those of its last body, then its
+//!   results.
+//!
+//! A block reads the slots visible where it starts and those it wrote
+//! itself; what a nested block writes is not visible after it. Nesting is at
+//! most [`MAX_DEPTH`] deep.
+
+use std::ops::Range;
 
 use mlx_rs::{Array, Dtype};
 
 use crate::error::{Error, Result};
+use crate::item::{self, Number};
+use crate::memory;
 use crate::ops::params::Param;
 use crate::ops::table::Op;
+
+/// How deeply loops and branches nest (programs from outside are checked
+/// against it; running and checking recurse this deep).
+pub const MAX_DEPTH: usize = 64;
 
 /// One op: its input slots, parameters, the type each result is cast to (if
 /// any) and how many results it has.
 #[derive(Clone, Debug)]
-pub struct Instruction {
+pub struct OpCall {
     pub op: Op,
     pub inputs: Vec<usize>,
     pub params: Vec<Param>,
     pub cast: Option<Dtype>,
     pub results: usize,
+    /// The first slot it writes (set when the program is checked).
+    first: usize,
+}
+
+impl OpCall {
+    pub fn new(
+        op: Op,
+        inputs: Vec<usize>,
+        params: Vec<Param>,
+        cast: Option<Dtype>,
+        results: usize,
+    ) -> OpCall {
+        OpCall {
+            op,
+            inputs,
+            params,
+            cast,
+            results,
+            first: 0,
+        }
+    }
+}
+
+/// Instructions and the slots a block gives back.
+#[derive(Clone, Debug, Default)]
+pub struct Block {
+    pub instructions: Vec<Instruction>,
+    pub outputs: Vec<usize>,
+}
+
+/// A `while` loop: the state starts as `initial`; while `condition` (one
+/// output, any type, zero is false) holds, `body` (as many outputs as there
+/// are state values) gives the next state. The results are the final state.
+#[derive(Clone, Debug)]
+pub struct Loop {
+    pub initial: Vec<usize>,
+    pub condition: Block,
+    pub body: Block,
+    /// The first state slot, and the first result slot (set when the
+    /// program is checked): the condition and body write between them.
+    state: usize,
+    results: usize,
+}
+
+impl Loop {
+    pub fn new(initial: Vec<usize>, condition: Block, body: Block) -> Loop {
+        Loop {
+            initial,
+            condition,
+            body,
+            state: 0,
+            results: 0,
+        }
+    }
+}
+
+/// A `cond`: the body of the first clause whose predicate block (one
+/// output) is non-zero runs, else `otherwise`; every body gives as many
+/// outputs, the branch's results.
+#[derive(Clone, Debug)]
+pub struct Branch {
+    pub clauses: Vec<(Block, Block)>,
+    pub otherwise: Block,
+    /// The slots the clauses write (set when the program is checked).
+    inner: Range<usize>,
+}
+
+impl Branch {
+    pub fn new(clauses: Vec<(Block, Block)>, otherwise: Block) -> Branch {
+        Branch {
+            clauses,
+            otherwise,
+            inner: 0..0,
+        }
+    }
+}
+
+#[derive(Clone, Debug)]
+pub enum Instruction {
+    Op(OpCall),
+    Loop(Loop),
+    Branch(Branch),
 }
 
 /// A checked program (see the module documentation).
@@ -28,59 +131,74 @@ pub struct Instruction {
 pub struct Program {
     inputs: usize,
     constants: usize,
-    instructions: Vec<Instruction>,
-    outputs: Vec<usize>,
+    main: Block,
+    slots: usize,
+}
+
+/// Which slots are visible while a program is checked.
+struct Scope {
+    visible: Vec<bool>,
+}
+
+impl Scope {
+    fn next(&self) -> usize {
+        self.visible.len()
+    }
+
+    fn define(&mut self, n: usize) -> usize {
+        let first = self.next();
+        self.visible.resize(first + n, true);
+        first
+    }
+
+    fn hide_from(&mut self, first: usize) {
+        for v in &mut self.visible[first..] {
+            *v = false;
+        }
+    }
+
+    fn readable(&self, slot: usize) -> bool {
+        self.visible.get(slot).copied().unwrap_or(false)
+    }
+}
+
+fn malformed(place: &str, message: impl std::fmt::Display) -> Error {
+    Error::arg("program", format!("{place}: {message}"))
+}
+
+/// `what` inside `place` ("" being the program's main block).
+fn within(place: &str, what: impl std::fmt::Display) -> String {
+    if place.is_empty() {
+        what.to_string()
+    } else {
+        format!("{place}: {what}")
+    }
 }
 
 impl Program {
-    /// Checks that every instruction reads slots written before it, with as
-    /// many inputs and parameters (of the right kinds) as its op takes, and
-    /// that the outputs name written slots.
+    /// Checks that every instruction reads slots visible to it, that ops
+    /// take as many inputs and parameters (of the right kinds) as given and
+    /// declare their number of results, that loops and branches give the
+    /// outputs they must, and that the outputs name visible slots.
     pub fn new(
         inputs: usize,
         constants: usize,
         instructions: Vec<Instruction>,
         outputs: Vec<usize>,
     ) -> Result<Program> {
-        let mut written = inputs + constants;
-        for (i, ins) in instructions.iter().enumerate() {
-            let bad = |message: String| {
-                Error::arg(
-                    "program",
-                    format!("instruction {i} ({}): {message}", ins.op.name()),
-                )
-            };
-            if let Some(&slot) = ins.inputs.iter().find(|&&s| s >= written) {
-                return Err(bad(format!(
-                    "reads slot {slot}, which is not written before it"
-                )));
-            }
-            if !ins.op.takes_inputs(ins.inputs.len()) {
-                return Err(bad(format!("{} inputs", ins.inputs.len())));
-            }
-            if !ins.op.takes_params(&ins.params) {
-                return Err(bad("parameters of the wrong number or kinds".into()));
-            }
-            if ins.results != ins.op.results().len() {
-                return Err(bad(format!(
-                    "{} results declared, the op has {}",
-                    ins.results,
-                    ins.op.results().len()
-                )));
-            }
-            written += ins.results;
-        }
-        if let Some(&slot) = outputs.iter().find(|&&s| s >= written) {
-            return Err(Error::arg(
-                "program",
-                format!("output slot {slot} is never written"),
-            ));
-        }
+        let mut main = Block {
+            instructions,
+            outputs,
+        };
+        let mut scope = Scope {
+            visible: vec![true; inputs + constants],
+        };
+        check_block(&mut main, &mut scope, "", 0)?;
         Ok(Program {
             inputs,
             constants,
-            instructions,
-            outputs,
+            main,
+            slots: scope.next(),
         })
     }
 
@@ -91,12 +209,37 @@ impl Program {
 
     /// How many outputs a call gives.
     pub fn outputs(&self) -> usize {
-        self.outputs.len()
+        self.main.outputs.len()
+    }
+
+    /// Whether the program has a loop (a run that may take any time).
+    pub fn loops(&self) -> bool {
+        fn any(block: &Block) -> bool {
+            block.instructions.iter().any(|ins| match ins {
+                Instruction::Op(_) => false,
+                Instruction::Loop(_) => true,
+                Instruction::Branch(b) => {
+                    b.clauses.iter().any(|(p, c)| any(p) || any(c)) || any(&b.otherwise)
+                }
+            })
+        }
+        any(&self.main)
     }
 
     /// Runs the program on `inputs` and `constants` (on the worker of the
     /// device they are on): the output arrays, lazy.
     pub fn run(&self, inputs: Vec<Array>, constants: Vec<Array>) -> Result<Vec<Array>> {
+        self.run_until(inputs, constants, &|| false)
+    }
+
+    /// [`Program::run`], checking `stop` before every loop step: once it
+    /// says true, the run ends with [`Error::Cancelled`].
+    pub fn run_until(
+        &self,
+        inputs: Vec<Array>,
+        constants: Vec<Array>,
+        stop: &dyn Fn() -> bool,
+    ) -> Result<Vec<Array>> {
         if inputs.len() != self.inputs || constants.len() != self.constants {
             return Err(Error::arg(
                 "inputs",
@@ -107,18 +250,256 @@ impl Program {
                 ),
             ));
         }
-        let mut slots: Vec<Array> = inputs;
-        slots.extend(constants);
-        for ins in &self.instructions {
-            let args: Vec<Array> = ins.inputs.iter().map(|&s| slots[s].clone()).collect();
-            for out in ins.op.apply(&args, ins.params.clone())?.into_vec() {
-                slots.push(match ins.cast {
-                    Some(dtype) if out.dtype() != dtype => out.as_dtype(dtype)?,
-                    _ => out,
-                });
+        let mut slots: Vec<Option<Array>> = Vec::with_capacity(self.slots);
+        slots.extend(inputs.into_iter().map(Some));
+        slots.extend(constants.into_iter().map(Some));
+        slots.resize(self.slots, None);
+        let mut run = Run { slots, stop };
+        run.block(&self.main.instructions)?;
+        self.main.outputs.iter().map(|&s| run.read(s)).collect()
+    }
+}
+
+fn check_block(block: &mut Block, scope: &mut Scope, place: &str, depth: usize) -> Result<()> {
+    if depth > MAX_DEPTH {
+        return Err(Error::arg(
+            "program",
+            within(
+                place,
+                format!("loops and branches nest deeper than {MAX_DEPTH}"),
+            ),
+        ));
+    }
+    for (i, ins) in block.instructions.iter_mut().enumerate() {
+        match ins {
+            Instruction::Op(call) => {
+                let place = within(place, format!("instruction {i} ({})", call.op.name()));
+                check_reads(&call.inputs, scope, &place)?;
+                if !call.op.takes_inputs(call.inputs.len()) {
+                    return Err(malformed(&place, format!("{} inputs", call.inputs.len())));
+                }
+                if !call.op.takes_params(&call.params) {
+                    return Err(malformed(&place, "parameters of the wrong number or kinds"));
+                }
+                if call.results != call.op.results().len() {
+                    return Err(malformed(
+                        &place,
+                        format!(
+                            "{} results declared, the op has {}",
+                            call.results,
+                            call.op.results().len()
+                        ),
+                    ));
+                }
+                call.first = scope.define(call.results);
+            }
+            Instruction::Loop(l) => {
+                let place = within(place, format!("instruction {i} (while)"));
+                check_reads(&l.initial, scope, &place)?;
+                let n = l.initial.len();
+                l.state = scope.define(n);
+                check_block(
+                    &mut l.condition,
+                    scope,
+                    &format!("{place} condition"),
+                    depth + 1,
+                )?;
+                check_outputs(&l.condition, 1, &format!("{place} condition"))?;
+                check_block(&mut l.body, scope, &format!("{place} body"), depth + 1)?;
+                check_outputs(&l.body, n, &format!("{place} body"))?;
+                scope.hide_from(l.state);
+                l.results = scope.define(n);
+            }
+            Instruction::Branch(b) => {
+                let place = within(place, format!("instruction {i} (cond)"));
+                let n = b.otherwise.outputs.len();
+                let first = scope.next();
+                for (k, (pred, body)) in b.clauses.iter_mut().enumerate() {
+                    let start = scope.next();
+                    let here = format!("{place} clause {k}");
+                    check_block(pred, scope, &format!("{here} predicate"), depth + 1)?;
+                    check_outputs(pred, 1, &format!("{here} predicate"))?;
+                    check_block(body, scope, &here, depth + 1)?;
+                    check_outputs(body, n, &here)?;
+                    scope.hide_from(start);
+                }
+                let start = scope.next();
+                check_block(
+                    &mut b.otherwise,
+                    scope,
+                    &format!("{place} last clause"),
+                    depth + 1,
+                )?;
+                scope.hide_from(start);
+                b.inner = first..scope.next();
+                scope.define(n);
             }
         }
-        Ok(self.outputs.iter().map(|&s| slots[s].clone()).collect())
+    }
+    check_reads(&block.outputs, scope, &within(place, "outputs"))
+}
+
+fn check_reads(slots: &[usize], scope: &Scope, place: &str) -> Result<()> {
+    match slots.iter().find(|&&s| !scope.readable(s)) {
+        Some(slot) => Err(malformed(
+            place,
+            format!("reads slot {slot}, which is not written before it"),
+        )),
+        None => Ok(()),
+    }
+}
+
+fn check_outputs(block: &Block, n: usize, place: &str) -> Result<()> {
+    if block.outputs.len() == n {
+        Ok(())
+    } else {
+        Err(malformed(
+            place,
+            format!("gives {} outputs, {n} expected", block.outputs.len()),
+        ))
+    }
+}
+
+/// A program's slots while it runs.
+struct Run<'a> {
+    slots: Vec<Option<Array>>,
+    stop: &'a dyn Fn() -> bool,
+}
+
+impl Run<'_> {
+    fn read(&self, slot: usize) -> Result<Array> {
+        self.slots
+            .get(slot)
+            .and_then(|s| s.clone())
+            .ok_or_else(|| Error::Internal(format!("program slot {slot} read before written")))
+    }
+
+    fn write(&mut self, slot: usize, a: Array) {
+        self.slots[slot] = Some(a);
+    }
+
+    fn clear(&mut self, slots: Range<usize>) {
+        for s in &mut self.slots[slots] {
+            *s = None;
+        }
+    }
+
+    fn block(&mut self, instructions: &[Instruction]) -> Result<()> {
+        for ins in instructions {
+            match ins {
+                Instruction::Op(call) => self.op(call)?,
+                Instruction::Loop(l) => self.run_loop(l)?,
+                Instruction::Branch(b) => self.branch(b)?,
+            }
+        }
+        Ok(())
+    }
+
+    fn op(&mut self, call: &OpCall) -> Result<()> {
+        let args: Vec<Array> = call
+            .inputs
+            .iter()
+            .map(|&s| self.read(s))
+            .collect::<Result<_>>()?;
+        let results = call.op.apply(&args, call.params.clone())?.into_vec();
+        for (k, out) in results.into_iter().enumerate() {
+            let out = match call.cast {
+                Some(dtype) if out.dtype() != dtype => out.as_dtype(dtype)?,
+                _ => out,
+            };
+            self.write(call.first + k, out);
+        }
+        Ok(())
+    }
+
+    fn run_loop(&mut self, l: &Loop) -> Result<()> {
+        let n = l.initial.len();
+        let state = l.state..l.state + n;
+        for (k, &s) in l.initial.iter().enumerate() {
+            let v = self.read(s)?;
+            self.write(l.state + k, v);
+        }
+        loop {
+            if (self.stop)() {
+                return Err(Error::Cancelled(
+                    "the program's caller is gone; its while loop was stopped".into(),
+                ));
+            }
+            self.block(&l.condition.instructions)?;
+            let pred = self.read(l.condition.outputs[0])?;
+            // The state is evaluated with the predicate, step by step: the
+            // graph stays one step deep, and a value the step replaced has
+            // no reference left (MLX may reuse its buffer).
+            let mut now: Vec<&Array> = vec![&pred];
+            now.extend(self.slots[state.clone()].iter().flatten());
+            mlx_rs::transforms::eval(now)?;
+            let go = truthy(item::item(&pred)?);
+            drop(pred);
+            self.clear(state.end..l.results);
+            if !go {
+                break;
+            }
+            self.block(&l.body.instructions)?;
+            let next: Vec<Array> = l
+                .body
+                .outputs
+                .iter()
+                .map(|&s| self.read(s))
+                .collect::<Result<_>>()?;
+            // The step's new values are checked against the memory limit
+            // as every new tensor is (crate::memory::check_allocation).
+            let fresh: usize = l
+                .body
+                .outputs
+                .iter()
+                .zip(&next)
+                .filter(|(&s, _)| s >= state.end)
+                .map(|(_, a)| a.nbytes())
+                .sum();
+            memory::check_allocation(fresh)?;
+            self.clear(l.state..l.results);
+            for (k, v) in next.into_iter().enumerate() {
+                self.write(l.state + k, v);
+            }
+        }
+        for k in 0..n {
+            let v = self.slots[l.state + k].take();
+            self.slots[l.results + k] = v;
+        }
+        Ok(())
+    }
+
+    fn branch(&mut self, b: &Branch) -> Result<()> {
+        let mut chosen = &b.otherwise;
+        for (pred, body) in &b.clauses {
+            self.block(&pred.instructions)?;
+            let p = self.read(pred.outputs[0])?;
+            if truthy(item::item(&p)?) {
+                chosen = body;
+                break;
+            }
+        }
+        self.block(&chosen.instructions)?;
+        let results: Vec<Array> = chosen
+            .outputs
+            .iter()
+            .map(|&s| self.read(s))
+            .collect::<Result<_>>()?;
+        self.clear(b.inner.clone());
+        for (k, v) in results.into_iter().enumerate() {
+            self.write(b.inner.end + k, v);
+        }
+        Ok(())
+    }
+}
+
+fn truthy(n: Number) -> bool {
+    match n {
+        Number::Bool(b) => b,
+        Number::Int(i) => i != 0,
+        Number::UInt(u) => u != 0,
+        Number::Float(f) => f != 0.0,
+        Number::Complex(re, im) => re != 0.0 || im != 0.0,
     }
 }
 
@@ -128,14 +509,38 @@ mod tests {
     use crate::device::Device;
     use crate::worker::run_blocking;
 
-    fn ins(op: Op, inputs: &[usize], params: Vec<Param>, cast: Option<Dtype>) -> Instruction {
-        Instruction {
+    fn op(op: Op, inputs: &[usize], params: Vec<Param>, cast: Option<Dtype>) -> Instruction {
+        Instruction::Op(OpCall::new(
             op,
-            inputs: inputs.to_vec(),
+            inputs.to_vec(),
             params,
             cast,
-            results: op.results().len(),
+            op.results().len(),
+        ))
+    }
+
+    fn block(instructions: Vec<Instruction>, outputs: &[usize]) -> Block {
+        Block {
+            instructions,
+            outputs: outputs.to_vec(),
         }
+    }
+
+    fn sum_all() -> Vec<Param> {
+        vec![Param::OptInts(None), Param::Bool(false)]
+    }
+
+    fn run_i32(program: Program, inputs: Vec<Vec<i32>>, constants: Vec<i32>) -> Vec<Vec<i32>> {
+        run_blocking(Device::Cpu, move || {
+            let inputs = inputs
+                .iter()
+                .map(|v| Array::from_slice(v, &[v.len() as i32]))
+                .collect();
+            let constants = constants.iter().map(|&c| Array::from_int(c)).collect();
+            let out = program.run(inputs, constants)?;
+            Ok(out.iter().map(|a| a.as_slice::<i32>().to_vec()).collect())
+        })
+        .unwrap()
     }
 
     #[test]
@@ -145,14 +550,9 @@ mod tests {
             1,
             1,
             vec![
-                ins(Op::add, &[0, 1], vec![], None),
-                ins(Op::multiply, &[2, 0], vec![], None),
-                ins(
-                    Op::sum,
-                    &[3],
-                    vec![Param::OptInts(None), Param::Bool(false)],
-                    Some(Dtype::Float32),
-                ),
+                op(Op::add, &[0, 1], vec![], None),
+                op(Op::multiply, &[2, 0], vec![], None),
+                op(Op::sum, &[3], sum_all(), Some(Dtype::Float32)),
             ],
             vec![4, 2],
         )
@@ -172,18 +572,165 @@ mod tests {
         assert_eq!(plus, vec![11, 12, 13]);
     }
 
+    // while i < 10 { i += 1; acc *= 2 }: slots 0 (i), 1 (acc), 2 (10),
+    // 3 (1), 4 (2); state 5, 6; condition 7; body 8, 9; results 10, 11.
+    fn doubling_loop() -> Program {
+        Program::new(
+            2,
+            3,
+            vec![Instruction::Loop(Loop::new(
+                vec![0, 1],
+                block(vec![op(Op::less, &[5, 2], vec![], None)], &[7]),
+                block(
+                    vec![
+                        op(Op::add, &[5, 3], vec![], None),
+                        op(Op::multiply, &[6, 4], vec![], None),
+                    ],
+                    &[8, 9],
+                ),
+            ))],
+            vec![10, 11],
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn loops_run_until_their_condition_is_false() {
+        let out = run_i32(doubling_loop(), vec![vec![3], vec![1, 5]], vec![10, 1, 2]);
+        // 7 steps from 3 to 10; acc doubled 7 times
+        assert_eq!(out, vec![vec![10], vec![128, 640]]);
+        // a condition false at once: the initial state comes back
+        let out = run_i32(doubling_loop(), vec![vec![12], vec![1, 5]], vec![10, 1, 2]);
+        assert_eq!(out, vec![vec![12], vec![1, 5]]);
+    }
+
+    #[test]
+    fn a_stopped_run_ends_with_cancelled() {
+        let program = doubling_loop();
+        assert!(program.loops());
+        assert!(!three_way().loops());
+        let e = run_blocking(Device::Cpu, move || {
+            let inputs = vec![Array::from_int(0), Array::from_int(1)];
+            let constants = vec![Array::from_int(10), Array::from_int(1), Array::from_int(2)];
+            program.run_until(inputs, constants, &|| true)
+        })
+        .unwrap_err();
+        assert_eq!(e.kind(), "cancelled");
+    }
+
+    // cond x > 0 -> x * 2; x < -5 -> -x; true -> x + 1 (as integers):
+    // slots 0 (x), 1 (0), 2 (2), 3 (-5), 4 (1); clause 0: 5, 6; clause 1:
+    // 7, 8; last: 9; result 10; then 11 = result + x.
+    fn three_way() -> Program {
+        Program::new(
+            1,
+            4,
+            vec![
+                Instruction::Branch(Branch::new(
+                    vec![
+                        (
+                            block(vec![op(Op::greater, &[0, 1], vec![], None)], &[5]),
+                            block(vec![op(Op::multiply, &[0, 2], vec![], None)], &[6]),
+                        ),
+                        (
+                            block(vec![op(Op::less, &[0, 3], vec![], None)], &[7]),
+                            block(vec![op(Op::negate, &[0], vec![], None)], &[8]),
+                        ),
+                    ],
+                    block(vec![op(Op::add, &[0, 4], vec![], None)], &[9]),
+                )),
+                op(Op::add, &[10, 0], vec![], None),
+            ],
+            vec![10, 11],
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn branches_run_the_first_true_clause() {
+        for (x, expected) in [(4, 8), (-9, 9), (-2, -1), (0, 1)] {
+            let out = run_i32(three_way(), vec![vec![x]], vec![0, 2, -5, 1]);
+            assert_eq!(out, vec![vec![expected], vec![expected + x]], "x = {x}");
+        }
+    }
+
     #[test]
     fn malformed_programs_are_refused_with_the_reason() {
-        let e = Program::new(1, 0, vec![ins(Op::add, &[0, 1], vec![], None)], vec![1]).unwrap_err();
+        let e = Program::new(1, 0, vec![op(Op::add, &[0, 1], vec![], None)], vec![1]).unwrap_err();
         assert_eq!(
             e.to_string(),
             "program: instruction 0 (add): reads slot 1, which is not written before it"
         );
-        let e = Program::new(1, 0, vec![ins(Op::add, &[0], vec![], None)], vec![1]).unwrap_err();
+        let e = Program::new(1, 0, vec![op(Op::add, &[0], vec![], None)], vec![1]).unwrap_err();
         assert_eq!(e.to_string(), "program: instruction 0 (add): 1 inputs");
-        let e = Program::new(1, 0, vec![ins(Op::sum, &[0], vec![], None)], vec![1]).unwrap_err();
+        let e = Program::new(1, 0, vec![op(Op::sum, &[0], vec![], None)], vec![1]).unwrap_err();
         assert!(e.to_string().contains("parameters"), "{e}");
         let e = Program::new(1, 0, vec![], vec![3]).unwrap_err();
-        assert_eq!(e.to_string(), "program: output slot 3 is never written");
+        assert_eq!(
+            e.to_string(),
+            "program: outputs: reads slot 3, which is not written before it"
+        );
+    }
+
+    #[test]
+    fn what_a_block_writes_is_not_visible_after_it() {
+        // the loop's state (slot 1) and body (slot 3) read after the loop
+        let looped = |outputs: &[usize]| {
+            Program::new(
+                1,
+                0,
+                vec![Instruction::Loop(Loop::new(
+                    vec![0],
+                    block(vec![], &[1]),
+                    block(vec![op(Op::negate, &[1], vec![], None)], &[2]),
+                ))],
+                outputs.to_vec(),
+            )
+        };
+        assert!(looped(&[3]).is_ok());
+        for slot in [1, 2] {
+            let e = looped(&[slot]).unwrap_err().to_string();
+            assert!(e.contains(&format!("reads slot {slot}")), "{e}");
+        }
+        // a clause's slots are not visible to the next clause
+        let e = Program::new(
+            1,
+            0,
+            vec![Instruction::Branch(Branch::new(
+                vec![(
+                    block(vec![op(Op::negate, &[0], vec![], None)], &[1]),
+                    block(vec![], &[1]),
+                )],
+                block(vec![], &[1]),
+            ))],
+            vec![2],
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("last clause: outputs: reads slot 1"), "{e}");
+        // loops give the outputs they must
+        let e = Program::new(
+            1,
+            0,
+            vec![Instruction::Loop(Loop::new(
+                vec![0],
+                block(vec![], &[1]),
+                block(vec![], &[1, 1]),
+            ))],
+            vec![2],
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("body: gives 2 outputs, 1 expected"), "{e}");
+    }
+
+    #[test]
+    fn nesting_is_bounded() {
+        let mut body = block(vec![], &[1]);
+        for _ in 0..=MAX_DEPTH {
+            body = block(vec![Instruction::Branch(Branch::new(vec![], body))], &[]);
+        }
+        let e = Program::new(1, 0, body.instructions, vec![]).unwrap_err();
+        assert!(e.to_string().contains("nest deeper than 64"), "{e}");
     }
 }

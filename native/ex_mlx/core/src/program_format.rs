@@ -15,11 +15,11 @@ use crate::error::{Error, Result};
 use crate::ops::creation::Scalar;
 use crate::ops::params::{Param, ParamKind};
 use crate::ops::table::Op;
-use crate::program::{Instruction, Program};
+use crate::program::{Block, Branch, Instruction, Loop, OpCall, Program, MAX_DEPTH};
 use crate::wire;
 
 pub const MAGIC: &[u8; 8] = b"EXMLXPRG";
-pub const VERSION: u16 = 1;
+pub const VERSION: u16 = 2;
 
 /// The kinds in the order of their tags in the format.
 pub const KIND_TAGS: &[ParamKind] = &[
@@ -227,6 +227,101 @@ impl<'a> Reader<'a> {
     }
 }
 
+/// Reads blocks of instructions: ops (by their index in the program's op
+/// names), loops and branches (version 2 and later; version 1 has ops only,
+/// without a kind byte).
+struct Blocks {
+    ops: Vec<Op>,
+    version: u16,
+}
+
+impl Blocks {
+    fn block(&mut self, r: &mut Reader, place: &str, depth: usize) -> Result<Block> {
+        if depth > MAX_DEPTH {
+            return Err(bad(format!(
+                "{place}: loops and branches nest deeper than {MAX_DEPTH}"
+            )));
+        }
+        let count = r.count("instruction count", 8)?;
+        let mut instructions = Vec::with_capacity(count);
+        for i in 0..count {
+            let kind = if self.version == 1 {
+                0
+            } else {
+                r.u8("instruction kind")?
+            };
+            let place = format!("{place}: instruction {i}");
+            instructions.push(match kind {
+                0 => Instruction::Op(self.op(r, &place)?),
+                1 => {
+                    let initial = slots(r, "loop state")?;
+                    let condition = self.block(r, &format!("{place} condition"), depth + 1)?;
+                    let body = self.block(r, &format!("{place} body"), depth + 1)?;
+                    Instruction::Loop(Loop::new(initial, condition, body))
+                }
+                2 => {
+                    let n = r.count("clause count", 16)?;
+                    let mut clauses = Vec::with_capacity(n);
+                    for k in 0..n {
+                        let here = format!("{place} clause {k}");
+                        let pred = self.block(r, &format!("{here} predicate"), depth + 1)?;
+                        let body = self.block(r, &here, depth + 1)?;
+                        clauses.push((pred, body));
+                    }
+                    let last = self.block(r, &format!("{place} last clause"), depth + 1)?;
+                    Instruction::Branch(Branch::new(clauses, last))
+                }
+                other => return Err(bad(format!("{place}: unknown instruction kind {other}"))),
+            });
+        }
+        let outputs = slots(r, "output")?;
+        Ok(Block {
+            instructions,
+            outputs,
+        })
+    }
+
+    fn op(&mut self, r: &mut Reader, place: &str) -> Result<OpCall> {
+        let index = r.u16("op index")? as usize;
+        let op = *self
+            .ops
+            .get(index)
+            .ok_or_else(|| bad(format!("{place}: op index {index} out of range")))?;
+        let input_count = r.u16("input count")? as usize;
+        let inputs = (0..input_count)
+            .map(|_| Ok(r.u32("input slot")? as usize))
+            .collect::<Result<Vec<_>>>()?;
+        let param_count = r.u16("parameter count")? as usize;
+        let specs = op.params();
+        if param_count != specs.len() {
+            return Err(bad(format!(
+                "{place} ({}): {param_count} parameters, the op takes {}",
+                op.name(),
+                specs.len()
+            )));
+        }
+        let params = specs
+            .iter()
+            .map(|spec| r.param(spec.kind))
+            .collect::<Result<Vec<_>>>()?;
+        let cast = if r.flag("cast")? {
+            Some(r.dtype("cast")?)
+        } else {
+            None
+        };
+        let results = r.u8("result count")? as usize;
+        Ok(OpCall::new(op, inputs, params, cast, results))
+    }
+}
+
+/// A `u32` count, then as many `u32` slots.
+fn slots(r: &mut Reader, what: &str) -> Result<Vec<usize>> {
+    let n = r.count(&format!("{what} count"), 4)?;
+    (0..n)
+        .map(|_| Ok(r.u32(&format!("{what} slot"))? as usize))
+        .collect()
+}
+
 /// Reads a program's bytes (see the module documentation).
 pub fn decode(bytes: &[u8]) -> Result<Decoded> {
     if bytes.len() < MAGIC.len() + 4 + 4 || &bytes[..MAGIC.len()] != MAGIC {
@@ -242,9 +337,9 @@ pub fn decode(bytes: &[u8]) -> Result<Decoded> {
         at: MAGIC.len(),
     };
     let version = r.u16("version")?;
-    if version != VERSION {
+    if !(1..=VERSION).contains(&version) {
         return Err(bad(format!(
-            "version {version}; this ExMLX reads version {VERSION}"
+            "version {version}; this ExMLX reads versions 1 to {VERSION}"
         )));
     }
     let device = match r.u8("device")? {
@@ -281,56 +376,15 @@ pub fn decode(bytes: &[u8]) -> Result<Decoded> {
         })?);
     }
 
-    let instruction_count = r.count("instruction count", 7)?;
-    let mut instructions = Vec::with_capacity(instruction_count);
-    for i in 0..instruction_count {
-        let index = r.u16("op index")? as usize;
-        let op = *ops
-            .get(index)
-            .ok_or_else(|| bad(format!("instruction {i}: op index {index} out of range")))?;
-        let input_count = r.u16("input count")? as usize;
-        let slots = (0..input_count)
-            .map(|_| Ok(r.u32("input slot")? as usize))
-            .collect::<Result<Vec<_>>>()?;
-        let param_count = r.u16("parameter count")? as usize;
-        let specs = op.params();
-        if param_count != specs.len() {
-            return Err(bad(format!(
-                "instruction {i} ({}): {param_count} parameters, the op takes {}",
-                op.name(),
-                specs.len()
-            )));
-        }
-        let params = specs
-            .iter()
-            .map(|spec| r.param(spec.kind))
-            .collect::<Result<Vec<_>>>()?;
-        let cast = if r.flag("cast")? {
-            Some(r.dtype("cast")?)
-        } else {
-            None
-        };
-        let results = r.u8("result count")? as usize;
-        instructions.push(Instruction {
-            op,
-            inputs: slots,
-            params,
-            cast,
-            results,
-        });
-    }
-
-    let output_count = r.count("output count", 4)?;
-    let outputs = (0..output_count)
-        .map(|_| Ok(r.u32("output slot")? as usize))
-        .collect::<Result<Vec<_>>>()?;
+    let mut blocks = Blocks { ops, version };
+    let main = blocks.block(&mut r, "program", 0)?;
     if r.at != body.len() {
         return Err(bad(format!(
             "{} bytes after the outputs",
             body.len() - r.at
         )));
     }
-    let program = Program::new(inputs, constants.len(), instructions, outputs)?;
+    let program = Program::new(inputs, constants.len(), main.instructions, main.outputs)?;
     Ok(Decoded {
         device,
         program,
@@ -342,11 +396,12 @@ pub fn decode(bytes: &[u8]) -> Result<Decoded> {
 mod tests {
     use super::*;
 
-    // A program by hand: out = x + 1 (constant 1 of f32), as the format says.
+    // A program by hand: out = x + 1 (constant 1 of f32), as version 1 of
+    // the format says.
     fn sample() -> Vec<u8> {
         let mut b = Vec::new();
         b.extend_from_slice(MAGIC);
-        b.extend_from_slice(&VERSION.to_le_bytes());
+        b.extend_from_slice(&1u16.to_le_bytes());
         b.push(0); // cpu
         b.extend_from_slice(&1u32.to_le_bytes()); // one input
         let mut frame = vec![0u8; wire::header_len(0) + 4];
@@ -370,6 +425,83 @@ mod tests {
         let crc = crc32fast::hash(&b);
         b.extend_from_slice(&crc.to_le_bytes());
         b
+    }
+
+    fn u32s(b: &mut Vec<u8>, values: &[u32]) {
+        for v in values {
+            b.extend_from_slice(&v.to_le_bytes());
+        }
+    }
+
+    // Version 2 by hand: while x < 10 { x = x + 3 }, x an s32 input and 10,
+    // 3 constants: slots 0 (x), 1 (10), 2 (3); state 3; condition 4; body
+    // 5; result 6.
+    fn looping() -> Vec<u8> {
+        let mut b = Vec::new();
+        b.extend_from_slice(MAGIC);
+        b.extend_from_slice(&2u16.to_le_bytes());
+        b.push(0);
+        u32s(&mut b, &[1, 2]); // one input, two constants
+        for c in [10i32, 3] {
+            let mut frame = vec![0u8; wire::header_len(0) + 4];
+            wire::write_frame(&mut frame, Dtype::Int32, &[], &c.to_le_bytes());
+            u32s(&mut b, &[frame.len() as u32]);
+            b.extend_from_slice(&frame);
+        }
+        u32s(&mut b, &[2]); // op names
+        for name in ["less", "add"] {
+            b.extend_from_slice(&(name.len() as u16).to_le_bytes());
+            b.extend_from_slice(name.as_bytes());
+        }
+        let op = |b: &mut Vec<u8>, index: u16, a: u32, c: u32| {
+            b.push(0);
+            b.extend_from_slice(&index.to_le_bytes());
+            b.extend_from_slice(&2u16.to_le_bytes());
+            u32s(b, &[a, c]);
+            b.extend_from_slice(&0u16.to_le_bytes());
+            b.extend_from_slice(&[0, 1]);
+        };
+        u32s(&mut b, &[1]); // main: one instruction, a loop
+        b.push(1);
+        u32s(&mut b, &[1, 0]); // state from slot 0
+        u32s(&mut b, &[1]); // condition: less(3, 1) -> 4
+        op(&mut b, 0, 3, 1);
+        u32s(&mut b, &[1, 4]);
+        u32s(&mut b, &[1]); // body: add(3, 2) -> 5
+        op(&mut b, 1, 3, 2);
+        u32s(&mut b, &[1, 5]);
+        u32s(&mut b, &[1, 6]); // main's output: the loop's result
+        let crc = crc32fast::hash(&b);
+        b.extend_from_slice(&crc.to_le_bytes());
+        b
+    }
+
+    #[test]
+    fn reads_loops_in_version_2() {
+        use crate::worker::run_blocking;
+        use mlx_rs::Array;
+        let decoded = decode(&looping()).unwrap();
+        let out = run_blocking(Device::Cpu, move || {
+            let constants = [10, 3].iter().map(|&c| Array::from_int(c)).collect();
+            let out = decoded.program.run(vec![Array::from_int(1)], constants)?;
+            Ok(out[0].as_slice::<i32>()[0])
+        })
+        .unwrap();
+        assert_eq!(out, 10); // 1, 4, 7, 10
+        let good = looping();
+        for len in 0..good.len() {
+            assert!(decode(&good[..len]).is_err(), "truncated to {len}");
+        }
+        for at in 10..good.len() - 4 {
+            for delta in [1u8, 0x80, 0xFF] {
+                let mut bytes = good.clone();
+                bytes[at] = bytes[at].wrapping_add(delta);
+                let n = bytes.len() - 4;
+                let crc = crc32fast::hash(&bytes[..n]);
+                bytes[n..].copy_from_slice(&crc.to_le_bytes());
+                let _ = decode(&bytes);
+            }
+        }
     }
 
     #[test]
@@ -400,7 +532,7 @@ mod tests {
                 let _ = decode(&bytes);
             }
         }
-        let e = decode(b"EXMLXPRG\x02\x00garbage!").unwrap_err().to_string();
+        let e = decode(b"EXMLXPRG\x03\x00garbage!").unwrap_err().to_string();
         assert!(e.contains("checksum"), "{e}");
     }
 }

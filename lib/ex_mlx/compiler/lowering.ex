@@ -1,0 +1,315 @@
+if Code.ensure_loaded?(Nx) do
+  defmodule ExMLX.Compiler.Lowering do
+    @moduledoc false
+    # Walks an `Nx.Defn.Expr` graph while ExMLX.Op records a program
+    # (ExMLX.Op.record_program/3): every ordinary node runs its
+    # ExMLX.Backend callback on the recorded values (so the program holds
+    # the op-table ops the backend uses), `while` and `cond` become a loop
+    # and a branch of the program (their bodies recorded as blocks), hooks
+    # outside them become extra outputs the compiler hands to the hook
+    # functions after the run. What the program cannot hold (a
+    # `runtime_call`, a hook inside `while`/`cond`, a read of data) raises
+    # ExMLX.Op.Unrecordable.
+    #
+    # Scopes follow Nx.Defn.Evaluator's: a `while` body and a function
+    # (`fun`, a block's default expression) see only their parameters; a
+    # `cond` clause sees its parents, whose values it needs are computed
+    # before the `cond` (Nx.Defn.Tree.scope_ids/2 tells which ids are the
+    # parents').
+
+    alias ExMLX.Op
+    alias Nx.Defn.{Composite, Expr, Tree}
+    alias Nx.Tensor, as: T
+
+    @creation_ops [:eye, :iota, :from_binary]
+    @hooks :ex_mlx_lowering_hooks
+
+    @doc """
+    Evaluates `expr` on `params` (functions returning the input tensors,
+    as Nx.Defn.Evaluator takes them) on `device`: `{result, hooks}`, the
+    hooks being `[{callback_spec, value}]` in the order the graph runs them.
+    """
+    def lower(expr, params, device) do
+      state = %{params: params, device: device, scope: Tree.scope_ids(expr), nested: false}
+      previous = Process.put(@hooks, [])
+
+      try do
+        {result, _cache} = composite_eval(expr, state, %{})
+        {result, Enum.reverse(Process.get(@hooks))}
+      after
+        if previous, do: Process.put(@hooks, previous), else: Process.delete(@hooks)
+      end
+    end
+
+    defp composite_eval(composite, state, cache),
+      do: Composite.traverse(composite, cache, &eval(&1, state, &2))
+
+    defp eval(%T{data: %Expr{op: :tensor, args: [t]}}, _state, cache), do: {t, cache}
+
+    defp eval(%T{data: %Expr{op: :constant, args: [constant]}} = ans, state, cache),
+      do: {ExMLX.Backend.constant(ans, constant, device: state.device), cache}
+
+    defp eval(%T{data: %Expr{op: :metadata, args: [expr, _meta]}}, state, cache),
+      do: composite_eval(expr, state, cache)
+
+    defp eval(%T{data: %Expr{id: id, op: op}} = ans, state, cache) do
+      case cache do
+        %{^id => result} ->
+          {result, cache}
+
+        %{} ->
+          {result, cache} = eval_apply(op, ans, state, cache)
+          {result, Map.put(cache, id, result)}
+      end
+    end
+
+    defp eval(other, _state, cache), do: {other, cache}
+
+    # -------------------------------------------------------------------------
+    # Nodes
+    # -------------------------------------------------------------------------
+
+    defp eval_apply(:parameter, %T{data: %Expr{args: [i]}}, state, cache) do
+      case Enum.fetch!(state.params, i).() do
+        %T{data: %Expr{}} = t ->
+          raise ArgumentError,
+                "cannot pass a tensor expression as argument to defn, got: #{inspect(t)}"
+
+        %T{} = t ->
+          {Nx.devectorize(t), cache}
+      end
+    end
+
+    defp eval_apply(:elem, %T{data: %Expr{args: [tuple, i]}}, state, cache) do
+      {tuple, cache} = composite_eval(tuple, state, cache)
+      {elem(tuple, i), cache}
+    end
+
+    defp eval_apply(:hook, %T{data: %Expr{args: args}}, state, cache) do
+      [tensor_expr, spec, template, _ref] = args
+
+      if state.nested,
+        do: raise(Op.Unrecordable, message: "a hook inside while or cond needs its own program")
+
+      {value, cache} = composite_eval(tensor_expr, state, cache)
+
+      {hooked, spec, cache} =
+        case spec do
+          {:token_hook, hooked_expr, inner} ->
+            {hooked, cache} = composite_eval(hooked_expr, state, cache)
+            {hooked, inner, cache}
+
+          spec ->
+            {value, spec, cache}
+        end
+
+      Process.put(@hooks, [{spec, hooked} | Process.get(@hooks)])
+
+      result =
+        case template do
+          %T{} -> value
+          _ -> value |> List.wrap() |> Composite.flatten_list() |> List.to_tuple()
+        end
+
+      {result, cache}
+    end
+
+    defp eval_apply(:runtime_call, _ans, _state, _cache),
+      do: raise(Op.Unrecordable, message: "a runtime_call runs Elixir code on data at run time")
+
+    defp eval_apply(:fun, %T{data: %Expr{args: [args, expr, _mfa]}}, state, cache) do
+      run = fn values ->
+        params = Enum.map(values, fn v -> fn -> Nx.to_tensor(v) end end)
+        {result, _} = composite_eval(expr, closed(state, expr, params), %{})
+        result
+      end
+
+      fun =
+        case length(args) do
+          1 -> fn a -> run.([a]) end
+          2 -> fn a, b -> run.([a, b]) end
+        end
+
+      {fun, cache}
+    end
+
+    defp eval_apply(:block, %T{data: %Expr{args: args}} = ans, state, cache) do
+      [struct, in_args, expr, _callback] = args
+      {in_args, cache} = Enum.map_reduce(in_args, cache, &eval(&1, state, &2))
+      out = if match?({:tuple, _}, ans.type), do: expr, else: ans
+
+      # The block's default implementation is its expression, over the
+      # block's tensor arguments as parameters.
+      default = fn [_struct | values] ->
+        tensors = Enum.take_while(values, &(not is_list(&1)))
+        params = Enum.map(tensors, fn t -> fn -> t end end)
+        {result, _} = composite_eval(expr, closed(state, expr, params), %{})
+        result
+      end
+
+      {ExMLX.Backend.block(struct, out, in_args, arity(1 + length(in_args), default)), cache}
+    end
+
+    defp eval_apply(:while, %T{data: %Expr{args: args}}, state, cache) do
+      [initial, _arg, pred, body] = args
+      {initial, cache} = composite_eval(initial, state, cache)
+      leaves = tuple_leaves(initial)
+      types = Enum.map(leaves, &ExMLX.Backend.storage_type(&1.type))
+      refs = Enum.zip_with(leaves, types, &typed_ref(&1, &2, state.device))
+      inner = %{closed(state, {pred, body}, []) | nested: true}
+
+      with_state = fn state_refs ->
+        tensors = Enum.zip_with(leaves, state_refs, &put_ref(&1, &2, state.device))
+        %{inner | params: Enum.map(tensors, fn t -> fn -> t end end)}
+      end
+
+      results =
+        Op.record_while(
+          refs,
+          types,
+          fn state_refs ->
+            {p, body_cache} = eval(pred, with_state.(state_refs), %{})
+            {typed_ref(p, nil, state.device), body_cache}
+          end,
+          fn state_refs, body_cache ->
+            {next, _} = composite_eval(body, with_state.(state_refs), body_cache)
+            next |> tuple_leaves() |> Enum.zip_with(types, &typed_ref(&1, &2, state.device))
+          end
+        )
+
+      {rebuild_tuples(initial, results, state.device), cache}
+    end
+
+    defp eval_apply(:cond, %T{data: %Expr{args: [clauses, last]}}, state, cache) do
+      cache = parents_first([last | Enum.flat_map(clauses, &Tuple.to_list/1)], state, cache)
+      leaves = Composite.flatten_list([last])
+      types = Enum.map(leaves, &ExMLX.Backend.storage_type(&1.type))
+      inner = fn expr -> %{state | scope: Tree.scope_ids(expr, state.scope), nested: true} end
+
+      body_refs = fn body, body_cache ->
+        {values, _} = composite_eval(body, inner.(body), body_cache)
+
+        values
+        |> then(&Composite.flatten_list([&1]))
+        |> Enum.zip_with(types, &typed_ref(&1, &2, state.device))
+      end
+
+      clauses =
+        Enum.map(clauses, fn {pred, body} ->
+          {fn ->
+             {p, pred_cache} = eval(pred, inner.({pred, body}), cache)
+             {typed_ref(p, nil, state.device), pred_cache}
+           end, fn pred_cache -> body_refs.(body, pred_cache) end}
+        end)
+
+      results = Op.record_cond(clauses, fn -> body_refs.(last, cache) end, types)
+
+      {result, []} =
+        Composite.traverse(last, results, fn leaf, [ref | rest] ->
+          {put_ref(leaf, ref, state.device), rest}
+        end)
+
+      {result, cache}
+    end
+
+    defp eval_apply(op, ans, state, cache) do
+      {args, cache} = Tree.apply_args(ans, cache, &eval(&1, state, &2))
+
+      args =
+        cond do
+          op in @creation_ops -> [ans | args] ++ [[device: state.device]]
+          match?({:tuple, _}, ans.type) -> args
+          true -> [ans | args]
+        end
+
+      if not function_exported?(ExMLX.Backend, op, length(args)),
+        do: raise(Op.Unrecordable, message: "ExMLX.Backend has no #{op}/#{length(args)}")
+
+      {apply(ExMLX.Backend, op, args), cache}
+    end
+
+    # -------------------------------------------------------------------------
+    # Helpers
+    # -------------------------------------------------------------------------
+
+    # The state of a scope that sees only its parameters (a while body, a
+    # function, a block's default expression).
+    defp closed(state, expr, params),
+      do: %{state | params: params, scope: Tree.scope_ids(expr)}
+
+    # Computes, in the current scope, the values of the parents' nodes that
+    # the `cond` clauses `exprs` read, so that the clauses share them.
+    defp parents_first(exprs, state, cache) do
+      {_, {_seen, cache}} =
+        Composite.traverse(List.to_tuple(exprs), {%{}, cache}, &parent_node(&1, state, &2))
+
+      cache
+    end
+
+    defp parent_node(%T{data: %Expr{id: id}} = t, state, {seen, cache} = acc) do
+      cond do
+        is_map_key(seen, id) or is_map_key(cache, id) ->
+          {t, acc}
+
+        is_map_key(state.scope, id) ->
+          {_, cache} = eval(t, state, cache)
+          {t, {Map.put(seen, id, true), cache}}
+
+        true ->
+          {_, acc} =
+            Tree.apply_args(
+              t,
+              :scope,
+              {Map.put(seen, id, true), cache},
+              &parent_node(&1, state, &2)
+            )
+
+          {t, acc}
+      end
+    end
+
+    defp parent_node(other, _state, acc), do: {other, acc}
+
+    # A while's state is its tuples' leaves (as Nx.Defn.Evaluator numbers
+    # the state's parameters).
+    defp tuple_leaves(tuple) when is_tuple(tuple),
+      do: tuple |> Tuple.to_list() |> Enum.flat_map(&tuple_leaves/1)
+
+    defp tuple_leaves(leaf), do: [leaf]
+
+    defp rebuild_tuples(tuple, refs, device) do
+      {result, []} = rebuild(tuple, refs, device)
+      result
+    end
+
+    defp rebuild(tuple, refs, device) when is_tuple(tuple) do
+      {items, refs} = Enum.map_reduce(Tuple.to_list(tuple), refs, &rebuild(&1, &2, device))
+      {List.to_tuple(items), refs}
+    end
+
+    defp rebuild(leaf, [ref | refs], device), do: {put_ref(Nx.to_tensor(leaf), ref, device), refs}
+
+    defp put_ref(%T{} = t, ref, device), do: %{t | data: %ExMLX.Backend{ref: ref, device: device}}
+
+    # The reference of a value on `device`, of storage type `type` (cast
+    # when recorded otherwise; `nil` keeps its type).
+    defp typed_ref(value, type, device) do
+      %T{data: %ExMLX.Backend{ref: ref}} =
+        case Nx.to_tensor(value) do
+          %T{data: %ExMLX.Backend{device: ^device}} = t -> t
+          t -> Nx.backend_copy(t, {ExMLX.Backend, device: device})
+        end
+
+      if type == nil or Op.recorded_type(ref) == type,
+        do: ref,
+        else: Op.defer(:as_type, [ref], [type], type) |> elem(0)
+    end
+
+    # A function of `n` arguments calling `fun` with their list (the
+    # backend calls a block's default implementation with its arguments).
+    for n <- 1..12 do
+      args = Macro.generate_arguments(n, __MODULE__)
+      defp arity(unquote(n), fun), do: fn unquote_splicing(args) -> fun.(unquote(args)) end
+    end
+  end
+end
