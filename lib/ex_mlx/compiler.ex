@@ -57,11 +57,13 @@ if Code.ensure_loaded?(Nx) do
     @impl true
     def __compile__(key, vars, fun, opts) do
       device = device(opts)
+      # the arguments' structure and templates: `fun` may give another graph
+      # for `{x}` than for `x` (Nx.Defn.Compiler's docs ask for this)
+      cache_key = {key, device, Enum.map(vars, &Composite.traverse(&1, fn t -> template(t) end))}
 
       fn args_list ->
         Enum.map(args_list, fn args ->
           tensors = Enum.map(args, fn arg -> arg.() end)
-          cache_key = {key, device, Enum.map(tensors, &template/1)}
 
           compiled =
             ExMLX.ProgramCache.fetch(cache_key, fn ->
@@ -77,6 +79,8 @@ if Code.ensure_loaded?(Nx) do
 
     defp template(%Nx.Tensor{shape: shape, type: type, names: names, vectorized_axes: v}),
       do: {shape, type, names, v}
+
+    defp template(other), do: other
 
     # -------------------------------------------------------------------------
     # Compiling: record the backend's ops on symbolic inputs

@@ -104,6 +104,8 @@ if Code.ensure_loaded?(Nx) do
       defn(grad_of_square_sum(t), do: grad(t, fn t -> Nx.sum(t * t) end))
 
       defn(passthrough(t), do: {t, Nx.tensor([1.0, 2.0]), t + 1})
+
+      defn(identity(x), do: x)
     end
 
     defp binary(fun, args) do
@@ -179,6 +181,13 @@ if Code.ensure_loaded?(Nx) do
       assert_all_close(second, binary(&Funs.affine/3, [Nx.add(x, 1), w, b]))
       f.(Nx.iota({5, 3}, type: {:f, 32}), w, b)
       assert programs() == before + 2
+    end
+
+    test "arguments of another structure, same tensors, get their own program" do
+      assert %Nx.Tensor{} = compiled(&Funs.identity/1, [1])
+      assert {%Nx.Tensor{} = t} = compiled(&Funs.identity/1, [{1}])
+      assert %{a: %Nx.Tensor{}} = compiled(&Funs.identity/1, [%{a: 1}])
+      assert Nx.to_number(t) == 1
     end
 
     test "export writes the program format; import runs it without tracing" do
