@@ -19,7 +19,8 @@ defmodule Bench.Suite do
       matmul(cfg, python),
       transfers(cfg),
       fairness(cfg),
-      nx_section(cfg, python)
+      nx_section(cfg, python),
+      defn_section(cfg, quick)
     ]
 
     markdown = render(sections, quick, python)
@@ -89,12 +90,12 @@ defmodule Bench.Suite do
     }
   end
 
-  defp python_reference(quick, extra) do
+  defp python_reference(quick, extra, script \\ "bench/python_reference.py") do
     with {:ok, dir} <- ExMLX.Build.bench_python(),
          {out, 0} <-
            System.cmd(
              "python3",
-             ["bench/python_reference.py" | if(quick, do: ["--quick"], else: [])] ++ extra,
+             [script | if(quick, do: ["--quick"], else: [])] ++ extra,
              env: [{"PYTHONPATH", dir}],
              stderr_to_stdout: true
            ),
@@ -549,6 +550,23 @@ defmodule Bench.Suite do
       columns: ["ExMLX.Backend", "reference", "ratio"],
       rows: rows
     }
+  end
+
+  # defn programs (bench/defn.exs) beside bench/defn_reference.py's.
+  defp defn_section(%{reps: reps}, quick) do
+    Code.require_file("bench/defn.exs")
+
+    if Code.ensure_loaded?(Bench.Defn) do
+      py = python_reference(quick, [], "bench/defn_reference.py")
+      apply(Bench.Defn, :section, [reps, quick, py, &timed/2])
+    else
+      %{
+        title: "defn programs",
+        columns: [],
+        rows: [],
+        notes: "skipped: Nx is not available (set NX_PATH or install Hex)"
+      }
+    end
   end
 
   # -- formatting ---------------------------------------------------------------

@@ -10,6 +10,7 @@ pub mod device;
 pub mod dtype;
 pub mod error;
 pub mod host;
+pub mod host_scalar;
 pub mod item;
 pub mod memory;
 pub mod ops;

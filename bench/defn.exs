@@ -1,0 +1,254 @@
+# defn programs for bench/suite.exs: each program through ExMLX.Compiler and
+# through Nx.Defn.Evaluator on ExMLX.Backend, beside the same program in
+# Python mlx, plain and with mx.compile (bench/defn_reference.py), in one run.
+# Needs Nx (NX_PATH); suite.exs skips the section otherwise.
+
+if Code.ensure_loaded?(Nx) do
+  defmodule Bench.Defn.Programs do
+    @moduledoc false
+    import Nx.Defn
+
+    # MLP 784-512-512-10 (ReLU), as defn_reference.py's `mlp`
+    defn mlp({w1, b1, w2, b2, w3, b3}, x) do
+      x
+      |> Nx.dot(w1)
+      |> Nx.add(b1)
+      |> Nx.max(0)
+      |> Nx.dot(w2)
+      |> Nx.add(b2)
+      |> Nx.max(0)
+      |> Nx.dot(w3)
+      |> Nx.add(b3)
+    end
+
+    defn loss(params, x, labels) do
+      logits = mlp(params, x)
+      shifted = logits - Nx.reduce_max(logits, axes: [1], keep_axes: true)
+      log_probs = shifted - Nx.log(Nx.sum(Nx.exp(shifted), axes: [1], keep_axes: true))
+      -Nx.mean(Nx.sum(log_probs * labels, axes: [1]))
+    end
+
+    # one SGD step (learning rate 0.1): the loss and the new parameters
+    defn train_step(params, x, labels) do
+      {loss, grads} = value_and_grad(params, &loss(&1, x, labels))
+      {w1, b1, w2, b2, w3, b3} = params
+      {g1, gb1, g2, gb2, g3, gb3} = grads
+
+      {loss,
+       {w1 - 0.1 * g1, b1 - 0.1 * gb1, w2 - 0.1 * g2, b2 - 0.1 * gb2, w3 - 0.1 * g3,
+        b3 - 0.1 * gb3}}
+    end
+
+    # 1,000 small updates of a 16-element state
+    defn small_loop(x) do
+      {_, x} = while({i = 0, x}, i < 1000, do: {i + 1, x * 0.999 + 0.001})
+      x
+    end
+
+    # 20 element-wise ops over x
+    defn chain20(x) do
+      x
+      |> step()
+      |> step()
+      |> step()
+      |> step()
+      |> step()
+    end
+
+    defnp(step(y), do: Nx.tanh(y * 1.1 + 0.1) * 0.9 - 0.01)
+
+    # one pre-norm transformer block: 4-head attention and a 4× GELU MLP
+    defn block(x, {wq, wk, wv, wo, w1, w2}) do
+      h = layer_norm(x)
+      {seq, width} = Nx.shape(x)
+
+      heads = fn t ->
+        t |> Nx.reshape({seq, 4, div(width, 4)}) |> Nx.transpose(axes: [1, 0, 2])
+      end
+
+      q = heads.(Nx.dot(h, wq))
+      k = heads.(Nx.dot(h, wk))
+      v = heads.(Nx.dot(h, wv))
+      scores = Nx.dot(q, [2], [0], k, [2], [0]) / Nx.sqrt(div(width, 4))
+      scores = scores - Nx.reduce_max(scores, axes: [2], keep_axes: true)
+      weights = Nx.exp(scores) / Nx.sum(Nx.exp(scores), axes: [2], keep_axes: true)
+      attended = Nx.dot(weights, [2], [0], v, [1], [0])
+      attended = attended |> Nx.transpose(axes: [1, 0, 2]) |> Nx.reshape({seq, width})
+      x = x + Nx.dot(attended, wo)
+      u = Nx.dot(layer_norm(x), w1)
+      x + Nx.dot(u * Nx.sigmoid(1.702 * u), w2)
+    end
+
+    defnp layer_norm(x) do
+      mean = Nx.mean(x, axes: [1], keep_axes: true)
+      centered = x - mean
+      centered * Nx.rsqrt(Nx.mean(centered * centered, axes: [1], keep_axes: true) + 1.0e-5)
+    end
+
+    # 3,001 rows of 400 written one per step into a preallocated buffer
+    defn rows(buffer) do
+      {_, buffer} =
+        while {i = 0, buffer}, i < 3001 do
+          row = Nx.broadcast(Nx.as_type(i, :f32), {1, 400})
+          {i + 1, Nx.put_slice(buffer, [i, 0], row)}
+        end
+
+      buffer
+    end
+
+    defn(uniform(key, opts \\ []), do: Nx.Random.uniform(key, shape: opts[:shape]))
+  end
+
+  defmodule Bench.Defn do
+    @moduledoc false
+    alias Bench.Defn.Programs
+
+    # Rows: per program, µs per call (result read) through ExMLX.Compiler
+    # and Nx.Defn.Evaluator (ExMLX.Backend), Python mlx plain and compiled.
+    def section(reps, quick, py, timed) do
+      cases = cases(quick)
+
+      rows =
+        for {name, label, fun, args, evaluator_reps} <- cases do
+          args = Enum.map(args, &on_mlx/1)
+          compiled = Nx.Defn.jit(fun, compiler: ExMLX.Compiler)
+          evaluated = Nx.Defn.jit(fun, compiler: Nx.Defn.Evaluator)
+          call = fn f -> fn -> f |> apply(args) |> read() end end
+
+          c = timed.(call.(compiled), reps).median
+
+          e =
+            Nx.with_default_backend(ExMLX.Backend, fn ->
+              timed.(call.(evaluated), evaluator_reps).median
+            end)
+
+          plain = get_in(py, [name, "plain"])
+          mxc = get_in(py, [name, "compiled"])
+
+          [
+            label,
+            us(c),
+            us(e),
+            us(plain),
+            us(mxc),
+            ratio(c, plain),
+            ratio(e, c)
+          ]
+        end
+
+      %{
+        title:
+          "defn programs, µs per call (result read): ExMLX.Compiler, Nx.Defn.Evaluator on " <>
+            "ExMLX.Backend, Python mlx plain and with mx.compile",
+        columns: [
+          "ExMLX.Compiler",
+          "Evaluator",
+          "Python mlx",
+          "mx.compile",
+          "Compiler / Python",
+          "Evaluator / Compiler"
+        ],
+        rows: rows ++ random_rows(reps, timed),
+        notes:
+          "Same programs in bench/defn_reference.py. Fusion (`fuse: true`) is not built yet: " <>
+            "the element-wise chain runs op by op."
+      }
+    end
+
+    defp cases(quick) do
+      key = Nx.Random.key(7)
+      {params, key} = params(key, [{784, 512}, {512, 512}, {512, 10}])
+      {x64, key} = Nx.Random.uniform(key, shape: {64, 784})
+      labels = Nx.equal(Nx.iota({64, 10}, axis: 1), Nx.remainder(Nx.iota({64, 1}), 10))
+      labels = Nx.as_type(labels, :f32)
+      x1 = Nx.slice(x64, [0, 0], [1, 784])
+      {chain_x, key} = Nx.Random.uniform(key, shape: {if(quick, do: 65_536, else: 1_048_576)})
+      {block_x, key} = Nx.Random.normal(key, 0.0, 1.0, shape: {128, 256})
+
+      {block_w, _key} =
+        weights(key, [{256, 256}, {256, 256}, {256, 256}, {256, 256}, {256, 1024}, {1024, 256}])
+
+      bf16 = fn t -> Nx.Defn.Composite.traverse(t, &Nx.as_type(&1, :bf16)) end
+      few = if quick, do: 2, else: 5
+
+      [
+        {"mlp_b1", "MLP 784-512-512-10 forward, batch 1", &Programs.mlp/2, [params, x1], 15},
+        {"mlp_b64", "MLP forward, batch 64", &Programs.mlp/2, [params, x64], 15},
+        {"train_b64", "MLP training step (value_and_grad + SGD), batch 64",
+         &Programs.train_step/3, [params, x64, labels], few},
+        {"loop_1000", "while loop, 1,000 small updates", &Programs.small_loop/1,
+         [Nx.iota({16}, type: :f32)], few},
+        {"chain20", "20-op element-wise chain, #{Nx.size(chain_x)} f32", &Programs.chain20/1,
+         [chain_x], few},
+        {"block_f32", "transformer block (seq 128, width 256), f32", &Programs.block/2,
+         [block_x, block_w], few},
+        {"block_bf16", "transformer block, bf16", &Programs.block/2,
+         [bf16.(block_x), bf16.(block_w)], few},
+        {"rows_3001", "while loop writing 3,001 rows of 400 f32", &Programs.rows/1,
+         [Nx.broadcast(0.0, {3001, 400})], 2}
+      ]
+    end
+
+    # Nx.Random.uniform with ExMLX.Compiler as the compiler beside
+    # Nx.BinaryBackend's Evaluator (as Axon's initializers call it).
+    defp random_rows(reps, timed) do
+      for shape <- [{4}, {1_000_000}] do
+        fun = &Programs.uniform(&1, shape: shape)
+        compiled = Nx.Defn.jit(fun, compiler: ExMLX.Compiler)
+        on_binary = Nx.Defn.jit(fun, compiler: Nx.Defn.Evaluator)
+        key = on_mlx(Nx.Random.key(3))
+        binary_key = Nx.backend_copy(key, Nx.BinaryBackend)
+        c = timed.(fn -> compiled.(key) |> read() end, reps).median
+
+        b =
+          Nx.with_default_backend(Nx.BinaryBackend, fn ->
+            n = if shape == {4}, do: reps, else: 2
+            timed.(fn -> on_binary.(binary_key) |> read() end, n).median
+          end)
+
+        [
+          "Nx.Random.uniform #{inspect(shape)}: ExMLX.Compiler; 'Evaluator' column = Nx.BinaryBackend",
+          us(c),
+          us(b),
+          "—",
+          "—",
+          "—",
+          ratio(b, c)
+        ]
+      end
+    end
+
+    defp params(key, shapes) do
+      {list, key} =
+        Enum.map_reduce(shapes, key, fn {i, o}, key ->
+          {w, key} = Nx.Random.normal(key, 0.0, 1 / :math.sqrt(i), shape: {i, o})
+          {[w, Nx.broadcast(0.0, {o})], key}
+        end)
+
+      {list |> List.flatten() |> List.to_tuple(), key}
+    end
+
+    defp weights(key, shapes) do
+      {list, key} =
+        Enum.map_reduce(shapes, key, fn {i, o}, key ->
+          Nx.Random.normal(key, 0.0, 1 / :math.sqrt(i), shape: {i, o})
+        end)
+
+      {List.to_tuple(list), key}
+    end
+
+    defp on_mlx(t), do: Nx.Defn.Composite.traverse(t, &Nx.backend_copy(&1, ExMLX.Backend))
+
+    defp read(result) do
+      [result] |> Nx.Defn.Composite.flatten_list() |> Enum.each(&Nx.to_binary/1)
+    end
+
+    defp us(nil), do: "—"
+    defp us(s), do: fmt(s * 1.0e6)
+    defp fmt(x) when x >= 100, do: :erlang.float_to_binary(x, decimals: 0)
+    defp fmt(x), do: :erlang.float_to_binary(x, decimals: 1)
+    defp ratio(_, nil), do: "—"
+    defp ratio(nil, _), do: "—"
+    defp ratio(a, b), do: :erlang.float_to_binary(a / b, decimals: 2) <> "×"
+  end
+end
