@@ -210,6 +210,26 @@ if Code.ensure_loaded?(Nx) do
                    fn -> ExMLX.Compiler.export(&Funs.reduce_with_fun/1, [Nx.tensor([1, 2])]) end
     end
 
+    @tag :tmp_dir
+    test "an exported program runs in another VM, without Nx's tracing", %{tmp_dir: dir} do
+      n = Nx.tensor([6, 7, 1, 27])
+      path = Path.join(dir, "collatz.exmlx")
+      File.write!(path, ExMLX.Compiler.export(&Funs.collatz_steps/1, [n]))
+      paths = Enum.flat_map(:code.get_path(), &["-pa", to_string(&1)])
+
+      script = """
+      {:ok, _} = Application.ensure_all_started(:ex_mlx)
+      run = ExMLX.Compiler.import(File.read!(#{inspect(path)}))
+      [steps] = run.([Nx.tensor([6, 7, 1, 27])])
+      IO.inspect({Nx.to_flat_list(steps), :code.is_loaded(Nx.Defn.Expr)})
+      """
+
+      {out, status} =
+        System.cmd(System.find_executable("elixir"), paths ++ ["-e", script], stderr_to_stdout: true)
+
+      assert {status, out} == {0, "{[8, 16, 0, 111], false}\n"}
+    end
+
     test "64 processes calling one compiled function at once all get their own result" do
       f = Nx.Defn.jit(&Funs.affine/3, compiler: ExMLX.Compiler)
       w = Nx.iota({3, 2}, type: {:f, 32})

@@ -865,3 +865,41 @@ mod timing {
         );
     }
 }
+
+#[cfg(test)]
+mod mlp_timing {
+    use crate::device::Device;
+    use crate::worker::run_blocking;
+    use mlx_rs::Array;
+    use std::time::Instant;
+
+    /// Prints the time of a 784-512-512-10 forward pass at batch 1 on the
+    /// worker (`cargo test -- --ignored --nocapture`).
+    #[test]
+    #[ignore]
+    fn mlp_forward_time() {
+        let t = run_blocking(Device::Cpu, || {
+            let fill = |r: i32, c: i32| {
+                let v: Vec<f32> = (0..r * c).map(|i| ((i % 97) as f32 - 48.0) / 500.0).collect();
+                Array::from_slice(&v, &[r, c])
+            };
+            let (x, w1, w2, w3) = (fill(1, 784), fill(784, 512), fill(512, 512), fill(512, 10));
+            mlx_rs::transforms::eval([&x, &w1, &w2, &w3])?;
+            let f = || -> crate::error::Result<Array> {
+                let h = mlx_rs::ops::maximum(x.matmul(&w1)?, Array::from_f32(0.0))?;
+                let h = mlx_rs::ops::maximum(h.matmul(&w2)?, Array::from_f32(0.0))?;
+                Ok(h.matmul(&w3)?)
+            };
+            for _ in 0..20 {
+                f()?.eval()?;
+            }
+            let start = Instant::now();
+            for _ in 0..200 {
+                f()?.eval()?;
+            }
+            Ok(start.elapsed().as_secs_f64() / 200.0)
+        })
+        .unwrap();
+        println!("MLP batch 1 on the worker: {:.1} µs", t * 1e6);
+    }
+}
