@@ -7,7 +7,12 @@ if Code.ensure_loaded?(Nx) do
         Nx.Defn.jit(&MyModule.predict/2, compiler: ExMLX.Compiler).(params, x)
         Nx.Defn.global_default_options(compiler: ExMLX.Compiler)
 
-    Options: `:device` (`:cpu` or `:gpu`; default `ExMLX.default_device/0`).
+    Options: `:device` (`:cpu` or `:gpu`; default `ExMLX.default_device/0`);
+    `:fuse` (default `false`): run the program through MLX's compile, which
+    fuses runs of element-wise ops into single kernels — for programs
+    without `while`/`cond` (others run unfused). On the CPU MLX builds the
+    fused kernels with `g++` at the first call (without `g++` it keeps the
+    ops as they are); bin/bench measures whether it pays on your machine.
 
     The first call with given input shapes and types traces the function and
     records the ops ExMLX.Backend runs for it (each an op of the op table,
@@ -59,7 +64,9 @@ if Code.ensure_loaded?(Nx) do
       device = device(opts)
       # the arguments' structure and templates: `fun` may give another graph
       # for `{x}` than for `x` (Nx.Defn.Compiler's docs ask for this)
-      cache_key = {key, device, Enum.map(vars, &Composite.traverse(&1, fn t -> template(t) end))}
+      fuse = fuse?(opts)
+      templates = Enum.map(vars, &Composite.traverse(&1, fn t -> template(t) end))
+      cache_key = {key, device, fuse, templates}
 
       fn args_list ->
         Enum.map(args_list, fn args ->
@@ -77,6 +84,13 @@ if Code.ensure_loaded?(Nx) do
 
     defp device(opts), do: Keyword.get(opts, :device, ExMLX.default_device())
 
+    defp fuse?(opts) do
+      case Keyword.get(opts, :fuse, false) do
+        fuse when is_boolean(fuse) -> fuse
+        other -> raise ArgumentError, ":fuse must be a boolean, got: #{inspect(other)}"
+      end
+    end
+
     defp template(%Nx.Tensor{shape: shape, type: type, names: names, vectorized_axes: v}),
       do: {shape, type, names, v}
 
@@ -86,13 +100,13 @@ if Code.ensure_loaded?(Nx) do
     # Compiling: record the backend's ops on symbolic inputs
     # -------------------------------------------------------------------------
 
-    defp compile(_key, vars, fun, tensors, device, _opts) do
-      record(vars, fun, tensors, device)
+    defp compile(_key, vars, fun, tensors, device, opts) do
+      record(vars, fun, tensors, device, fuse?(opts))
     rescue
       e in Op.Unrecordable -> evaluator(Exception.message(e))
     end
 
-    defp record(vars, fun, tensors, device) do
+    defp record(vars, fun, tensors, device, fuse) do
       # outputs devectorized, their templates kept (as Nx.Defn.Evaluator does)
       {expr, templates} =
         vars
@@ -118,7 +132,12 @@ if Code.ensure_loaded?(Nx) do
       {inputs, constants, instructions, slots} =
         Op.program(recording, length(tensors), output_refs)
 
-      program = Native.program_new(device, inputs, constants, instructions, slots) |> Call.value()
+      if fuse and Enum.any?(instructions, &(elem(&1, 0) in [:while, :cond])),
+        do: Logger.debug("ExMLX.Compiler: fuse: true applies to programs without while/cond")
+
+      program =
+        Native.program_new(device, inputs, constants, instructions, slots, fuse) |> Call.value()
+
       ExMLX.ProgramCache.put_spec(program, {device, inputs, constants, instructions, slots})
 
       {:program,

@@ -121,7 +121,7 @@ defmodule ExMLX.Native do
   def op_table, do: not_loaded()
   # Programs of op-table instructions (ExMLX.Compiler): checked and kept by
   # program_new, run in one call on the device's worker by program_run.
-  def program_new(_device, _inputs, _constants, _instructions, _outputs), do: not_loaded()
+  def program_new(_device, _inputs, _constants, _instructions, _outputs, _fuse), do: not_loaded()
   def program_run(_tag, _program, _inputs), do: not_loaded()
   # The outputs at once, pending (cast to `types`); the worker fills them.
   def program_start(_program, _inputs, _types), do: not_loaded()

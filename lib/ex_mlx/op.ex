@@ -113,7 +113,7 @@ defmodule ExMLX.Op do
   Records the ops `fun.(inputs)` runs on `inputs` (one new reference per
   input, standing for the program's input slots) on `device`: returns
   `{fun's result, recording}`; `program/3` turns the recording into the
-  arguments of `ExMLX.Native.program_new/5`. Ops on real tensors only run
+  arguments of `ExMLX.Native.program_new/6`. Ops on real tensors only run
   for real (their results become constants); anything that needs data
   raises `ExMLX.Op.Unrecordable`.
   """

@@ -190,6 +190,20 @@ if Code.ensure_loaded?(Nx) do
       assert Nx.to_number(t) == 1
     end
 
+    test "fuse: true runs a straight-line program through MLX's compile, same results" do
+      x = Nx.iota({1000}, type: {:f, 32}) |> Nx.divide(1000)
+      fused = Nx.Defn.jit(&Funs.softmax/1, compiler: ExMLX.Compiler, fuse: true)
+      assert_all_close(fused.(x), binary(&Funs.softmax/1, [x]))
+      assert_all_close(fused.(x), binary(&Funs.softmax/1, [x]))
+      # with a loop: runs unfused, same results
+      f = Nx.Defn.jit(&Funs.collatz_steps/1, compiler: ExMLX.Compiler, fuse: true)
+      assert Nx.to_flat_list(f.(Nx.tensor([6, 7, 1, 27]))) == [8, 16, 0, 111]
+
+      assert_raise ArgumentError, ":fuse must be a boolean, got: :yes", fn ->
+        Nx.Defn.jit(&Funs.softmax/1, compiler: ExMLX.Compiler, fuse: :yes).(x)
+      end
+    end
+
     test "export writes the program format; import runs it without tracing" do
       args = mlp_args()
 
@@ -225,7 +239,9 @@ if Code.ensure_loaded?(Nx) do
       """
 
       {out, status} =
-        System.cmd(System.find_executable("elixir"), paths ++ ["-e", script], stderr_to_stdout: true)
+        System.cmd(System.find_executable("elixir"), paths ++ ["-e", script],
+          stderr_to_stdout: true
+        )
 
       assert {status, out} == {0, "{[8, 16, 0, 111], false}\n"}
     end
@@ -394,7 +410,7 @@ if Code.ensure_loaded?(Nx) do
     # How many programs ExMLX.Compiler has cached.
     defp programs do
       Enum.count(ExMLX.ProgramCache.entries(), fn
-        {{_fun, _device, _templates}, {:program, _}} -> true
+        {{_fun, _device, _fuse, _templates}, {:program, _}} -> true
         _ -> false
       end)
     end
@@ -403,7 +419,7 @@ if Code.ensure_loaded?(Nx) do
       templates = Enum.map(args, &{&1.shape, &1.type, &1.names, &1.vectorized_axes})
 
       Enum.find_value(ExMLX.ProgramCache.entries(), fn
-        {{^fun, _device, ^templates}, compiled} -> compiled
+        {{^fun, _device, false, ^templates}, compiled} -> compiled
         _ -> nil
       end)
       |> tap(fn found -> assert found, "nothing cached for #{inspect(fun)}" end)

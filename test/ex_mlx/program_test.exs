@@ -22,7 +22,7 @@ defmodule ExMLX.ProgramTest do
       end)
 
     {inputs, constants, instructions, output_slots} = Op.program(recording, 2, outputs)
-    {Native.program_new(:cpu, inputs, constants, instructions, output_slots), instructions}
+    {Native.program_new(:cpu, inputs, constants, instructions, output_slots, false), instructions}
   end
 
   test "a recorded program runs in one call, with its constants" do
@@ -67,13 +67,13 @@ defmodule ExMLX.ProgramTest do
     assert {:error,
             {:argument,
              "program: instruction 0 (add): reads slot 1, which is not written before it"}} =
-             Native.program_new(:cpu, 1, [], [{:add, [0, 1], [], :any, 1}], [1])
+             Native.program_new(:cpu, 1, [], [{:add, [0, 1], [], :any, 1}], [1], false)
 
     assert {:error, {:argument, "instructions: sum takes 2 parameters, got 0"}} =
-             Native.program_new(:cpu, 1, [], [{:sum, [0], [], :any, 1}], [1])
+             Native.program_new(:cpu, 1, [], [{:sum, [0], [], :any, 1}], [1], false)
 
     assert {:error, {:argument, "op: unknown op :nope (ExMLX.Native.op_table/0 lists them)"}} =
-             Native.program_new(:cpu, 1, [], [{:nope, [0], [], :any, 1}], [1])
+             Native.program_new(:cpu, 1, [], [{:nope, [0], [], :any, 1}], [1], false)
   end
 
   test "the program cache compiles a key once" do

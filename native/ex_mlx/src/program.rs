@@ -83,12 +83,13 @@ impl<'a> rustler::Decoder<'a> for ProgramArg {
     }
 }
 
-/// `program_new(device, inputs, constants, instructions, outputs)`: a program
-/// reference, or `{:error, {:argument, message}}` naming what is malformed.
-/// `inputs` is how many tensors a call takes; `constants` a list of tensors;
-/// each instruction an op `{op, [slot], [param], cast, results}` (`cast` a
-/// type or `:any`), a loop or a branch (see `instruction`); `outputs` a list
-/// of slots.
+/// `program_new(device, inputs, constants, instructions, outputs, fuse)`: a
+/// program reference, or `{:error, {:argument, message}}` naming what is
+/// malformed. `inputs` is how many tensors a call takes; `constants` a list
+/// of tensors; each instruction an op `{op, [slot], [param], cast, results}`
+/// (`cast` a type or `:any`), a loop or a branch (see `instruction`);
+/// `outputs` a list of slots; `fuse` (a boolean) asks for MLX's compile
+/// (`ex_mlx_core::fusion`), which applies to straight-line programs only.
 #[rustler::nif]
 fn program_new<'a>(
     device: DeviceArg,
@@ -96,10 +97,20 @@ fn program_new<'a>(
     constants: Term<'a>,
     instructions: Term<'a>,
     outputs: Term<'a>,
+    fuse_term: Term<'a>,
 ) -> NifResult<ResourceArc<ProgramResource>> {
-    build(device.0, inputs, constants, instructions, outputs)
-        .map(ResourceArc::new)
-        .map_err(error_tuple)
+    let fuse: bool = fuse_term.decode().map_err(|_| {
+        error_tuple(Error::arg(
+            "fuse",
+            format!("expected a boolean, got: {}", show(fuse_term)),
+        ))
+    })?;
+    let mut built =
+        build(device.0, inputs, constants, instructions, outputs).map_err(error_tuple)?;
+    if fuse {
+        built.program.fuse(built.device);
+    }
+    Ok(ResourceArc::new(built))
 }
 
 fn build(

@@ -9,6 +9,7 @@
 pub mod device;
 pub mod dtype;
 pub mod error;
+pub mod fusion;
 pub mod host;
 pub mod host_scalar;
 pub mod item;

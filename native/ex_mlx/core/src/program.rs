@@ -23,12 +23,15 @@ use std::ops::Range;
 
 use mlx_rs::{Array, Dtype};
 
+use crate::device::Device;
 use crate::error::{Error, Result};
+use crate::fusion::FusedProgram;
 use crate::host_scalar::{self, HostScalar};
 use crate::item::{self, Number};
 use crate::memory;
 use crate::ops::params::Param;
 use crate::ops::table::Op;
+use std::sync::Arc;
 
 /// How deeply loops and branches nest (programs from outside are checked
 /// against it; running and checking recurse this deep).
@@ -135,6 +138,7 @@ pub struct Program {
     main: Block,
     slots: usize,
     loops: bool,
+    fused: Option<FusedProgram>,
 }
 
 /// Which slots are visible while a program is checked.
@@ -203,6 +207,7 @@ impl Program {
             main,
             slots: scope.next(),
             loops,
+            fused: None,
         })
     }
 
@@ -219,6 +224,39 @@ impl Program {
     /// Whether the program has a loop (a run that may take any time).
     pub fn loops(&self) -> bool {
         self.loops
+    }
+
+    /// Fuses the program (crate::fusion) for runs on `device`, if it is
+    /// straight-line (no loop, no branch); returns whether it did.
+    pub fn fuse(&mut self, device: Device) -> bool {
+        if self.loops
+            || self
+                .main
+                .instructions
+                .iter()
+                .any(|i| !matches!(i, Instruction::Op(_)))
+        {
+            return false;
+        }
+        let main = self.main.clone();
+        let slots = self.slots;
+        let body = move |args: &[Array]| -> Result<Vec<Array>> {
+            let mut run = Run {
+                slots: args.iter().cloned().map(Some).collect(),
+                host: vec![None; slots],
+                stop: &|| false,
+            };
+            run.slots.resize(slots, None);
+            run.block(&main.instructions)?;
+            main.outputs.iter().map(|&s| run.read(s)).collect()
+        };
+        self.fused = Some(FusedProgram::new(device, Arc::new(body)));
+        true
+    }
+
+    /// Whether runs go through MLX's compile ([`Program::fuse`]).
+    pub fn fused(&self) -> bool {
+        self.fused.is_some()
     }
 
     /// Runs the program on `inputs` and `constants` (on the worker of the
@@ -244,6 +282,11 @@ impl Program {
                     inputs.len()
                 ),
             ));
+        }
+        if let Some(fused) = &self.fused {
+            let mut args = inputs;
+            args.extend(constants);
+            return fused.call(&args);
         }
         let mut slots: Vec<Option<Array>> = Vec::with_capacity(self.slots);
         let mut host = vec![None; self.slots];
@@ -880,7 +923,9 @@ mod mlp_timing {
     fn mlp_forward_time() {
         let t = run_blocking(Device::Cpu, || {
             let fill = |r: i32, c: i32| {
-                let v: Vec<f32> = (0..r * c).map(|i| ((i % 97) as f32 - 48.0) / 500.0).collect();
+                let v: Vec<f32> = (0..r * c)
+                    .map(|i| ((i % 97) as f32 - 48.0) / 500.0)
+                    .collect();
                 Array::from_slice(&v, &[r, c])
             };
             let (x, w1, w2, w3) = (fill(1, 784), fill(784, 512), fill(512, 512), fill(512, 10));
@@ -901,5 +946,90 @@ mod mlp_timing {
         })
         .unwrap();
         println!("MLP batch 1 on the worker: {:.1} µs", t * 1e6);
+    }
+}
+
+#[cfg(test)]
+mod fusion_tests {
+    use super::*;
+    use crate::worker::run_blocking;
+
+    #[test]
+    fn a_fused_program_gives_the_unfused_results() {
+        // tanh(x * c + c) * c, then its sum, fused and not
+        let make = || {
+            let op = |op: Op, inputs: &[usize], params: Vec<Param>| {
+                Instruction::Op(OpCall::new(op, inputs.to_vec(), params, None, 1))
+            };
+            Program::new(
+                1,
+                1,
+                vec![
+                    op(Op::multiply, &[0, 1], vec![]),
+                    op(Op::add, &[2, 1], vec![]),
+                    op(Op::tanh, &[3], vec![]),
+                    op(Op::multiply, &[4, 1], vec![]),
+                    op(
+                        Op::sum,
+                        &[5],
+                        vec![Param::OptInts(None), Param::Bool(false)],
+                    ),
+                ],
+                vec![5, 6],
+            )
+            .unwrap()
+        };
+        let plain = make();
+        let mut fused = make();
+        assert!(fused.fuse(Device::Cpu));
+        assert!(!plain.fused());
+        let (a, b) = run_blocking(Device::Cpu, move || {
+            let x: Vec<f32> = (0..1000).map(|i| i as f32 / 1000.0 - 0.5).collect();
+            let go = |p: &Program| -> Result<Vec<Vec<f32>>> {
+                let out = p.run(
+                    vec![Array::from_slice(&x, &[1000])],
+                    vec![Array::from_f32(0.75)],
+                )?;
+                Ok(out.iter().map(|a| a.as_slice::<f32>().to_vec()).collect())
+            };
+            // twice: the second call reuses the compiled function
+            let f1 = go(&fused)?;
+            let f2 = go(&fused)?;
+            assert_eq!(f1, f2);
+            Ok((go(&plain)?, f1))
+        })
+        .unwrap();
+        assert_eq!(a[0].len(), 1000);
+        for (x, y) in a[0].iter().zip(&b[0]) {
+            assert!((x - y).abs() <= 1e-6, "{x} vs {y}");
+        }
+        assert!(
+            (a[1][0] - b[1][0]).abs() <= 1e-3,
+            "{:?} vs {:?}",
+            a[1],
+            b[1]
+        );
+    }
+
+    #[test]
+    fn programs_with_loops_are_not_fused() {
+        let mut p = Program::new(
+            1,
+            0,
+            vec![Instruction::Loop(Loop::new(
+                vec![0],
+                Block {
+                    instructions: vec![],
+                    outputs: vec![1],
+                },
+                Block {
+                    instructions: vec![],
+                    outputs: vec![1],
+                },
+            ))],
+            vec![2],
+        )
+        .unwrap();
+        assert!(!p.fuse(Device::Cpu));
     }
 }
