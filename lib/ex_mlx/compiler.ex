@@ -18,7 +18,9 @@ if Code.ensure_loaded?(Nx) do
     records the ops ExMLX.Backend runs for it (each an op of the op table,
     docs/architecture.md) as a program, cached by the function and the input
     templates (in an ETS table, at most 4,096 programs); every call then is
-    one lookup and one NIF call, and returns lazy tensors on `ExMLX.Backend`.
+    one lookup and one NIF call that returns at once, with tensors on
+    `ExMLX.Backend` that the device's worker fills: it runs the program and
+    evaluates all its outputs together (reading one waits for that).
 
     `export/3` writes a compiled function in the program format
     (docs/program-format.md) and `import/1` runs it without tracing.

@@ -106,6 +106,8 @@ if Code.ensure_loaded?(Nx) do
       defn(passthrough(t), do: {t, Nx.tensor([1.0, 2.0]), t + 1})
 
       defn(identity(x), do: x)
+
+      defn(transposed_product(a, b), do: Nx.transpose(Nx.dot(a, [0], b, [0])))
     end
 
     defp binary(fun, args) do
@@ -181,6 +183,17 @@ if Code.ensure_loaded?(Nx) do
       assert_all_close(second, binary(&Funs.affine/3, [Nx.add(x, 1), w, b]))
       f.(Nx.iota({5, 3}, type: {:f, 32}), w, b)
       assert programs() == before + 2
+    end
+
+    test "the transpose of a matrix product is computed as the product in the other order" do
+      a = Nx.iota({3, 2}, type: {:f, 32})
+      b = Nx.iota({3, 4}, type: {:f, 32}) |> Nx.subtract(5)
+      got = compiled(&Funs.transposed_product/2, [a, b])
+      assert got.shape == {4, 2}
+      assert Nx.to_flat_list(got) == Nx.to_flat_list(binary(&Funs.transposed_product/2, [a, b]))
+      {:program, %{program: program}} = cached(&Funs.transposed_product/2, [a, b])
+      {_device, _inputs, _constants, instructions, _outputs} = ExMLX.ProgramCache.spec(program)
+      assert [{:tensordot, [1, 0], [[0], [0]], {:f, 32}, 1}] = instructions
     end
 
     test "arguments of another structure, same tensors, get their own program" do

@@ -212,7 +212,25 @@ if Code.ensure_loaded?(Nx) do
       {result, cache}
     end
 
-    defp eval_apply(op, ans, state, cache) do
+    # The transpose of a matrix product is the product of the operands in
+    # the other order (Nx's gradient of `dot` gives such transposes, and
+    # MLX would then run element-wise updates on a strided view).
+    defp eval_apply(:transpose, %T{data: %Expr{args: [product, [1, 0]]}} = ans, state, cache) do
+      case product do
+        %T{data: %Expr{op: :dot, args: [a, [ca], [], b, [cb], []]}}
+        when tuple_size(a.shape) == 2 and tuple_size(b.shape) == 2 ->
+          {a, cache} = eval(a, state, cache)
+          {b, cache} = eval(b, state, cache)
+          {ExMLX.Backend.dot(ans, b, [cb], [], a, [ca], []), cache}
+
+        _ ->
+          generic(:transpose, ans, state, cache)
+      end
+    end
+
+    defp eval_apply(op, ans, state, cache), do: generic(op, ans, state, cache)
+
+    defp generic(op, ans, state, cache) do
       {args, cache} = Tree.apply_args(ans, cache, &eval(&1, state, &2))
 
       args =

@@ -306,7 +306,7 @@ fn program_start<'a>(
     let count = types.len();
     let watch = watch_caller(env, &program);
     reply::pending(device, count, move || {
-        program
+        let outputs = program
             .run(&inputs, watch.as_deref())?
             .into_iter()
             .zip(&types)
@@ -319,7 +319,13 @@ fn program_start<'a>(
                 memory::check_allocation(a.nbytes())?;
                 Ok(a)
             })
-            .collect()
+            .collect::<Result<Vec<_>>>()?;
+        // All outputs at once, here on the worker: reading them then costs
+        // no further evaluation (one per output otherwise), and a loop of
+        // compiled calls (a training loop feeding each step's parameters to
+        // the next) does not grow one graph across its calls.
+        mlx_rs::transforms::eval(&outputs)?;
+        Ok(outputs)
     })
     .map_err(error_tuple)
 }
