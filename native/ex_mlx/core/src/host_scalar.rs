@@ -1,27 +1,37 @@
-//! Integer and boolean scalars a running program knows on the host.
+//! Small integer and boolean tensors a running program knows on the host.
 //!
 //! A `while` loop reads its condition at every step. Read from MLX, that is
 //! an evaluation, which on the CPU hands the work to MLX's stream thread and
-//! waits for it: 10 to 60 µs a step on a 2-core machine, which made Nx's
-//! threefry (about 60 loop steps) slower than Nx.BinaryBackend. Loop
-//! counters and their comparisons are integer scalars computed from
-//! constants, so a program computes those here instead: the result is made
-//! as an MLX array from its bytes (already evaluated), and its value is known
-//! without reading it. Only exact integer and boolean arithmetic is done here,
-//! wrapping as MLX's integers wrap; anything else stays with MLX.
+//! waits for it: 10 to 60 µs a step on a 2-core machine. And every MLX op
+//! is a graph node that costs microseconds to build and to evaluate, which
+//! made Nx's threefry (about 60 loop steps of a dozen ops on two-element
+//! `u32` vectors) slower than Nx.BinaryBackend. Loop counters, their
+//! comparisons and such small integer vectors are computed here instead,
+//! from constants and inputs known here: the op's result shape and type are
+//! MLX's (its lazy result, which is never evaluated), its values are
+//! computed here, and an MLX array is made from them only where an op that
+//! is not computed here reads it. Only exact integer and boolean arithmetic
+//! and index rearrangements are done here, wrapping as MLX's integers wrap,
+//! each checked against MLX in the tests; anything else stays with MLX.
 
 use mlx_rs::{Array, Dtype};
 
 use crate::error::Result;
-use crate::host;
+use crate::host::{self, HostBuffer};
 use crate::item::{self, Number};
+use crate::ops::params::Param;
 use crate::ops::table::Op;
 
-/// An integer or boolean scalar of `dtype` whose value is `value`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// The most elements of a tensor kept here.
+pub const MAX_ELEMENTS: usize = 64;
+
+/// An integer or boolean tensor of `dtype` and `shape`, its elements in
+/// row-major order.
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct HostScalar {
     pub dtype: Dtype,
-    pub value: i128,
+    pub shape: Vec<i32>,
+    pub values: Vec<i128>,
 }
 
 /// Bits and signedness of an integer or boolean type.
@@ -56,91 +66,450 @@ fn wrap(dtype: Dtype, value: i128) -> Option<i128> {
     })
 }
 
+fn size(shape: &[i32]) -> usize {
+    shape.iter().map(|&d| d.max(0) as usize).product()
+}
+
+/// Row-major strides of `shape`.
+fn strides(shape: &[i32]) -> Vec<usize> {
+    let mut s = vec![1usize; shape.len()];
+    for i in (0..shape.len().saturating_sub(1)).rev() {
+        s[i] = s[i + 1] * shape[i + 1].max(0) as usize;
+    }
+    s
+}
+
+/// The multi-index of flat position `flat` in `shape`.
+fn unravel(mut flat: usize, shape: &[i32]) -> Vec<usize> {
+    let mut index = vec![0usize; shape.len()];
+    for i in (0..shape.len()).rev() {
+        let d = shape[i].max(1) as usize;
+        index[i] = flat % d;
+        flat /= d;
+    }
+    index
+}
+
 impl HostScalar {
-    /// The value of `a` if it is one integer or boolean element (`a` is
-    /// evaluated for it: call this for arrays that are, such as constants).
+    /// The values of `a` if it is a small integer or boolean tensor (`a` is
+    /// evaluated for it: call this for arrays that are, or once).
     pub fn read(a: &Array) -> Option<HostScalar> {
-        if a.size() != 1 || a.ndim() != 0 {
+        width(a.dtype())?;
+        if a.size() > MAX_ELEMENTS {
             return None;
         }
-        width(a.dtype())?;
-        let value = match item::item(a).ok()? {
-            Number::Bool(b) => b as i128,
-            Number::Int(i) => i as i128,
-            Number::UInt(u) => u as i128,
-            _ => return None,
-        };
-        Some(HostScalar {
+        let buffer = HostBuffer::new(a).ok()?;
+        let n = crate::dtype::size_of(a.dtype());
+        let values = buffer
+            .bytes()
+            .chunks_exact(n)
+            .map(|b| match item::read(b, a.dtype()).ok()? {
+                Number::Bool(b) => Some(b as i128),
+                Number::Int(i) => Some(i as i128),
+                Number::UInt(u) => Some(u as i128),
+                _ => None,
+            })
+            .collect::<Option<Vec<_>>>()?;
+        (values.len() == a.size()).then(|| HostScalar {
             dtype: a.dtype(),
-            value,
+            shape: a.shape().to_vec(),
+            values,
         })
     }
 
-    /// An evaluated MLX array holding this scalar.
-    pub fn to_array(self) -> Result<Array> {
+    /// An evaluated MLX array holding these values.
+    pub fn to_array(&self) -> Result<Array> {
         let (bits, _) = width(self.dtype).unwrap_or((64, true));
-        // (two's complement: the low bytes of the value)
-        let bytes = (self.value as u64).to_le_bytes();
         let n = bits.div_ceil(8) as usize;
-        host::array_from_bytes(&bytes[..n], &[], self.dtype)
+        let mut bytes = Vec::with_capacity(n * self.values.len());
+        for &v in &self.values {
+            // (two's complement: the low bytes of the value)
+            bytes.extend_from_slice(&(v as u64).to_le_bytes()[..n]);
+        }
+        host::array_from_bytes(&bytes, &self.shape, self.dtype)
     }
 
-    /// Whether the scalar is non-zero.
-    pub fn truthy(self) -> bool {
-        self.value != 0
+    /// Whether a one-element tensor is non-zero (`None` for other sizes).
+    pub fn truthy(&self) -> Option<bool> {
+        match self.values.as_slice() {
+            [v] => Some(*v != 0),
+            _ => None,
+        }
+    }
+
+    /// The values broadcast to `shape` (`None` if they do not broadcast).
+    fn broadcast(&self, shape: &[i32]) -> Option<Vec<i128>> {
+        if self.shape == shape {
+            return Some(self.values.clone());
+        }
+        if self.shape.len() > shape.len() {
+            return None;
+        }
+        let lead = shape.len() - self.shape.len();
+        let own = strides(&self.shape);
+        let mut src = vec![0usize; shape.len()];
+        for (i, &d) in self.shape.iter().enumerate() {
+            if d != 1 && d != shape[lead + i] {
+                return None;
+            }
+            src[lead + i] = if d == 1 { 0 } else { own[i] };
+        }
+        Some(
+            (0..size(shape))
+                .map(|flat| {
+                    let at: usize = unravel(flat, shape)
+                        .iter()
+                        .zip(&src)
+                        .map(|(i, s)| i * s)
+                        .sum();
+                    self.values[at]
+                })
+                .collect(),
+        )
     }
 }
 
-/// `op` on `args`, computed here when it is exact integer or boolean
-/// arithmetic on scalars of one type (a type conversion between such types
-/// too), its result being of type `out` (MLX's); `None` otherwise.
-pub fn apply(op: Op, args: &[HostScalar], out: Dtype) -> Option<HostScalar> {
-    width(out)?;
-    let value = match args {
-        [a] => match op {
-            Op::as_type => a.value,
-            Op::logical_not => (a.value == 0) as i128,
-            _ => return None,
-        },
-        [a, b] if a.dtype == b.dtype => {
-            let (x, y) = (a.value, b.value);
+/// `op` on `args` with `params`, computed here (result type, shape and
+/// values, without MLX) when it is exact integer or boolean arithmetic or an
+/// index rearrangement of small tensors; `None` when the op is left to MLX.
+pub fn apply(op: Op, args: &[&HostScalar], params: &[Param]) -> Option<HostScalar> {
+    let (dtype, shape) = result_of(op, args, params)?;
+    let n = size(&shape);
+    if n > MAX_ELEMENTS {
+        return None;
+    }
+    let values: Vec<i128> = match (op, args) {
+        (Op::as_type | Op::reshape | Op::squeeze | Op::broadcast_to, [a]) => {
+            if op == Op::as_type || op == Op::broadcast_to {
+                a.broadcast(&shape)?
+            } else if size(&a.shape) == n {
+                a.values.clone()
+            } else {
+                return None;
+            }
+        }
+        (Op::logical_not, [a]) => a
+            .broadcast(&shape)?
+            .iter()
+            .map(|&v| (v == 0) as i128)
+            .collect(),
+        (Op::bitwise_not, [a]) if a.dtype == dtype && dtype != Dtype::Bool => {
+            a.broadcast(&shape)?.iter().map(|&v| !v).collect()
+        }
+        (Op::negate, [a]) if a.dtype == dtype => a.broadcast(&shape)?.iter().map(|&v| -v).collect(),
+        (Op::concatenate | Op::stack, parts) if !parts.is_empty() => {
+            let axis = match params {
+                [Param::Int(axis)] => *axis,
+                _ => return None,
+            };
+            join(op, parts, axis, &shape)?
+        }
+        (Op::slice, [a]) => {
+            let (starts, strides) = match params {
+                [Param::Ints(starts), Param::Ints(_), Param::OptInts(strides)] => (
+                    starts.clone(),
+                    strides.clone().unwrap_or_else(|| vec![1; starts.len()]),
+                ),
+                _ => return None,
+            };
+            gather(a, &shape, &starts, &strides)?
+        }
+        (Op::dynamic_slice, [a, starts]) => {
+            if starts.values.len() != a.shape.len() {
+                return None;
+            }
+            // starts clamped so that the slice fits (Nx's dynamic_slice)
+            let starts: Vec<i64> = starts
+                .values
+                .iter()
+                .zip(a.shape.iter().zip(&shape))
+                .map(|(&s, (&d, &len))| s.clamp(0, (d - len).max(0) as i128) as i64)
+                .collect();
+            gather(a, &shape, &starts, &vec![1; shape.len()])?
+        }
+        (_, [a, b]) if a.dtype == b.dtype => {
+            let (x, y) = (a.broadcast(&shape)?, b.broadcast(&shape)?);
+            let bits = width(a.dtype)?.0 as i128;
+            x.iter()
+                .zip(&y)
+                .map(|(&x, &y)| binary(op, x, y, bits))
+                .collect::<Option<Vec<_>>>()?
+        }
+        _ => return None,
+    };
+    let values = values
+        .into_iter()
+        .map(|v| wrap(dtype, v))
+        .collect::<Option<Vec<_>>>()?;
+    (values.len() == n).then_some(HostScalar {
+        dtype,
+        shape,
+        values,
+    })
+}
+
+/// The type and shape of `op`'s result, for the ops and arguments computed
+/// here (MLX's rules for them; the tests compare with MLX).
+fn result_of(op: Op, args: &[&HostScalar], params: &[Param]) -> Option<(Dtype, Vec<i32>)> {
+    let first = args.first()?;
+    let same_type = args.iter().all(|a| a.dtype == first.dtype);
+    if !same_type && op != Op::dynamic_slice {
+        return None;
+    }
+    let dtype = first.dtype;
+    let boolean = dtype == Dtype::Bool;
+    let shape = first.shape.clone();
+    Some(match (op, args, params) {
+        (Op::as_type, [_], [Param::Type(to)]) => {
+            width(*to)?;
+            (*to, shape)
+        }
+        (Op::logical_not, [_], _) => (Dtype::Bool, shape),
+        (Op::bitwise_not | Op::negate, [_], _) if !boolean => (dtype, shape),
+        (Op::reshape, [a], [Param::Shape(to)]) if size(to) == a.values.len() => (dtype, to.clone()),
+        (Op::broadcast_to, [_], [Param::Shape(to)]) => (dtype, to.clone()),
+        (Op::squeeze, [a], [Param::OptInts(axes)]) => {
+            let rank = a.shape.len() as i64;
+            let drop: Vec<usize> = match axes {
+                None => (0..a.shape.len()).filter(|&i| a.shape[i] == 1).collect(),
+                Some(axes) => axes
+                    .iter()
+                    .map(|&x| {
+                        let x = if x < 0 { x + rank } else { x };
+                        ((0..rank).contains(&x) && a.shape[x as usize] == 1).then_some(x as usize)
+                    })
+                    .collect::<Option<_>>()?,
+            };
+            let kept = (0..a.shape.len())
+                .filter(|i| !drop.contains(i))
+                .map(|i| a.shape[i]);
+            (dtype, kept.collect())
+        }
+        (Op::concatenate | Op::stack, parts, [Param::Int(axis)]) => {
+            if parts.iter().any(|p| p.shape != shape && op == Op::stack) {
+                return None;
+            }
+            let rank = shape.len() as i64 + (op == Op::stack) as i64;
+            let axis = if *axis < 0 { axis + rank } else { *axis };
+            if !(0..rank).contains(&axis) {
+                return None;
+            }
+            let axis = axis as usize;
+            let mut out = shape.clone();
+            if op == Op::stack {
+                out.insert(axis, parts.len() as i32);
+            } else {
+                for p in &parts[1..] {
+                    let same_elsewhere = p.shape.len() == shape.len()
+                        && (0..shape.len()).all(|i| i == axis || p.shape[i] == shape[i]);
+                    if !same_elsewhere {
+                        return None;
+                    }
+                    out[axis] += p.shape[axis];
+                }
+            }
+            (dtype, out)
+        }
+        (Op::slice, [a], [Param::Ints(starts), Param::Ints(stops), Param::OptInts(steps)]) => {
+            let steps = steps.clone().unwrap_or_else(|| vec![1; starts.len()]);
+            if starts.len() != a.shape.len()
+                || stops.len() != starts.len()
+                || steps.len() != starts.len()
+            {
+                return None;
+            }
+            let mut out = Vec::with_capacity(starts.len());
+            for k in 0..starts.len() {
+                let (b, e, st, d) = (starts[k], stops[k], steps[k], a.shape[k] as i64);
+                if b < 0 || e < b || e > d || st <= 0 {
+                    return None;
+                }
+                out.push(((e - b + st - 1) / st) as i32);
+            }
+            (dtype, out)
+        }
+        (Op::dynamic_slice, [a, starts], [Param::Shape(lengths)])
+            if !starts.shape.is_empty() && lengths.len() == a.shape.len() =>
+        {
+            if lengths.iter().zip(&a.shape).any(|(&l, &d)| l < 0 || l > d) {
+                return None;
+            }
+            let _ = starts;
+            (a.dtype, lengths.clone())
+        }
+        (_, [a, b], []) => {
+            let out = broadcast_shapes(&a.shape, &b.shape)?;
             match op {
-                Op::add => x + y,
-                Op::subtract => x - y,
-                Op::multiply => x.checked_mul(y)?,
-                Op::min => x.min(y),
-                Op::max => x.max(y),
-                Op::equal => (x == y) as i128,
-                Op::not_equal => (x != y) as i128,
-                Op::less => (x < y) as i128,
-                Op::less_equal => (x <= y) as i128,
-                Op::greater => (x > y) as i128,
-                Op::greater_equal => (x >= y) as i128,
-                Op::logical_and => (x != 0 && y != 0) as i128,
-                Op::logical_or => (x != 0 || y != 0) as i128,
-                Op::bitwise_and => x & y,
-                Op::bitwise_or => x | y,
-                Op::bitwise_xor => x ^ y,
+                Op::equal
+                | Op::not_equal
+                | Op::less
+                | Op::less_equal
+                | Op::greater
+                | Op::greater_equal
+                | Op::logical_and
+                | Op::logical_or => (Dtype::Bool, out),
+                Op::add
+                | Op::subtract
+                | Op::multiply
+                | Op::min
+                | Op::max
+                | Op::bitwise_and
+                | Op::bitwise_or
+                | Op::bitwise_xor
+                | Op::left_shift
+                | Op::right_shift
+                    if !boolean =>
+                {
+                    (dtype, out)
+                }
                 _ => return None,
             }
         }
         _ => return None,
-    };
-    Some(HostScalar {
-        dtype: out,
-        value: wrap(out, value)?,
     })
+}
+
+/// NumPy's broadcast of two shapes.
+fn broadcast_shapes(a: &[i32], b: &[i32]) -> Option<Vec<i32>> {
+    let rank = a.len().max(b.len());
+    (0..rank)
+        .map(|i| {
+            let x = if i + a.len() >= rank {
+                a[i + a.len() - rank]
+            } else {
+                1
+            };
+            let y = if i + b.len() >= rank {
+                b[i + b.len() - rank]
+            } else {
+                1
+            };
+            match (x, y) {
+                (x, y) if x == y => Some(x),
+                (1, y) => Some(y),
+                (x, 1) => Some(x),
+                _ => None,
+            }
+        })
+        .collect()
+}
+
+/// An element-wise binary op on two values of one type of `bits` bits.
+fn binary(op: Op, x: i128, y: i128, bits: i128) -> Option<i128> {
+    Some(match op {
+        Op::add => x + y,
+        Op::subtract => x - y,
+        Op::multiply => x.checked_mul(y)?,
+        Op::min => x.min(y),
+        Op::max => x.max(y),
+        Op::equal => (x == y) as i128,
+        Op::not_equal => (x != y) as i128,
+        Op::less => (x < y) as i128,
+        Op::less_equal => (x <= y) as i128,
+        Op::greater => (x > y) as i128,
+        Op::greater_equal => (x >= y) as i128,
+        Op::logical_and => (x != 0 && y != 0) as i128,
+        Op::logical_or => (x != 0 || y != 0) as i128,
+        Op::bitwise_and => x & y,
+        Op::bitwise_or => x | y,
+        Op::bitwise_xor => x ^ y,
+        // shifts within the width only (MLX's past it are the C++ shifts')
+        Op::left_shift if (0..bits).contains(&y) => x << y,
+        // (values are held sign-extended: an arithmetic shift for signed
+        // types, and unsigned values are non-negative)
+        Op::right_shift if (0..bits).contains(&y) => x >> y,
+        _ => return None,
+    })
+}
+
+/// `out[i] = a[starts + i * strides]` over `shape`, for in-range starts
+/// and positive strides.
+fn gather(a: &HostScalar, shape: &[i32], starts: &[i64], steps: &[i64]) -> Option<Vec<i128>> {
+    if starts.len() != a.shape.len() || steps.len() != a.shape.len() || shape.len() != a.shape.len()
+    {
+        return None;
+    }
+    for ((&s, &st), (&d, &len)) in starts.iter().zip(steps).zip(a.shape.iter().zip(shape)) {
+        let last = s + st * (len as i64 - 1);
+        if s < 0 || st <= 0 || (len > 0 && (s >= d as i64 || last >= d as i64)) {
+            return None;
+        }
+    }
+    let own = strides(&a.shape);
+    Some(
+        (0..size(shape))
+            .map(|flat| {
+                let at: usize = unravel(flat, shape)
+                    .iter()
+                    .enumerate()
+                    .map(|(k, &i)| (starts[k] as usize + i * steps[k] as usize) * own[k])
+                    .sum();
+                a.values[at]
+            })
+            .collect(),
+    )
+}
+
+/// Concatenation (or stacking) of `parts` along `axis` into `shape`.
+fn join(op: Op, parts: &[&HostScalar], axis: i64, shape: &[i32]) -> Option<Vec<i128>> {
+    let rank = shape.len() as i64;
+    let axis = if axis < 0 { axis + rank } else { axis };
+    if !(0..rank).contains(&axis) {
+        return None;
+    }
+    let axis = axis as usize;
+    // each part as a tensor of the result's rank
+    let parts: Vec<(Vec<i32>, &[i128])> = parts
+        .iter()
+        .map(|p| {
+            let mut s = p.shape.clone();
+            if op == Op::stack {
+                s.insert(axis.min(s.len()), 1);
+            }
+            (s, p.values.as_slice())
+        })
+        .collect();
+    let mut offsets = Vec::with_capacity(parts.len());
+    let mut total = 0;
+    for (s, _) in &parts {
+        if s.len() != shape.len() {
+            return None;
+        }
+        offsets.push(total);
+        total += s[axis];
+    }
+    if total != shape[axis] {
+        return None;
+    }
+    Some(
+        (0..size(shape))
+            .map(|flat| {
+                let mut index = unravel(flat, shape);
+                let k = offsets
+                    .iter()
+                    .rposition(|&o| o as usize <= index[axis])
+                    .unwrap_or(0);
+                index[axis] -= offsets[k] as usize;
+                let (s, values) = &parts[k];
+                let at: usize = index.iter().zip(strides(s)).map(|(i, st)| i * st).sum();
+                values[at]
+            })
+            .collect(),
+    )
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::device::Device;
-    use crate::ops::params::Param;
     use crate::worker::run_blocking;
 
-    fn s(dtype: Dtype, value: i128) -> HostScalar {
-        HostScalar { dtype, value }
+    fn t(dtype: Dtype, shape: &[i32], values: &[i128]) -> HostScalar {
+        HostScalar {
+            dtype,
+            shape: shape.to_vec(),
+            values: values.iter().map(|&v| wrap(dtype, v).unwrap()).collect(),
+        }
     }
 
     #[test]
@@ -152,17 +521,39 @@ mod tests {
         assert_eq!(wrap(Dtype::Float32, 1), None);
     }
 
+    /// `op` computed here and by MLX (evaluated), on the same arguments:
+    /// equal whenever this module computes it; returns whether it did.
+    fn agrees(op: Op, args: &[HostScalar], params: Vec<Param>) -> Result<bool> {
+        let arrays = args
+            .iter()
+            .map(|a| a.to_array())
+            .collect::<Result<Vec<_>>>()?;
+        let Ok(mlx) = op.apply(&arrays, params.clone()) else {
+            return Ok(false);
+        };
+        let mlx = mlx.into_vec().remove(0);
+        let refs: Vec<&HostScalar> = args.iter().collect();
+        let Some(here) = apply(op, &refs, &params) else {
+            return Ok(false);
+        };
+        assert_eq!(
+            Some(here),
+            HostScalar::read(&mlx),
+            "{op:?} on {args:?} {params:?}"
+        );
+        Ok(true)
+    }
+
     #[test]
-    fn host_results_match_mlx() {
-        // every op this module computes, on values near the types' limits,
-        // against MLX computing the same op
+    fn element_wise_results_match_mlx() {
         let cases: Vec<(Dtype, i128, i128)> = vec![
             (Dtype::Int32, i32::MAX as i128, 1),
             (Dtype::Int32, -7, 3),
             (Dtype::Uint8, 250, 9),
-            (Dtype::Uint32, 0, 1),
+            (Dtype::Uint32, 0xDEAD_BEEF, 13),
+            (Dtype::Uint32, 1, 31),
             (Dtype::Int64, i64::MIN as i128, -1),
-            (Dtype::Int16, -300, 300),
+            (Dtype::Int16, -300, 5),
             (Dtype::Bool, 1, 0),
         ];
         let binary = [
@@ -182,33 +573,87 @@ mod tests {
             Op::bitwise_and,
             Op::bitwise_or,
             Op::bitwise_xor,
+            Op::left_shift,
+            Op::right_shift,
         ];
         run_blocking(Device::Cpu, move || {
+            let mut computed = 0;
             for &(dtype, x, y) in &cases {
-                let (a, b) = (s(dtype, x), s(dtype, y));
-                let (xa, ya) = (a.to_array()?, b.to_array()?);
-                assert_eq!(HostScalar::read(&xa), Some(a));
-                for op in binary {
-                    let Ok(mlx) = op.apply(&[xa.clone(), ya.clone()], vec![]) else {
-                        continue;
-                    };
-                    let mlx = mlx.into_vec().remove(0);
-                    let expected = HostScalar::read(&mlx);
-                    let got = apply(op, &[a, b], mlx.dtype());
-                    if let Some(got) = got {
-                        assert_eq!(Some(got), expected, "{op:?} {dtype:?} {x} {y}");
+                // scalars, and a vector against a scalar (broadcast)
+                let pairs = [
+                    (t(dtype, &[], &[x]), t(dtype, &[], &[y])),
+                    (t(dtype, &[2], &[x, y]), t(dtype, &[], &[y])),
+                ];
+                for (a, b) in &pairs {
+                    assert_eq!(HostScalar::read(&a.to_array()?).as_ref(), Some(a));
+                    for op in binary {
+                        computed += agrees(op, &[a.clone(), b.clone()], vec![])? as usize;
+                    }
+                    for op in [Op::logical_not, Op::bitwise_not, Op::negate] {
+                        computed += agrees(op, std::slice::from_ref(a), vec![])? as usize;
+                    }
+                    for to in [Dtype::Int8, Dtype::Uint16, Dtype::Int64, Dtype::Bool] {
+                        computed +=
+                            agrees(Op::as_type, std::slice::from_ref(a), vec![Param::Type(to)])?
+                                as usize;
                     }
                 }
-                for to in [Dtype::Int8, Dtype::Uint16, Dtype::Int64, Dtype::Bool] {
-                    let mlx =
-                        Op::as_type.apply(std::slice::from_ref(&xa), vec![Param::Type(to)])?;
-                    let expected = HostScalar::read(&mlx.into_vec()[0]);
-                    assert_eq!(
-                        apply(Op::as_type, &[a], to),
-                        expected,
-                        "{dtype:?} {x} -> {to:?}"
-                    );
-                }
+            }
+            assert!(computed > 300, "{computed}");
+            Ok(())
+        })
+        .unwrap();
+    }
+
+    #[test]
+    fn rearrangements_match_mlx() {
+        run_blocking(Device::Cpu, || {
+            let a = t(Dtype::Uint32, &[2, 3], &[1, 2, 3, 4, 5, 6]);
+            let b = t(Dtype::Uint32, &[2, 3], &[7, 8, 9, 10, 11, 12]);
+            let v = t(Dtype::Uint32, &[3], &[7, 8, 9]);
+            let two = |x: &HostScalar, y: &HostScalar| vec![x.clone(), y.clone()];
+            let checks: Vec<(Op, Vec<HostScalar>, Vec<Param>)> = vec![
+                (Op::reshape, vec![a.clone()], vec![Param::Shape(vec![3, 2])]),
+                (
+                    Op::squeeze,
+                    vec![t(Dtype::Int32, &[1, 3], &[4, 5, 6])],
+                    vec![Param::OptInts(None)],
+                ),
+                (
+                    Op::broadcast_to,
+                    vec![v.clone()],
+                    vec![Param::Shape(vec![2, 3])],
+                ),
+                (Op::concatenate, two(&a, &b), vec![Param::Int(0)]),
+                (Op::concatenate, two(&a, &b), vec![Param::Int(1)]),
+                (Op::stack, two(&a, &b), vec![Param::Int(0)]),
+                (Op::stack, two(&a, &b), vec![Param::Int(2)]),
+                (Op::stack, two(&v, &v), vec![Param::Int(-1)]),
+                (
+                    Op::slice,
+                    vec![a.clone()],
+                    vec![
+                        Param::Ints(vec![1, 0]),
+                        Param::Ints(vec![2, 3]),
+                        Param::OptInts(Some(vec![1, 2])),
+                    ],
+                ),
+                (
+                    Op::dynamic_slice,
+                    vec![a.clone(), t(Dtype::Int64, &[2], &[1, 5])],
+                    vec![Param::Shape(vec![1, 2])],
+                ),
+                (
+                    Op::dynamic_slice,
+                    vec![a.clone(), t(Dtype::Int32, &[2], &[-4, 1])],
+                    vec![Param::Shape(vec![2, 1])],
+                ),
+            ];
+            for (op, args, params) in checks {
+                assert!(
+                    agrees(op, &args, params.clone())?,
+                    "{op:?} {params:?} not computed here"
+                );
             }
             Ok(())
         })
@@ -216,11 +661,19 @@ mod tests {
     }
 
     #[test]
-    fn other_types_and_mixed_types_stay_with_mlx() {
-        let a = s(Dtype::Int32, 1);
-        let b = s(Dtype::Int64, 1);
-        assert_eq!(apply(Op::add, &[a, b], Dtype::Int64), None);
-        assert_eq!(apply(Op::add, &[a, a], Dtype::Float32), None);
-        assert_eq!(apply(Op::quotient, &[a, a], Dtype::Int32), None);
+    fn other_types_mixed_types_and_big_tensors_stay_with_mlx() {
+        run_blocking(Device::Cpu, || {
+            let a = t(Dtype::Int32, &[], &[1]);
+            let b = t(Dtype::Int64, &[], &[1]);
+            assert!(!agrees(Op::add, &[a.clone(), b], vec![])?);
+            assert!(!agrees(Op::quotient, &[a.clone(), a.clone()], vec![])?);
+            let f = t(Dtype::Int32, &[2], &[1, 2]);
+            let g = t(Dtype::Int32, &[3], &[1, 2, 3]);
+            assert_eq!(apply(Op::add, &[&f, &g], &[]), None);
+            let big = t(Dtype::Int32, &[65], &[0; 65]);
+            assert!(!agrees(Op::add, &[big.clone(), big], vec![])?);
+            Ok(())
+        })
+        .unwrap();
     }
 }

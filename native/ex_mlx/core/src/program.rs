@@ -290,9 +290,9 @@ impl Program {
         }
         let mut slots: Vec<Option<Array>> = Vec::with_capacity(self.slots);
         let mut host = vec![None; self.slots];
-        // (constants are evaluated: their integer scalars are read once; a
-        // program with loops reads its integer scalar inputs too, once,
-        // rather than its loop conditions at every step)
+        // (constants are evaluated: their small integer tensors are read
+        // once; a program with loops reads its small integer inputs too,
+        // once, rather than its loop conditions at every step)
         for (k, c) in constants.iter().enumerate() {
             host[self.inputs + k] = HostScalar::read(c);
         }
@@ -420,8 +420,9 @@ fn check_outputs(block: &Block, n: usize, place: &str) -> Result<()> {
     }
 }
 
-/// A program's slots while it runs, and the integer scalars among them whose
-/// values are known here (crate::host_scalar).
+/// A program's slots while it runs, and the small integer tensors among them
+/// whose values are known here (crate::host_scalar): such a slot's MLX
+/// array is made when an op computed by MLX reads it.
 struct Run<'a> {
     slots: Vec<Option<Array>>,
     host: Vec<Option<HostScalar>>,
@@ -434,15 +435,26 @@ struct Run<'a> {
 const EVAL_STATE_EVERY: usize = 64;
 
 impl Run<'_> {
-    fn read(&self, slot: usize) -> Result<Array> {
-        self.slots
-            .get(slot)
-            .and_then(|s| s.clone())
-            .ok_or_else(|| Error::Internal(format!("program slot {slot} read before written")))
+    fn read(&mut self, slot: usize) -> Result<Array> {
+        if let Some(Some(a)) = self.slots.get(slot) {
+            return Ok(a.clone());
+        }
+        match self.host.get(slot).cloned().flatten() {
+            Some(h) => {
+                let a = h.to_array()?;
+                self.slots[slot] = Some(a.clone());
+                Ok(a)
+            }
+            None => Err(Error::Internal(format!(
+                "program slot {slot} read before written"
+            ))),
+        }
     }
 
-    fn write(&mut self, slot: usize, a: Array, host: Option<HostScalar>) {
-        self.slots[slot] = Some(a);
+    /// Writes `slot`: an MLX array, or values known here (whose array is
+    /// made when it is read).
+    fn write(&mut self, slot: usize, a: Option<Array>, host: Option<HostScalar>) {
+        self.slots[slot] = a;
         self.host[slot] = host;
     }
 
@@ -457,9 +469,9 @@ impl Run<'_> {
 
     /// Whether the one-element array in `slot` is non-zero: known here, or
     /// read from MLX (an evaluation).
-    fn truthy(&self, slot: usize) -> Result<bool> {
-        match self.host.get(slot).copied().flatten() {
-            Some(h) => Ok(h.truthy()),
+    fn truthy(&mut self, slot: usize) -> Result<bool> {
+        match self.host.get(slot).and_then(|h| h.as_ref()?.truthy()) {
+            Some(b) => Ok(b),
             None => Ok(truthy(item::item(&self.read(slot)?)?)),
         }
     }
@@ -476,43 +488,57 @@ impl Run<'_> {
     }
 
     fn op(&mut self, call: &OpCall) -> Result<()> {
+        if let Some(h) = self.on_host(call) {
+            self.write(call.first, None, Some(h));
+            return Ok(());
+        }
         let args: Vec<Array> = call
             .inputs
             .iter()
             .map(|&s| self.read(s))
             .collect::<Result<_>>()?;
         let results = call.op.apply(&args, call.params.clone())?.into_vec();
-        let known: Option<Vec<HostScalar>> = call.inputs.iter().map(|&s| self.host[s]).collect();
         for (k, out) in results.into_iter().enumerate() {
-            let host = match (&known, k) {
-                (Some(known), 0) if !known.is_empty() => {
-                    host_scalar::apply(call.op, known, out.dtype()).and_then(|h| match call.cast {
-                        Some(dtype) if dtype != h.dtype => {
-                            host_scalar::apply(Op::as_type, &[h], dtype)
-                        }
-                        _ => Some(h),
-                    })
-                }
-                _ => None,
+            let out = match call.cast {
+                Some(dtype) if out.dtype() != dtype => out.as_dtype(dtype)?,
+                _ => out,
             };
-            let out = match host {
-                Some(h) => h.to_array()?,
-                None => match call.cast {
-                    Some(dtype) if out.dtype() != dtype => out.as_dtype(dtype)?,
-                    _ => out,
-                },
-            };
-            self.write(call.first + k, out, host);
+            self.write(call.first + k, Some(out), None);
         }
         Ok(())
+    }
+
+    /// The result of a one-result op computed here (crate::host_scalar),
+    /// when its inputs are known here and the op is one computed here.
+    fn on_host(&self, call: &OpCall) -> Option<HostScalar> {
+        if call.results != 1 || call.inputs.is_empty() {
+            return None;
+        }
+        let known: Vec<&HostScalar> = call
+            .inputs
+            .iter()
+            .map(|&s| self.host[s].as_ref())
+            .collect::<Option<_>>()?;
+        let h = host_scalar::apply(call.op, &known, &call.params)?;
+        match call.cast {
+            Some(dtype) if dtype != h.dtype => {
+                host_scalar::apply(Op::as_type, &[&h], &[Param::Type(dtype)])
+            }
+            _ => Some(h),
+        }
     }
 
     fn run_loop(&mut self, l: &Loop) -> Result<()> {
         let n = l.initial.len();
         let state = l.state..l.state + n;
         for (k, &s) in l.initial.iter().enumerate() {
-            let v = self.read(s)?;
-            self.write(l.state + k, v, self.host[s]);
+            let host = self.host[s].clone();
+            let v = if host.is_some() {
+                self.slots[s].clone()
+            } else {
+                Some(self.read(s)?)
+            };
+            self.write(l.state + k, v, host);
         }
         let mut step = 0usize;
         loop {
@@ -529,11 +555,13 @@ impl Run<'_> {
             // left (MLX may reuse its buffer).
             step += 1;
             if self.host[pred].is_none() || step.is_multiple_of(EVAL_STATE_EVERY) {
+                let p = if self.host[pred].is_none() {
+                    Some(self.read(pred)?)
+                } else {
+                    None
+                };
                 let mut now: Vec<&Array> = self.slots[state.clone()].iter().flatten().collect();
-                let p = self.read(pred)?;
-                if self.host[pred].is_none() {
-                    now.push(&p);
-                }
+                now.extend(p.as_ref());
                 mlx_rs::transforms::eval(now)?;
             }
             let go = self.truthy(pred)?;
@@ -542,12 +570,12 @@ impl Run<'_> {
                 break;
             }
             self.block(&l.body.instructions)?;
-            let next: Vec<(Array, Option<HostScalar>)> = l
+            let next: Vec<(Option<Array>, Option<HostScalar>)> = l
                 .body
                 .outputs
                 .iter()
-                .map(|&s| Ok((self.read(s)?, self.host[s])))
-                .collect::<Result<_>>()?;
+                .map(|&s| (self.slots[s].clone(), self.host[s].clone()))
+                .collect();
             // The step's new values are checked against the memory limit
             // as every new tensor is (crate::memory::check_allocation).
             let fresh: usize = l
@@ -556,7 +584,7 @@ impl Run<'_> {
                 .iter()
                 .zip(&next)
                 .filter(|(&s, _)| s >= state.end)
-                .map(|(_, (a, _))| a.nbytes())
+                .map(|(_, (a, _))| a.as_ref().map_or(0, |a| a.nbytes()))
                 .sum();
             memory::check_allocation(fresh)?;
             self.clear(l.state..l.results);
@@ -582,11 +610,11 @@ impl Run<'_> {
             }
         }
         self.block(&chosen.instructions)?;
-        let results: Vec<(Array, Option<HostScalar>)> = chosen
+        let results: Vec<(Option<Array>, Option<HostScalar>)> = chosen
             .outputs
             .iter()
-            .map(|&s| Ok((self.read(s)?, self.host[s])))
-            .collect::<Result<_>>()?;
+            .map(|&s| (self.slots[s].clone(), self.host[s].clone()))
+            .collect();
         self.clear(b.inner.clone());
         for (k, (v, h)) in results.into_iter().enumerate() {
             self.write(b.inner.end + k, v, h);
