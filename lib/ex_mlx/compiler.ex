@@ -74,10 +74,16 @@ if Code.ensure_loaded?(Nx) do
         Enum.map(args_list, fn args ->
           tensors = Enum.map(args, fn arg -> arg.() end)
 
+          # a template has no data for a program to read: Nx.Defn.Evaluator
+          # runs such a call (it fails only if an op reads the template)
           compiled =
-            ExMLX.ProgramCache.fetch(cache_key, fn ->
-              compile(key, vars, fun, tensors, device, opts)
-            end)
+            if Enum.any?(tensors, &match?(%Nx.Tensor{data: %Nx.TemplateBackend{}}, &1)) do
+              {:evaluator, "an argument is a template (Nx.template/3)"}
+            else
+              ExMLX.ProgramCache.fetch(cache_key, fn ->
+                compile(key, vars, fun, tensors, device, opts)
+              end)
+            end
 
           run(compiled, key, vars, fun, tensors, device, opts)
         end)
