@@ -11,7 +11,7 @@ pub mod dtype;
 pub mod error;
 pub mod fusion;
 pub mod host;
-pub mod host_scalar;
+pub mod host_tensor;
 pub mod item;
 pub mod memory;
 pub mod ops;

@@ -26,7 +26,7 @@ use mlx_rs::{Array, Dtype};
 use crate::device::Device;
 use crate::error::{Error, Result};
 use crate::fusion::FusedProgram;
-use crate::host_scalar::{self, HostScalar};
+use crate::host_tensor::{self, HostTensor};
 use crate::item::{self, Number};
 use crate::memory;
 use crate::ops::params::Param;
@@ -294,11 +294,11 @@ impl Program {
         // once; a program with loops reads its small integer inputs too,
         // once, rather than its loop conditions at every step)
         for (k, c) in constants.iter().enumerate() {
-            host[self.inputs + k] = HostScalar::read(c);
+            host[self.inputs + k] = HostTensor::read(c);
         }
         if self.loops {
             for (k, a) in inputs.iter().enumerate() {
-                host[k] = HostScalar::read(a);
+                host[k] = HostTensor::read(a);
             }
         }
         slots.extend(inputs.into_iter().map(Some));
@@ -421,11 +421,11 @@ fn check_outputs(block: &Block, n: usize, place: &str) -> Result<()> {
 }
 
 /// A program's slots while it runs, and the small integer tensors among them
-/// whose values are known here (crate::host_scalar): such a slot's MLX
+/// whose values are known here (crate::host_tensor): such a slot's MLX
 /// array is made when an op computed by MLX reads it.
 struct Run<'a> {
     slots: Vec<Option<Array>>,
-    host: Vec<Option<HostScalar>>,
+    host: Vec<Option<HostTensor>>,
     stop: &'a dyn Fn() -> bool,
 }
 
@@ -453,7 +453,7 @@ impl Run<'_> {
 
     /// Writes `slot`: an MLX array, or values known here (whose array is
     /// made when it is read).
-    fn write(&mut self, slot: usize, a: Option<Array>, host: Option<HostScalar>) {
+    fn write(&mut self, slot: usize, a: Option<Array>, host: Option<HostTensor>) {
         self.slots[slot] = a;
         self.host[slot] = host;
     }
@@ -508,21 +508,21 @@ impl Run<'_> {
         Ok(())
     }
 
-    /// The result of a one-result op computed here (crate::host_scalar),
+    /// The result of a one-result op computed here (crate::host_tensor),
     /// when its inputs are known here and the op is one computed here.
-    fn on_host(&self, call: &OpCall) -> Option<HostScalar> {
+    fn on_host(&self, call: &OpCall) -> Option<HostTensor> {
         if call.results != 1 || call.inputs.is_empty() {
             return None;
         }
-        let known: Vec<&HostScalar> = call
+        let known: Vec<&HostTensor> = call
             .inputs
             .iter()
             .map(|&s| self.host[s].as_ref())
             .collect::<Option<_>>()?;
-        let h = host_scalar::apply(call.op, &known, &call.params)?;
+        let h = host_tensor::apply(call.op, &known, &call.params)?;
         match call.cast {
             Some(dtype) if dtype != h.dtype => {
-                host_scalar::apply(Op::as_type, &[&h], &[Param::Type(dtype)])
+                host_tensor::apply(Op::as_type, &[&h], &[Param::Type(dtype)])
             }
             _ => Some(h),
         }
@@ -570,7 +570,7 @@ impl Run<'_> {
                 break;
             }
             self.block(&l.body.instructions)?;
-            let next: Vec<(Option<Array>, Option<HostScalar>)> = l
+            let next: Vec<(Option<Array>, Option<HostTensor>)> = l
                 .body
                 .outputs
                 .iter()
@@ -610,7 +610,7 @@ impl Run<'_> {
             }
         }
         self.block(&chosen.instructions)?;
-        let results: Vec<(Option<Array>, Option<HostScalar>)> = chosen
+        let results: Vec<(Option<Array>, Option<HostTensor>)> = chosen
             .outputs
             .iter()
             .map(|&s| (self.slots[s].clone(), self.host[s].clone()))

@@ -28,7 +28,7 @@ pub const MAX_ELEMENTS: usize = 64;
 /// An integer or boolean tensor of `dtype` and `shape`, its elements in
 /// row-major order.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct HostScalar {
+pub struct HostTensor {
     pub dtype: Dtype,
     pub shape: Vec<i32>,
     pub values: Vec<i128>,
@@ -90,10 +90,10 @@ fn unravel(mut flat: usize, shape: &[i32]) -> Vec<usize> {
     index
 }
 
-impl HostScalar {
+impl HostTensor {
     /// The values of `a` if it is a small integer or boolean tensor (`a` is
     /// evaluated for it: call this for arrays that are, or once).
-    pub fn read(a: &Array) -> Option<HostScalar> {
+    pub fn read(a: &Array) -> Option<HostTensor> {
         width(a.dtype())?;
         if a.size() > MAX_ELEMENTS {
             return None;
@@ -110,7 +110,7 @@ impl HostScalar {
                 _ => None,
             })
             .collect::<Option<Vec<_>>>()?;
-        (values.len() == a.size()).then(|| HostScalar {
+        (values.len() == a.size()).then(|| HostTensor {
             dtype: a.dtype(),
             shape: a.shape().to_vec(),
             values,
@@ -172,7 +172,7 @@ impl HostScalar {
 /// `op` on `args` with `params`, computed here (result type, shape and
 /// values, without MLX) when it is exact integer or boolean arithmetic or an
 /// index rearrangement of small tensors; `None` when the op is left to MLX.
-pub fn apply(op: Op, args: &[&HostScalar], params: &[Param]) -> Option<HostScalar> {
+pub fn apply(op: Op, args: &[&HostTensor], params: &[Param]) -> Option<HostTensor> {
     let (dtype, shape) = result_of(op, args, params)?;
     let n = size(&shape);
     if n > MAX_ELEMENTS {
@@ -241,7 +241,7 @@ pub fn apply(op: Op, args: &[&HostScalar], params: &[Param]) -> Option<HostScala
         .into_iter()
         .map(|v| wrap(dtype, v))
         .collect::<Option<Vec<_>>>()?;
-    (values.len() == n).then_some(HostScalar {
+    (values.len() == n).then_some(HostTensor {
         dtype,
         shape,
         values,
@@ -250,7 +250,7 @@ pub fn apply(op: Op, args: &[&HostScalar], params: &[Param]) -> Option<HostScala
 
 /// The type and shape of `op`'s result, for the ops and arguments computed
 /// here (MLX's rules for them; the tests compare with MLX).
-fn result_of(op: Op, args: &[&HostScalar], params: &[Param]) -> Option<(Dtype, Vec<i32>)> {
+fn result_of(op: Op, args: &[&HostTensor], params: &[Param]) -> Option<(Dtype, Vec<i32>)> {
     let first = args.first()?;
     let same_type = args.iter().all(|a| a.dtype == first.dtype);
     if !same_type && op != Op::dynamic_slice {
@@ -424,7 +424,7 @@ fn binary(op: Op, x: i128, y: i128, bits: i128) -> Option<i128> {
 
 /// `out[i] = a[starts + i * strides]` over `shape`, for in-range starts
 /// and positive strides.
-fn gather(a: &HostScalar, shape: &[i32], starts: &[i64], steps: &[i64]) -> Option<Vec<i128>> {
+fn gather(a: &HostTensor, shape: &[i32], starts: &[i64], steps: &[i64]) -> Option<Vec<i128>> {
     if starts.len() != a.shape.len() || steps.len() != a.shape.len() || shape.len() != a.shape.len()
     {
         return None;
@@ -451,7 +451,7 @@ fn gather(a: &HostScalar, shape: &[i32], starts: &[i64], steps: &[i64]) -> Optio
 }
 
 /// Concatenation (or stacking) of `parts` along `axis` into `shape`.
-fn join(op: Op, parts: &[&HostScalar], axis: i64, shape: &[i32]) -> Option<Vec<i128>> {
+fn join(op: Op, parts: &[&HostTensor], axis: i64, shape: &[i32]) -> Option<Vec<i128>> {
     let rank = shape.len() as i64;
     let axis = if axis < 0 { axis + rank } else { axis };
     if !(0..rank).contains(&axis) {
@@ -504,8 +504,8 @@ mod tests {
     use crate::device::Device;
     use crate::worker::run_blocking;
 
-    fn t(dtype: Dtype, shape: &[i32], values: &[i128]) -> HostScalar {
-        HostScalar {
+    fn t(dtype: Dtype, shape: &[i32], values: &[i128]) -> HostTensor {
+        HostTensor {
             dtype,
             shape: shape.to_vec(),
             values: values.iter().map(|&v| wrap(dtype, v).unwrap()).collect(),
@@ -523,7 +523,7 @@ mod tests {
 
     /// `op` computed here and by MLX (evaluated), on the same arguments:
     /// equal whenever this module computes it; returns whether it did.
-    fn agrees(op: Op, args: &[HostScalar], params: Vec<Param>) -> Result<bool> {
+    fn agrees(op: Op, args: &[HostTensor], params: Vec<Param>) -> Result<bool> {
         let arrays = args
             .iter()
             .map(|a| a.to_array())
@@ -532,13 +532,13 @@ mod tests {
             return Ok(false);
         };
         let mlx = mlx.into_vec().remove(0);
-        let refs: Vec<&HostScalar> = args.iter().collect();
+        let refs: Vec<&HostTensor> = args.iter().collect();
         let Some(here) = apply(op, &refs, &params) else {
             return Ok(false);
         };
         assert_eq!(
             Some(here),
-            HostScalar::read(&mlx),
+            HostTensor::read(&mlx),
             "{op:?} on {args:?} {params:?}"
         );
         Ok(true)
@@ -585,7 +585,7 @@ mod tests {
                     (t(dtype, &[2], &[x, y]), t(dtype, &[], &[y])),
                 ];
                 for (a, b) in &pairs {
-                    assert_eq!(HostScalar::read(&a.to_array()?).as_ref(), Some(a));
+                    assert_eq!(HostTensor::read(&a.to_array()?).as_ref(), Some(a));
                     for op in binary {
                         computed += agrees(op, &[a.clone(), b.clone()], vec![])? as usize;
                     }
@@ -611,8 +611,8 @@ mod tests {
             let a = t(Dtype::Uint32, &[2, 3], &[1, 2, 3, 4, 5, 6]);
             let b = t(Dtype::Uint32, &[2, 3], &[7, 8, 9, 10, 11, 12]);
             let v = t(Dtype::Uint32, &[3], &[7, 8, 9]);
-            let two = |x: &HostScalar, y: &HostScalar| vec![x.clone(), y.clone()];
-            let checks: Vec<(Op, Vec<HostScalar>, Vec<Param>)> = vec![
+            let two = |x: &HostTensor, y: &HostTensor| vec![x.clone(), y.clone()];
+            let checks: Vec<(Op, Vec<HostTensor>, Vec<Param>)> = vec![
                 (Op::reshape, vec![a.clone()], vec![Param::Shape(vec![3, 2])]),
                 (
                     Op::squeeze,
