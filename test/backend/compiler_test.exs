@@ -299,6 +299,26 @@ if Code.ensure_loaded?(Nx) do
       end
     end
 
+    test "64 processes running one compiled loop at once each get their own result" do
+      f = Nx.Defn.jit(&Funs.collatz_steps/1, compiler: ExMLX.Compiler)
+      # Collatz step counts of 1..64, by the definition, in Elixir
+      steps = fn n ->
+        Stream.iterate(n, &if(rem(&1, 2) == 0, do: div(&1, 2), else: 3 * &1 + 1))
+        |> Enum.take_while(&(&1 != 1))
+        |> length()
+      end
+
+      results =
+        1..64
+        |> Task.async_stream(fn i -> {i, f.(Nx.tensor([i, i + 1])) |> Nx.to_flat_list()} end,
+          max_concurrency: 64,
+          timeout: 60_000
+        )
+        |> Enum.map(fn {:ok, r} -> r end)
+
+      for {i, got} <- results, do: assert(got == [steps.(i), steps.(i + 1)], "n = #{i}")
+    end
+
     test "an error in a compiled call (out of memory) is raised at the call, and the VM goes on" do
       f = Nx.Defn.jit(&Funs.affine/3, compiler: ExMLX.Compiler)
       x = Nx.iota({2, 3}, type: {:f, 32})
