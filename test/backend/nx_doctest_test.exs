@@ -5,12 +5,17 @@ if Code.ensure_loaded?(Nx) do
     use ExUnit.CaseTemplate
 
     # `use ExMLX.Backend.DoctestCase, module: Nx.LinAlg` runs that module's
-    # doctests and checks that each exclusion listed for it names one of them.
+    # doctests and checks that each exclusion listed for it names one of them;
+    # `compiler: ExMLX.Compiler` runs them with that default defn compiler
+    # (Nx's functions written in defn, such as its linear algebra and
+    # Nx.Random, then run as compiled programs).
     using opts do
       module = Keyword.fetch!(opts, :module)
+      compiler = Keyword.get(opts, :compiler)
 
       quote do
         use ExUnit.Case, async: false
+        @moduletag compiler: unquote(compiler)
 
         doctest unquote(module)
 
@@ -28,8 +33,9 @@ if Code.ensure_loaded?(Nx) do
       :ok
     end
 
-    setup do
+    setup context do
       Nx.default_backend(ExMLX.Backend)
+      if compiler = context[:compiler], do: Nx.Defn.default_options(compiler: compiler)
       :ok
     end
   end
@@ -52,5 +58,20 @@ if Code.ensure_loaded?(Nx) do
   defmodule ExMLX.Backend.NxRandomDoctestTest do
     @moduledoc "Nx.Random's doctests (pure Nx on top of the backend's bit operations)."
     use ExMLX.Backend.DoctestCase, module: Nx.Random
+  end
+
+  defmodule ExMLX.Compiler.NxDoctestTest do
+    @moduledoc "Nx's doctests with ExMLX.Compiler as the default defn compiler."
+    use ExMLX.Backend.DoctestCase, module: Nx, compiler: ExMLX.Compiler
+  end
+
+  defmodule ExMLX.Compiler.NxLinAlgDoctestTest do
+    @moduledoc "Nx.LinAlg's doctests (defn with while loops) through ExMLX.Compiler."
+    use ExMLX.Backend.DoctestCase, module: Nx.LinAlg, compiler: ExMLX.Compiler
+  end
+
+  defmodule ExMLX.Compiler.NxRandomDoctestTest do
+    @moduledoc "Nx.Random's doctests (threefry's while loops) through ExMLX.Compiler."
+    use ExMLX.Backend.DoctestCase, module: Nx.Random, compiler: ExMLX.Compiler
   end
 end
