@@ -413,8 +413,9 @@ fn binary(op: Op, x: i128, y: i128, bits: i128) -> Option<i128> {
         Op::bitwise_and => x & y,
         Op::bitwise_or => x | y,
         Op::bitwise_xor => x ^ y,
-        // shifts within the width only (MLX's past it are the C++ shifts')
-        Op::left_shift if (0..bits).contains(&y) => x << y,
+        // shifts within the width only (MLX's past it are the C++ shifts');
+        // a left shift keeps its low bits (all that `wrap` keeps)
+        Op::left_shift if (0..bits).contains(&y) => x.wrapping_shl(y as u32),
         // (values are held sign-extended: an arithmetic shift for signed
         // types, and unsigned values are non-negative)
         Op::right_shift if (0..bits).contains(&y) => x >> y,
@@ -552,6 +553,7 @@ mod tests {
             (Dtype::Uint8, 250, 9),
             (Dtype::Uint32, 0xDEAD_BEEF, 13),
             (Dtype::Uint32, 1, 31),
+            (Dtype::Uint64, u64::MAX as i128, 63),
             (Dtype::Int64, i64::MIN as i128, -1),
             (Dtype::Int16, -300, 5),
             (Dtype::Bool, 1, 0),
