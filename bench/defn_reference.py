@@ -7,26 +7,15 @@ repetitions.
 """
 import json
 import math
-import statistics
 import sys
-import time
 
 import mlx.core as mx
+
+from timing import timed
 
 QUICK = "--quick" in sys.argv
 REPS = 5 if QUICK else 15
 FEW = 2 if QUICK else 5
-
-
-def timed(fun, reps):
-    fun()
-    fun()
-    samples = []
-    for _ in range(reps):
-        t = time.perf_counter()
-        fun()
-        samples.append(time.perf_counter() - t)
-    return statistics.median(samples)
 
 
 def read(out):
@@ -148,12 +137,12 @@ def main():
     for name, (fun, args, reps) in cases.items():
         compiled = small_loop_compiled_step() if name == "loop_1000" else mx.compile(fun)
         out[name] = {
-            "plain": timed(lambda: read(fun(*args)), reps),
-            "compiled": timed(lambda: read(compiled(*args)), reps),
+            "plain": timed(lambda: read(fun(*args)), reps)["median"],
+            "compiled": timed(lambda: read(compiled(*args)), reps)["median"],
         }
     # the row loop writes into its buffer in place; a fresh buffer per call
     out["rows_3001"] = {
-        "plain": timed(lambda: read(rows(mx.zeros((3001, 400)))), 2),
+        "plain": timed(lambda: read(rows(mx.zeros((3001, 400)))), 2)["median"],
         "compiled": None,
     }
     print(json.dumps(out))

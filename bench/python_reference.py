@@ -6,11 +6,11 @@ Prints one JSON object. `--quick` shrinks sizes and repetitions;
 the matmuls.
 """
 import json
-import statistics
 import sys
-import time
 
 import numpy as np
+
+from timing import timed
 
 QUICK = "--quick" in sys.argv
 # Only the op-dispatch cases (bench/suite.exs alternates them with its own).
@@ -23,22 +23,6 @@ try:
 except Exception as error:  # reported, not fatal: numpy figures still come
     mx = None
     MLX_ERROR = str(error)
-
-
-def timed(fun, reps, warmup=2):
-    for _ in range(warmup):
-        fun()
-    samples = []
-    for _ in range(reps):
-        t = time.perf_counter()
-        fun()
-        samples.append(time.perf_counter() - t)
-    samples.sort()
-    return {
-        "median": statistics.median(samples),
-        "p10": samples[max(0, int(0.1 * len(samples)))],
-        "p90": samples[min(len(samples) - 1, int(0.9 * len(samples)))],
-    }
 
 
 out = {"numpy": np.__version__}
