@@ -277,9 +277,9 @@ where
         Box::new(move || worker_side.finish(worker::run_caught(work))),
     )?;
     // Wait only when the worker has at most a few jobs (a deferred op or two
-    // ahead is common and quick), and only one NIF at a time: a scheduler
-    // thread spinning here takes a core, and on a small machine two of them
-    // would starve the worker they wait for (and every other process).
+    // ahead is common and quick), and only one NIF at a time: a waiting NIF
+    // holds its scheduler (it yields the core, not the scheduler), and
+    // several of them would keep every other process waiting.
     let spin = backlog <= QUICK_BACKLOG
         && SPINNING
             .compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed)
@@ -376,22 +376,18 @@ impl<T: Encoder> Meeting<T> {
     /// otherwise `None`, after leaving `replier()` for the worker to send
     /// the result with.
     fn wait(&self, limit: Duration, replier: impl FnOnce() -> Replier) -> Option<Result<T>> {
-        let start = Instant::now();
-        while self.state.load(Ordering::Acquire) == WAITING {
-            if start.elapsed() >= limit {
-                *locked(&self.replier) = Some(replier());
-                if self
-                    .state
-                    .compare_exchange(WAITING, GONE, Ordering::AcqRel, Ordering::Acquire)
-                    .is_ok()
-                {
-                    return None;
-                }
-                // the worker finished meanwhile: the replier is not needed
-                locked(&self.replier).take();
-                break;
+        let finished = || self.state.load(Ordering::Acquire) != WAITING;
+        if !worker::poll_until(limit, finished) {
+            *locked(&self.replier) = Some(replier());
+            if self
+                .state
+                .compare_exchange(WAITING, GONE, Ordering::AcqRel, Ordering::Acquire)
+                .is_ok()
+            {
+                return None;
             }
-            std::hint::spin_loop();
+            // the worker finished meanwhile: the replier is not needed
+            locked(&self.replier).take();
         }
         locked(&self.result).take()
     }

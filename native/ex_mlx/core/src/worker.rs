@@ -62,8 +62,7 @@ fn start(device: Device) -> std::result::Result<Worker, String> {
         .spawn(move || {
             let stream = mlx_rs::Stream::new_with_device(&device.to_mlx());
             mlx_rs::with_stream(&stream, || {
-                let mut idle = IdlePolicy::default();
-                while let Some(job) = next_job(&jobs, &mut idle) {
+                while let Some(job) = next_job(&jobs) {
                     job();
                     done.fetch_sub(1, Ordering::AcqRel);
                 }
@@ -75,54 +74,48 @@ fn start(device: Device) -> std::result::Result<Worker, String> {
 
 /// How long an idle worker polls its queue before it sleeps. Small ops come
 /// in bursts (one process building a graph op by op); polling briefly saves
-/// the futex wake-up on each of them, at the price of this much CPU per burst.
-const SPIN: std::time::Duration = std::time::Duration::from_micros(50);
+/// the wake-up of a sleeping thread on each of them (on a virtual machine,
+/// waking a thread whose core went idle costs tens of microseconds).
+const POLL: std::time::Duration = std::time::Duration::from_micros(50);
 
-/// A poll of the queue that takes longer than this means the OS took the
-/// core away from the worker meanwhile: another thread wanted it.
-const PREEMPTED: std::time::Duration = std::time::Duration::from_micros(20);
-
-/// How many jobs a worker waits for without polling after it was preempted
-/// while polling, before it tries polling again.
-const NO_SPIN_JOBS: u32 = 256;
-
-/// Whether the worker polls when idle. On a busy machine (bench/README.md:
-/// one core taken by another process) polling keeps the core from the very
-/// threads the worker waits for, and made an eager round trip 2.5× slower
-/// than blocking at once; on an idle one it saves a wake-up per op. A
-/// preemption while polling is the sign of a busy machine.
-#[derive(Default)]
-struct IdlePolicy {
-    no_spin_for: u32,
+/// Waits until `ready()` holds or `limit` has passed; whether it holds.
+///
+/// Between checks it yields its core (`sched_yield`) instead of spinning on
+/// it: on a machine where the other cores are busy (another VM's schedulers,
+/// any CPU-bound process), the threads being waited for (this worker, MLX's
+/// stream thread, the BEAM scheduler a NIF runs on) run on the waiter's core
+/// at once. A pure spin kept them off it: an eager round trip took 6–8× its
+/// quiet time with one of two cores busy, against none with yielding
+/// (bench/README.md, "Waiting without spinning").
+pub fn poll_until(limit: std::time::Duration, mut ready: impl FnMut() -> bool) -> bool {
+    let start = std::time::Instant::now();
+    loop {
+        if ready() {
+            return true;
+        }
+        if start.elapsed() >= limit {
+            return false;
+        }
+        thread::yield_now();
+    }
 }
 
-/// The next job, polling for [`SPIN`] before blocking (unless the machine
-/// looks busy, see [`IdlePolicy`]); `None` when every sender is gone.
-fn next_job(jobs: &mpsc::Receiver<Job>, idle: &mut IdlePolicy) -> Option<Job> {
-    let start = std::time::Instant::now();
-    let mut last = start;
-    loop {
-        match jobs.try_recv() {
-            Ok(job) => return Some(job),
-            Err(mpsc::TryRecvError::Disconnected) => return None,
-            Err(mpsc::TryRecvError::Empty) => {
-                if idle.no_spin_for > 0 {
-                    idle.no_spin_for -= 1;
-                    return jobs.recv().ok();
-                }
-                let now = std::time::Instant::now();
-                if now.duration_since(last) > PREEMPTED {
-                    idle.no_spin_for = NO_SPIN_JOBS;
-                    return jobs.recv().ok();
-                }
-                if now.duration_since(start) >= SPIN {
-                    return jobs.recv().ok();
-                }
-                last = now;
-                std::hint::spin_loop();
-            }
+/// The next job, polling for [`POLL`] before blocking; `None` when every
+/// sender is gone.
+fn next_job(jobs: &mpsc::Receiver<Job>) -> Option<Job> {
+    let mut next = None;
+    poll_until(POLL, || match jobs.try_recv() {
+        Ok(job) => {
+            next = Some(Some(job));
+            true
         }
-    }
+        Err(mpsc::TryRecvError::Disconnected) => {
+            next = Some(None);
+            true
+        }
+        Err(mpsc::TryRecvError::Empty) => false,
+    });
+    next.unwrap_or_else(|| jobs.recv().ok())
 }
 
 /// Queues `job` on the worker of `device`; returns how many jobs are now
@@ -195,6 +188,21 @@ mod tests {
         })
         .unwrap();
         assert_eq!(sum, vec![2.0, 4.0]);
+    }
+
+    #[test]
+    fn poll_until_reports_whether_the_condition_came_true() {
+        let mut checks = 0;
+        assert!(poll_until(std::time::Duration::from_secs(10), || {
+            checks += 1;
+            checks == 3
+        }));
+        assert_eq!(checks, 3);
+
+        let limit = std::time::Duration::from_millis(2);
+        let start = std::time::Instant::now();
+        assert!(!poll_until(limit, || false));
+        assert!(start.elapsed() >= limit);
     }
 
     #[test]
