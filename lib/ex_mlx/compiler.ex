@@ -72,20 +72,10 @@ if Code.ensure_loaded?(Nx) do
 
       fn args_list ->
         Enum.map(args_list, fn args ->
-          tensors = Enum.map(args, fn arg -> arg.() end)
-
-          # a template has no data for a program to read: Nx.Defn.Evaluator
-          # runs such a call (it fails only if an op reads the template)
           compiled =
-            if Enum.any?(tensors, &match?(%Nx.Tensor{data: %Nx.TemplateBackend{}}, &1)) do
-              {:evaluator, "an argument is a template (Nx.template/3)"}
-            else
-              ExMLX.ProgramCache.fetch(cache_key, fn ->
-                compile(key, vars, fun, tensors, device, opts)
-              end)
-            end
+            ExMLX.ProgramCache.fetch(cache_key, fn -> compile(vars, fun, device, opts) end)
 
-          run(compiled, key, vars, fun, tensors, device, opts)
+          run(compiled, key, vars, fun, args, device, opts)
         end)
       end
     end
@@ -108,28 +98,48 @@ if Code.ensure_loaded?(Nx) do
     # Compiling: record the backend's ops on symbolic inputs
     # -------------------------------------------------------------------------
 
-    defp compile(_key, vars, fun, tensors, device, opts) do
-      record(vars, fun, tensors, device, fuse?(opts))
+    defp compile(vars, fun, device, opts) do
+      record(vars, fun, device, fuse?(opts))
     rescue
       e in Op.Unrecordable -> evaluator(Exception.message(e))
     end
 
-    defp record(vars, fun, tensors, device, fuse) do
+    # The parameters' templates (`vars`, flattened in argument order) give
+    # the inputs' shapes and types; the program reads only the parameters
+    # the graph uses, and only those arguments are called at run time (Nx's
+    # lazy arguments, as Nx.Defn.Evaluator and EXLA do).
+    defp record(vars, fun, device, fuse) do
       # outputs devectorized, their templates kept (as Nx.Defn.Evaluator does)
       {expr, templates} =
         vars
         |> fun.()
         |> Composite.traverse([], &{Nx.devectorize(&1), [Nx.to_template(&1) | &2]})
 
-      {{result, hooks}, recording} =
-        Op.record_program(length(tensors), device, fn refs ->
-          params =
-            Enum.zip_with(tensors, refs, fn t, ref ->
-              fn -> %{t | data: %ExMLX.Backend{ref: ref, device: device}} end
+      parameters = Composite.flatten_list(vars)
+      used_key = {__MODULE__, :used_parameters}
+      Process.put(used_key, MapSet.new())
+
+      {{result, hooks}, recording, used} =
+        try do
+          {lowered, recording} =
+            Op.record_program(length(parameters), device, fn refs ->
+              params =
+                parameters
+                |> Enum.zip(refs)
+                |> Enum.with_index(fn {t, ref}, i ->
+                  fn ->
+                    Process.put(used_key, MapSet.put(Process.get(used_key), i))
+                    %{t | data: %ExMLX.Backend{ref: ref, device: device}}
+                  end
+                end)
+
+              Lowering.lower(expr, params, device)
             end)
 
-          Lowering.lower(expr, params, device)
-        end)
+          {lowered, recording, Enum.sort(Process.get(used_key))}
+        after
+          Process.delete(used_key)
+        end
 
       outputs = Composite.flatten_list([result])
       hooked = Enum.map(hooks, fn {_spec, value} -> Composite.flatten_list([value]) end)
@@ -137,8 +147,7 @@ if Code.ensure_loaded?(Nx) do
       output_refs = Enum.map(outputs ++ Enum.concat(hooked), &device_ref(&1, device))
       types = Enum.map(outputs ++ Enum.concat(hooked), &ExMLX.Backend.storage_type(&1.type))
 
-      {inputs, constants, instructions, slots} =
-        Op.program(recording, length(tensors), output_refs)
+      {inputs, constants, instructions, slots} = Op.program(recording, used, output_refs)
 
       if fuse and Enum.any?(instructions, &(elem(&1, 0) in [:while, :cond])),
         do: Logger.debug("ExMLX.Compiler: fuse: true applies to programs without while/cond")
@@ -151,6 +160,7 @@ if Code.ensure_loaded?(Nx) do
       {:program,
        %{
          program: program,
+         used: used,
          result: result,
          templates: Enum.reverse(templates),
          hooks: hooks,
@@ -232,7 +242,34 @@ if Code.ensure_loaded?(Nx) do
     # One NIF call that returns the outputs pending (their shapes and types
     # are the recorded ones): reading them waits for the worker, as for the
     # backend's deferred ops.
-    defp run({:program, compiled}, _key, _vars, _fun, tensors, device, opts) do
+    defp run({:program, compiled}, key, vars, fun, args, device, opts) do
+      args = List.to_tuple(args)
+      tensors = Enum.map(compiled.used, &elem(args, &1).())
+
+      # a template has no data for a program to read: Nx.Defn.Evaluator
+      # runs such a call (it fails only if an op reads the template)
+      if Enum.any?(tensors, &match?(%Nx.Tensor{data: %Nx.TemplateBackend{}}, &1)) do
+        called = Map.new(Enum.zip(compiled.used, tensors), fn {i, t} -> {i, fn -> t end} end)
+        args = for i <- 0..(tuple_size(args) - 1)//1, do: Map.get(called, i, elem(args, i))
+        reason = "an argument is a template (Nx.template/3)"
+        run({:evaluator, reason}, key, vars, fun, args, device, opts)
+      else
+        run_program(compiled, tensors, device, opts)
+      end
+    end
+
+    defp run({:evaluator, reason}, key, vars, fun, args, device, opts) do
+      if Process.get(@exporting), do: Process.put(@exporting, {:evaluator, reason})
+
+      Nx.with_default_backend({ExMLX.Backend, device: device}, fn ->
+        [output] =
+          Nx.Defn.Evaluator.__jit__(key, vars, fun, [args], Keyword.delete(opts, :device))
+
+        output
+      end)
+    end
+
+    defp run_program(compiled, tensors, device, opts) do
       if Process.get(@exporting),
         do: Process.put(@exporting, ExMLX.ProgramCache.spec(compiled.program))
 
@@ -248,19 +285,6 @@ if Code.ensure_loaded?(Nx) do
         end)
 
       output
-    end
-
-    defp run({:evaluator, reason}, key, vars, fun, tensors, device, opts) do
-      if Process.get(@exporting), do: Process.put(@exporting, {:evaluator, reason})
-
-      args = Enum.map(tensors, fn t -> fn -> t end end)
-
-      Nx.with_default_backend({ExMLX.Backend, device: device}, fn ->
-        [output] =
-          Nx.Defn.Evaluator.__jit__(key, vars, fun, [args], Keyword.delete(opts, :device))
-
-        output
-      end)
     end
 
     # The composite `recorded` with its tensors' data replaced by `refs` in

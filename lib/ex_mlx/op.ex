@@ -230,15 +230,22 @@ defmodule ExMLX.Op do
   The program of a recording (`record_program/3`) whose outputs are `outputs`
   (references): `{inputs, constants, instructions, output_slots}` with
   slots numbered as ex_mlx_core's programs number them (inputs, then
-  constants, then results in order).
+  constants, then results in order). `inputs` is the recording's input
+  count, or the indices (ascending) of the inputs the program reads: the
+  program's inputs are then those alone, in that order.
   """
-  def program(state, input_count, outputs) do
+  def program(state, inputs, outputs) when is_integer(inputs),
+    do: program(state, Enum.to_list(0..(inputs - 1)//1), outputs)
+
+  def program(state, used_inputs, outputs) when is_list(used_inputs) do
     {output_ids, state} = Enum.map_reduce(outputs, state, &value_id/2)
     constants = state.constants |> Enum.sort_by(fn {_ref, j} -> j end) |> Enum.map(&elem(&1, 0))
+    input_slots = used_inputs |> Enum.with_index() |> Map.new()
+    input_count = map_size(input_slots)
     base = input_count + length(constants)
 
     slot = fn
-      {:in, i} -> i
+      {:in, i} -> Map.fetch!(input_slots, i)
       {:const, j} -> input_count + j
       {:res, r} -> base + r
     end

@@ -213,6 +213,24 @@ if Code.ensure_loaded?(Nx) do
       end
     end
 
+    test "lazy arguments the graph does not read are never loaded" do
+      pair = %ExMLX.Test.LazyPair{
+        used: Nx.tensor([1.0, 2.0]),
+        unused: Nx.tensor([5, 6, 7]),
+        notify: self()
+      }
+
+      f = fn {used, _unused} -> Nx.multiply(used, 3) end
+
+      # Nx.Defn.Evaluator is the reference: it loads what it reads
+      for compiler <- [Nx.Defn.Evaluator, ExMLX.Compiler], _call <- 1..2 do
+        result = Nx.Defn.jit(f, compiler: compiler).(pair)
+        assert Nx.to_flat_list(result) == [3.0, 6.0]
+        assert_received {:loaded, :used}
+        refute_received {:loaded, _}, "#{inspect(compiler)} loaded an unread argument"
+      end
+    end
+
     test "arguments of another structure, same tensors, get their own program" do
       assert %Nx.Tensor{} = compiled(&Funs.identity/1, [1])
       assert {%Nx.Tensor{} = t} = compiled(&Funs.identity/1, [{1}])
