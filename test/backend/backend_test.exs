@@ -276,6 +276,33 @@ if Code.ensure_loaded?(Nx) do
       ExMLX.Backend.TestHelpers.assert_all_close(got, expected, atol: 1.0e-5)
     end
 
+    test "grouped and depthwise 3-D convolutions match Nx.BinaryBackend" do
+      # (MLX groups only 1-D and 2-D convolutions: ExMLX splits the groups;
+      # Axon's separable and depthwise conv3d use them)
+      key = Nx.Random.key(11)
+      {x, key} = Nx.Random.normal(key, shape: {2, 6, 4, 5, 3})
+      {grouped, key} = Nx.Random.normal(key, shape: {4, 3, 2, 2, 2})
+      {depthwise, _} = Nx.Random.normal(key, shape: {12, 1, 3, 1, 2})
+
+      for {kernel, groups, opts} <- [
+            {grouped, 2, [padding: :same, strides: [1, 2, 1]]},
+            {depthwise, 6, [padding: [{1, 0}, {0, 1}, {1, 1}], kernel_dilation: [1, 2, 1]]}
+          ] do
+        opts = [feature_group_size: groups] ++ opts
+        expected = Nx.conv(x, kernel, opts)
+
+        got =
+          Nx.conv(
+            Nx.backend_copy(x, ExMLX.Backend),
+            Nx.backend_copy(kernel, ExMLX.Backend),
+            opts
+          )
+
+        assert got.shape == expected.shape
+        ExMLX.Backend.TestHelpers.assert_all_close(got, expected, atol: 1.0e-4)
+      end
+    end
+
     test "a deferred op past the memory limit raises :out_of_memory where it is read" do
       previous = ExMLX.Memory.set_memory_limit(16 * 1024 * 1024)
 

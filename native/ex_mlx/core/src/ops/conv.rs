@@ -77,14 +77,94 @@ pub fn conv_general(
     };
     let zeros = vec![0; spatial];
     let ones = vec![1; spatial];
-    Ok(ops::conv_general(
-        &prepared,
-        kernel,
-        &strides[..],
-        &zeros[..],
-        &kernel_dilation[..],
-        &ones[..],
-        groups,
-        false,
-    )?)
+    let convolve = |input: &Array, kernel: &Array, groups: i32| -> Result<Array> {
+        Ok(ops::conv_general(
+            input,
+            kernel,
+            &strides[..],
+            &zeros[..],
+            &kernel_dilation[..],
+            &ones[..],
+            groups,
+            false,
+        )?)
+    };
+    if groups == 1 || spatial <= 2 {
+        return convolve(&prepared, kernel, groups);
+    }
+    // MLX takes groups only in 1-D and 2-D convolutions: a grouped one of
+    // more spatial axes is one convolution per group (its input channels
+    // with its output channels' kernels), concatenated over the channels.
+    let in_channels = prepared.shape()[input.ndim() - 1];
+    let out_channels = kernel.shape()[0];
+    let kernel_channels = kernel.shape()[kernel.ndim() - 1];
+    if in_channels % groups != 0
+        || out_channels % groups != 0
+        || kernel_channels * groups != in_channels
+    {
+        return Err(Error::arg(
+            "groups",
+            format!(
+                "{groups} groups need input channels ({in_channels}) and output channels \
+                 ({out_channels}) divisible by the groups, and kernel input channels \
+                 ({kernel_channels}) equal to input channels / groups"
+            ),
+        ));
+    }
+    let inputs = prepared.split(groups, -1)?;
+    let kernels = kernel.split(groups, 0)?;
+    let parts = inputs
+        .iter()
+        .zip(&kernels)
+        .map(|(input, kernel)| convolve(input, kernel, 1))
+        .collect::<Result<Vec<_>>>()?;
+    Ok(ops::concatenate(&parts, -1)?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A grouped 3-D convolution equals, group by group, the plain
+    /// convolutions of each group's channels (computed here by hand as
+    /// sums over the kernel window), concatenated over the channels.
+    #[test]
+    fn grouped_convolutions_of_three_spatial_axes_split_by_group() {
+        // input [1, 2, 2, 2, 4]: 4 channels; kernel [2, 1, 1, 2, 2]: 2 groups
+        // of 1 output channel, 2 input channels each, window 1×1×2
+        let x: Vec<f32> = (0..32).map(|v| v as f32).collect();
+        let k: Vec<f32> = (1..=8).map(|v| v as f32).collect();
+        let input = Array::from_slice(&x, &[1, 2, 2, 2, 4]);
+        let kernel = Array::from_slice(&k, &[2, 1, 1, 2, 2]);
+        let out = conv_general(&input, &kernel, None, None, None, None, 2).unwrap();
+        assert_eq!(out.shape(), &[1, 2, 2, 1, 2]);
+        let at = |d: usize, h: usize, w: usize, c: usize| x[((d * 2 + h) * 2 + w) * 4 + c];
+        let mut expected = vec![];
+        for d in 0..2 {
+            for h in 0..2 {
+                for g in 0..2 {
+                    let mut sum = 0.0;
+                    for w in 0..2 {
+                        for c in 0..2 {
+                            sum += at(d, h, w, g * 2 + c) * k[g * 4 + w * 2 + c];
+                        }
+                    }
+                    expected.push(sum);
+                }
+            }
+        }
+        out.eval().unwrap();
+        assert_eq!(out.as_slice::<f32>(), &expected[..]);
+    }
+
+    #[test]
+    fn groups_that_do_not_divide_the_channels_are_an_argument_error() {
+        let input = Array::from_slice(&[0.0f32; 24], &[1, 2, 2, 2, 3]);
+        let kernel = Array::from_slice(&[0.0f32; 4], &[2, 1, 1, 1, 2]);
+        let err = conv_general(&input, &kernel, None, None, None, None, 2).unwrap_err();
+        assert!(
+            err.to_string().contains("2 groups need input channels (3)"),
+            "{err}"
+        );
+    }
 }

@@ -1023,7 +1023,9 @@ op_table! {
         /// `{batch, spatial..., in_channels}`, `kernel` is
         /// `{out_channels, spatial..., in_channels / groups}`. Options (one
         /// entry per spatial axis): `:strides` (1), `:padding` (`{low, high}`,
-        /// `{0, 0}`), `:kernel_dilation` (1), `:input_dilation` (1); `:groups` (1).
+        /// `{0, 0}`), `:kernel_dilation` (1), `:input_dilation` (1); `:groups` (1),
+        /// for any number of spatial axes (MLX groups 1-D and 2-D ones; ExMLX
+        /// convolves the groups of others one by one).
         ///
         ///     iex> x = ExMLX.iota({:f, 32}, {1, 4, 1})
         ///     iex> k = ExMLX.full(1.0, {:f, 32}, {1, 2, 1})
