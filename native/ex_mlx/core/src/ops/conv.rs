@@ -111,8 +111,8 @@ pub fn conv_general(
             ),
         ));
     }
-    let inputs = prepared.split(groups, -1)?;
-    let kernels = kernel.split(groups, 0)?;
+    let inputs = prepared.split_equal(groups, -1)?;
+    let kernels = kernel.split_equal(groups, 0)?;
     let parts = inputs
         .iter()
         .zip(&kernels)
