@@ -742,13 +742,81 @@ if Code.ensure_loaded?(Nx) do
       end
     end
 
-    for op <- [:window_scatter_max, :window_scatter_min] do
+    for {op, pick} <- [window_scatter_max: :argmax, window_scatter_min: :argmin] do
       @impl true
-      def unquote(op)(out, tensor, source, init, window, opts) do
-        via_binary_backend(out, [tensor, source, init], fn t, s, i ->
-          apply(Nx.BinaryBackend, unquote(op), [out, t, s, i, window, opts])
+      def unquote(op)(out, tensor, source, init, window, opts),
+        do: window_scatter(out, tensor, source, init, window, opts, unquote(pick))
+    end
+
+    # Nx's window_scatter_max/min (the gradient of window_max/min, as in max
+    # pooling): the tensor is padded with `init`; each window's largest
+    # (smallest) element — the last one where several are equal, as Nx
+    # defines it — receives that window's `source` value, summed where
+    # windows overlap, on top of `init`; selections in the padding are
+    # dropped. Every window's elements are gathered by their flat indices in
+    # the padded tensor: an index tensor {windows..., window elements}.
+    defp window_scatter(%T{type: type, shape: shape} = out, t, source, init, window, opts, pick) do
+      rank = tuple_size(shape)
+      dims = Tuple.to_list(shape)
+      window = Tuple.to_list(window)
+      strides = opts[:strides] || List.duplicate(1, rank)
+      padding = opts[:padding] || List.duplicate({0, 0}, rank)
+      device = device_of(t)
+      init = ref_as(init, type)
+
+      padded_dims = Enum.zip_with(dims, padding, fn d, {lo, hi} -> d + lo + hi end)
+      padded_size = Enum.product(padded_dims)
+
+      windows =
+        Enum.zip_with([padded_dims, window, strides], fn [d, k, s] -> div(d - k, s) + 1 end)
+
+      elements = Enum.product(window)
+      index_type = if padded_size <= 2_147_483_647, do: {:s, 32}, else: {:s, 64}
+
+      padded = op(:pad, [ref_as(t, type), init], [Enum.map(padding, fn {l, h} -> {l, h, 0} end)])
+      flat = op(:reshape, [padded], [{padded_size}])
+
+      # index = Σ over axes of (window position · stride + offset) · axis weight
+      grid = List.to_tuple(windows ++ window)
+
+      weights =
+        padded_dims
+        |> Enum.reverse()
+        |> Enum.scan(&(&1 * &2))
+        |> Enum.reverse()
+        |> tl()
+        |> Kernel.++([1])
+
+      index =
+        [weights, strides, Enum.with_index(window)]
+        |> Enum.zip_with(fn [w, s, {_k, axis}] ->
+          position = op(:iota, [], [index_type, grid, axis, device])
+          offset = op(:iota, [], [index_type, grid, rank + axis, device])
+          position = op(:multiply, [position, scalar_ref(s * w, index_type, device)], [])
+          offset = op(:multiply, [offset, scalar_ref(w, index_type, device)], [])
+          op(:add, [position, offset], [])
         end)
-      end
+        |> Enum.reduce(&op(:add, [&2, &1], []))
+
+      count = Enum.product(windows)
+      index = op(:reshape, [index], [{count, elements}])
+      values = op(:take, [flat, index], [0])
+      # the last extreme: the first one of the reversed window
+      chosen = op(pick, [op(:flip, [values], [[1]])], [1, true])
+      chosen = op(:subtract, [scalar_ref(elements - 1, {:u, 32}, device), chosen], [])
+      chosen = op(:as_type, [chosen], [index_type])
+      target = op(:take_along_axis, [index, chosen], [1])
+
+      source = op(:reshape, [ref_as(source, type)], [{count}])
+      zeros = scalar_ref(0, type, device)
+      zeros = op(:broadcast_to, [zeros], [{padded_size}])
+      summed = op(:scatter, [zeros, target, source], [[0], true])
+      summed = op(:reshape, [summed], [List.to_tuple(padded_dims)])
+
+      starts = Enum.map(padding, &elem(&1, 0))
+      stops = Enum.zip_with(starts, dims, &(&1 + &2))
+      kept = op(:slice, [summed], [starts, stops, List.duplicate(1, rank)])
+      defer(out, :add, [kept, init], [])
     end
 
     # Runs `fun` on Nx.BinaryBackend copies of `tensors` and brings the result back.

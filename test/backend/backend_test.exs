@@ -303,6 +303,30 @@ if Code.ensure_loaded?(Nx) do
       end
     end
 
+    test "window_scatter_max/min (max pooling's gradient) match Nx.BinaryBackend, ties included" do
+      # integer inputs in 0..2 make many windows with equal elements: Nx
+      # gives the source value to the last of them
+      cases = [
+        {{2, 6, 5, 3}, {1, 2, 2, 1}, [strides: [1, 2, 2, 1], padding: :valid]},
+        {{2, 7, 5, 3}, {1, 3, 2, 1}, [strides: [1, 2, 1, 1], padding: :same]},
+        {{9}, {3}, [strides: [2], padding: [{1, 2}]]}
+      ]
+
+      for {shape, window, opts} <- cases,
+          op <- [:window_scatter_max, :window_scatter_min],
+          type <- [:f32, :s32] do
+        {t, _} = Nx.Random.uniform(Nx.Random.key(1), 0, 3, shape: shape)
+        t = if type == :s32, do: t |> Nx.floor() |> Nx.as_type(:s32), else: t
+        source = Nx.window_max(t, window, opts) |> Nx.shape() |> Nx.iota(type: :f32) |> Nx.add(1)
+        expected = apply(Nx, op, [t, source, 2, window, opts])
+        [t, source] = Enum.map([t, source], &Nx.backend_copy(&1, ExMLX.Backend))
+        got = apply(Nx, op, [t, source, 2, window, opts])
+
+        assert Nx.backend_copy(got, Nx.BinaryBackend) == expected,
+               "#{op} #{inspect(shape)} #{type}"
+      end
+    end
+
     test "a deferred op past the memory limit raises :out_of_memory where it is read" do
       previous = ExMLX.Memory.set_memory_limit(16 * 1024 * 1024)
 

@@ -213,6 +213,17 @@ if Code.ensure_loaded?(Nx) do
       end
     end
 
+    test "max pooling's gradient runs as one program, with Nx.BinaryBackend's values" do
+      pool_grad = fn t ->
+        Nx.Defn.grad(t, fn t -> t |> Nx.window_max({1, 2, 2}, strides: [1, 2, 2]) |> Nx.sum() end)
+      end
+
+      t = normal(4, {2, 4, 6})
+      # (export raises for a function that does not compile to one program)
+      assert is_binary(ExMLX.Compiler.export(pool_grad, [t]))
+      assert_all_close(compiled(pool_grad, [t]), binary(pool_grad, [t]))
+    end
+
     test "lazy arguments the graph does not read are never loaded" do
       pair = %ExMLX.Test.LazyPair{
         used: Nx.tensor([1.0, 2.0]),
