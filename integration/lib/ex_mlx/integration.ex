@@ -1,0 +1,61 @@
+defmodule ExMLX.Integration do
+  @moduledoc """
+  What the integration tests share: where their generated data lives and how
+  they run this project's Python scripts (`scripts/`), with the packages
+  `bin/setup` installs into `_build/python`.
+  """
+
+  @root Path.expand("../..", __DIR__)
+
+  @doc "The integration project's folder."
+  @spec root() :: Path.t()
+  def root, do: @root
+
+  @doc "Generated data (`data/`, not committed): `path` inside it."
+  @spec data_path(Path.t()) :: Path.t()
+  def data_path(path), do: Path.join([@root, "data", path])
+
+  @doc """
+  Runs `scripts/<script>` with `args` unless `output` exists already; returns
+  `output`. Raises with the script's output if it fails.
+  """
+  @spec generate!(Path.t(), String.t(), [String.t()]) :: Path.t()
+  def generate!(output, script, args) do
+    unless File.exists?(output) do
+      File.mkdir_p!(Path.dirname(output))
+      python!(script, args)
+    end
+
+    output
+  end
+
+  @doc """
+  Runs `scripts/<script>` with `args`; its standard output, or raises. The
+  interpreter is INTEGRATION_PYTHON if set, else `python3` with the packages
+  `bin/setup` installed.
+  """
+  @spec python!(String.t(), [String.t()]) :: String.t()
+  def python!(script, args) do
+    {python, env} =
+      case System.get_env("INTEGRATION_PYTHON") do
+        python when is_binary(python) and python != "" -> {python, []}
+        _ -> {"python3", [{"PYTHONPATH", Path.join([@root, "_build", "python"])}]}
+      end
+
+    {output, status} =
+      System.cmd(python, [Path.join([@root, "scripts", script]) | args],
+        env: env,
+        stderr_to_stdout: true
+      )
+
+    if status != 0, do: raise("scripts/#{script} failed (exit #{status}):\n#{output}")
+    output
+  end
+
+  @doc "Named tensors of a safetensors file, as Nx tensors on `backend`."
+  @spec read_tensors(Path.t(), module()) :: %{String.t() => Nx.Tensor.t()}
+  def read_tensors(path, backend \\ Nx.BinaryBackend) do
+    {:ok, tensors} = ExMLX.Wire.read_bundle(path, as: :nx)
+    Map.new(tensors, fn {name, t} -> {name, Nx.backend_transfer(t, backend)} end)
+  end
+end
