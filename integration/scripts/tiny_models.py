@@ -1,0 +1,150 @@
+"""Creates tiny random-initialized Hugging Face models locally (no hub) and
+PyTorch's reference outputs for the Bumblebee tests.
+
+    python3 scripts/tiny_models.py OUT_DIR
+
+For each model, OUT_DIR/<name>/ gets the model (`save_pretrained`,
+safetensors) and reference.safetensors: the inputs, PyTorch's logits in f32
+and in bf16 (the model cast with `.to(torch.bfloat16)`, logits widened to
+f32), and for the causal LMs the ids of a greedy generation of 20 tokens.
+
+Notes on Bumblebee's loading (v0.7.0): BERT's masked-LM decoder is saved
+untied (transformers 5 leaves a tied decoder weight out of the file, and
+Bumblebee would initialize it randomly); GPT-2 stays tied (Bumblebee builds
+its LM head from the token embedding); GPT-2's pad token id is set (saved as
+null otherwise, which Bumblebee rejects). initializer_range 0.2 makes the
+logits large enough for greedy choices to be decisive.
+"""
+
+import sys
+
+import torch
+from safetensors.torch import save_file
+from transformers import (
+    BertConfig,
+    BertForMaskedLM,
+    GPT2Config,
+    GPT2LMHeadModel,
+    LlamaConfig,
+    LlamaForCausalLM,
+    ViTConfig,
+    ViTForImageClassification,
+)
+
+VOCAB = 128
+IDS = torch.tensor([[1, 17, 42, 99, 5, 63, 7, 88], [1, 23, 9, 54, 120, 3, 77, 31]])
+MASK = torch.ones_like(IDS)
+NEW_TOKENS = 20
+
+
+def text_models():
+    bert = BertConfig(
+        vocab_size=VOCAB,
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        intermediate_size=64,
+        max_position_embeddings=64,
+        initializer_range=0.2,
+        tie_word_embeddings=False,
+    )
+    gpt2 = GPT2Config(
+        vocab_size=VOCAB,
+        n_positions=64,
+        n_embd=32,
+        n_layer=2,
+        n_head=2,
+        n_inner=64,
+        initializer_range=0.2,
+        pad_token_id=0,
+        bos_token_id=1,
+        eos_token_id=2,
+    )
+    llama = LlamaConfig(
+        vocab_size=VOCAB,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=64,
+        initializer_range=0.2,
+        rms_norm_eps=1e-6,
+        tie_word_embeddings=False,
+        pad_token_id=0,
+        bos_token_id=1,
+        eos_token_id=2,
+    )
+    return [
+        ("bert", BertForMaskedLM(bert), False),
+        ("gpt2", GPT2LMHeadModel(gpt2), True),
+        ("llama", LlamaForCausalLM(llama), True),
+    ]
+
+
+def vit():
+    config = ViTConfig(
+        image_size=32,
+        patch_size=8,
+        num_channels=3,
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        intermediate_size=64,
+        num_labels=10,
+        initializer_range=0.2,
+    )
+    return ViTForImageClassification(config)
+
+
+def logits(model, **inputs):
+    with torch.no_grad():
+        return model(**inputs).logits.float().contiguous()
+
+
+def main(out):
+    torch.manual_seed(0)
+    for name, model, causal in text_models():
+        model.eval()
+        model.save_pretrained(f"{out}/{name}", safe_serialization=True)
+        reference = {
+            "input_ids": IDS.contiguous(),
+            "attention_mask": MASK.contiguous(),
+            "logits": logits(model, input_ids=IDS, attention_mask=MASK),
+        }
+        if causal:
+            with torch.no_grad():
+                generated = model.generate(
+                    input_ids=IDS[:1],
+                    attention_mask=MASK[:1],
+                    max_new_tokens=NEW_TOKENS,
+                    min_new_tokens=NEW_TOKENS,
+                    do_sample=False,
+                    pad_token_id=0,
+                    eos_token_id=2,
+                )
+            reference["generated"] = generated[0, IDS.shape[1] :].contiguous()
+        reference["logits_bf16"] = logits(
+            model.to(torch.bfloat16), input_ids=IDS, attention_mask=MASK
+        )
+        save_file(reference, f"{out}/{name}/reference.safetensors")
+
+    model = vit().eval()
+    model.save_pretrained(f"{out}/vit", safe_serialization=True)
+    pixels = torch.rand(2, 3, 32, 32)
+    save_file(
+        {
+            # Bumblebee takes images channels last
+            "pixel_values": pixels.permute(0, 2, 3, 1).contiguous(),
+            "logits": logits(model, pixel_values=pixels),
+            "logits_bf16": logits(
+                model.to(torch.bfloat16), pixel_values=pixels.to(torch.bfloat16)
+            ),
+        },
+        f"{out}/vit/reference.safetensors",
+    )
+    print("torch", torch.__version__)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])
