@@ -6,7 +6,8 @@ PyTorch's reference outputs for the Bumblebee tests.
 For each model, OUT_DIR/<name>/ gets the model (`save_pretrained`,
 safetensors) and reference.safetensors: the inputs, PyTorch's logits in f32
 and in bf16 (the model cast with `.to(torch.bfloat16)`, logits widened to
-f32), and for the causal LMs the ids of a greedy generation of 20 tokens.
+f32), and for the causal LMs the ids of a greedy generation of 20 tokens. The
+text models get a word-level tokenizer ("w0" … "w127").
 
 Notes on Bumblebee's loading (v0.7.0): BERT's masked-LM decoder is saved
 untied (transformers 5 leaves a tied decoder weight out of the file, and
@@ -20,6 +21,7 @@ import sys
 
 import torch
 from safetensors.torch import save_file
+from tokenizers import Tokenizer, models, pre_tokenizers
 from transformers import (
     BertConfig,
     BertForMaskedLM,
@@ -27,6 +29,7 @@ from transformers import (
     GPT2LMHeadModel,
     LlamaConfig,
     LlamaForCausalLM,
+    PreTrainedTokenizerFast,
     ViTConfig,
     ViTForImageClassification,
 )
@@ -97,6 +100,16 @@ def vit():
     return ViTForImageClassification(config)
 
 
+def word_tokenizer():
+    """A word-level tokenizer for the tiny vocabulary: "w0" … "w127" are
+    token ids 0 … 127, split at spaces (for the notebook's text generation)."""
+    words = Tokenizer(models.WordLevel({f"w{i}": i for i in range(VOCAB)}, unk_token="w3"))
+    words.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    return PreTrainedTokenizerFast(
+        tokenizer_object=words, bos_token="w1", eos_token="w2", pad_token="w0", unk_token="w3"
+    )
+
+
 def logits(model, **inputs):
     with torch.no_grad():
         return model(**inputs).logits.float().contiguous()
@@ -107,6 +120,7 @@ def main(out):
     for name, model, causal in text_models():
         model.eval()
         model.save_pretrained(f"{out}/{name}", safe_serialization=True)
+        word_tokenizer().save_pretrained(f"{out}/{name}")
         reference = {
             "input_ids": IDS.contiguous(),
             "attention_mask": MASK.contiguous(),

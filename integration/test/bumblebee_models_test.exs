@@ -16,15 +16,8 @@ if Code.ensure_loaded?(Bumblebee) do
     @bf16_relative 0.05
 
     setup_all do
-      dir = Integration.data_path("models")
-
-      unless File.exists?(Path.join([dir, "vit", "reference.safetensors"])) do
-        File.mkdir_p!(dir)
-        Integration.python!("tiny_models.py", [dir])
-      end
-
       Nx.global_default_backend(ExMLX.Backend)
-      %{dir: dir}
+      %{dir: Integration.tiny_models!()}
     end
 
     defp load(dir, name, opts \\ []) do

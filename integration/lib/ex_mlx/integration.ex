@@ -52,6 +52,22 @@ defmodule ExMLX.Integration do
     output
   end
 
+  @doc """
+  The folder of the tiny Hugging Face models and their PyTorch references
+  (`scripts/tiny_models.py`), made on first use.
+  """
+  @spec tiny_models!() :: Path.t()
+  def tiny_models! do
+    dir = data_path("models")
+
+    unless File.exists?(Path.join([dir, "vit", "reference.safetensors"])) do
+      File.mkdir_p!(dir)
+      python!("tiny_models.py", [dir])
+    end
+
+    dir
+  end
+
   @doc "Named tensors of a safetensors file, as Nx tensors on `backend`."
   @spec read_tensors(Path.t(), module()) :: %{String.t() => Nx.Tensor.t()}
   def read_tensors(path, backend \\ Nx.BinaryBackend) do
