@@ -1,0 +1,116 @@
+# Bumblebee models on ExMLX (ExMLX.Compiler) beside PyTorch on the same
+# machine in the same run, and Nx.BinaryBackend (Nx's Evaluator) for scale:
+# the forward pass of GPT-2 and BERT (hidden 256, 4 layers, vocabulary 2,048;
+# a batch of 1 × 128 tokens) and GPT-2's greedy generation of 32 tokens
+# after a 16-token prompt (tokens/s). Writes ../bench/results/models.md.
+#
+#   mix run bench/models.exs [--quick]
+alias ExMLX.Integration
+
+quick = "--quick" in System.argv()
+reps = if quick, do: 3, else: 15
+dir = Integration.data_path("bench_models")
+File.mkdir_p!(dir)
+
+IO.puts("PyTorch (scripts/bench_models.py)...")
+torch = Integration.python!("bench_models.py", [dir | if(quick, do: ["--quick"], else: [])])
+torch = torch |> String.split("\n", trim: true) |> List.last() |> Jason.decode!()
+
+median = fn fun, reps ->
+  fun.()
+
+  samples =
+    for _ <- 1..reps do
+      {us, _} = :timer.tc(fun)
+      us / 1.0e6
+    end
+
+  samples |> Enum.sort() |> Enum.at(div(reps, 2))
+end
+
+ids = Nx.iota({1, 128}, type: :s64) |> Nx.multiply(7) |> Nx.remainder(2048)
+inputs = %{"input_ids" => ids, "attention_mask" => Nx.broadcast(1, {1, 128})}
+
+forward = fn name, backend, compiler, reps ->
+  Nx.with_default_backend(backend, fn ->
+    {:ok, model} = Bumblebee.load_model({:local, Path.join(dir, name)}, backend: backend)
+    inputs = Map.new(inputs, fn {k, v} -> {k, Nx.backend_copy(v, backend)} end)
+    run = Nx.Defn.jit(&Axon.predict(model.model, &1, &2), compiler: compiler)
+    median.(fn -> run.(model.params, inputs).logits |> Nx.backend_transfer(Nx.BinaryBackend) end, reps)
+  end)
+end
+
+generate = fn backend, compiler, reps ->
+  Nx.with_default_backend(backend, fn ->
+    path = {:local, Path.join(dir, "gpt2")}
+    {:ok, model} = Bumblebee.load_model(path, backend: backend)
+    {:ok, config} = Bumblebee.load_generation_config(path)
+    config = Bumblebee.configure(config, max_new_tokens: 32, min_length: 16 + 32)
+
+    run =
+      model.model
+      |> Bumblebee.Text.Generation.build_generate(model.spec, config)
+      |> Nx.Defn.jit(compiler: compiler)
+
+    prompt = %{
+      "input_ids" => Nx.backend_copy(ids[[.., 0..15]], backend),
+      "attention_mask" => Nx.broadcast(1, {1, 16}),
+      "seed" => Nx.tensor([0])
+    }
+
+    median.(fn -> run.(model.params, prompt).token_ids |> Nx.to_flat_list() end, reps)
+  end)
+end
+
+IO.puts("ExMLX...")
+ours = %{
+  gpt2: forward.("gpt2", ExMLX.Backend, ExMLX.Compiler, reps),
+  bert: forward.("bert", ExMLX.Backend, ExMLX.Compiler, reps),
+  generate: generate.(ExMLX.Backend, ExMLX.Compiler, max(1, div(reps, 3)))
+}
+
+# (about 3 minutes a forward pass on 2 cores: GPT-2's only, one run, and
+# not in a quick run)
+binary =
+  if quick do
+    %{}
+  else
+    IO.puts("Nx.BinaryBackend (GPT-2's forward pass)...")
+    %{gpt2: forward.("gpt2", Nx.BinaryBackend, Nx.Defn.Evaluator, 1)}
+  end
+
+ms = fn
+  nil -> "—"
+  s -> :erlang.float_to_binary(s * 1000, decimals: 1)
+end
+
+ratio = &:erlang.float_to_binary(&1 / &2, decimals: 2)
+rate = &:erlang.float_to_binary(32 / &1, decimals: 1)
+
+rows = [
+  "| GPT-2 forward, 1 × 128 tokens (ms) | #{ms.(ours.gpt2)} | #{ms.(torch["gpt2_forward_s"])} | #{ratio.(ours.gpt2, torch["gpt2_forward_s"])} | #{ms.(binary[:gpt2])} |",
+  "| BERT forward, 1 × 128 tokens (ms) | #{ms.(ours.bert)} | #{ms.(torch["bert_forward_s"])} | #{ratio.(ours.bert, torch["bert_forward_s"])} | — |",
+  "| GPT-2 greedy generation, 32 tokens (tokens/s) | #{rate.(ours.generate)} | #{rate.(torch["gpt2_generate_s"])} | #{ratio.(ours.generate, torch["gpt2_generate_s"])} | — |"
+]
+
+table =
+  """
+  # Bumblebee models: ExMLX beside PyTorch
+
+  GPT-2 and BERT, random-initialized, hidden size 256, 4 layers, 4 heads, vocabulary 2,048
+  (integration/scripts/bench_models.py), loaded with Bumblebee; medians of #{reps} runs
+  (generation: #{max(1, div(reps, 3))}) on the CPU. ExMLX runs them with ExMLX.Compiler; PyTorch
+  #{torch["torch"]} with #{torch["threads"]} threads, eval mode, no gradients (its generation uses
+  transformers' key/value cache, as Bumblebee's does); Nx.BinaryBackend with Nx's Evaluator, one
+  run of GPT-2's forward pass, for scale. Ratio: ExMLX time / PyTorch time, tokens/s included
+  (below 1: ExMLX is faster).#{if quick, do: " Quick run: no speed claims.", else: ""}
+
+  | row | ExMLX | PyTorch | ratio | Nx.BinaryBackend |
+  |---|---:|---:|---:|---:|
+  #{Enum.join(rows, "\n")}
+  """
+
+out = Path.expand("../../bench/results/models.md", __DIR__)
+File.write!(out, table)
+IO.puts(table)
+IO.puts("written to #{Path.relative_to_cwd(out)}")

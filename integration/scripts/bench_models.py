@@ -1,0 +1,97 @@
+"""PyTorch's side of the Bumblebee model benchmark (bench/models.exs).
+
+    python3 scripts/bench_models.py OUT_DIR [--quick]
+
+Creates two random-initialized models of a small but not tiny size in
+OUT_DIR (once): GPT-2 (causal LM) and BERT (masked LM), hidden size 256,
+4 layers, 4 heads, vocabulary 2,048. Times, on the CPU with torch's default
+threads, in eval mode without gradients:
+
+* the forward pass of a batch of 1 × 128 tokens (both models);
+* greedy generation of 32 tokens after a 16-token prompt (GPT-2, with its
+  key/value cache, as transformers does by default).
+
+Prints one JSON object: medians in seconds and the torch version.
+"""
+
+import json
+import os
+import statistics
+import sys
+import time
+
+import torch
+from transformers import BertConfig, BertForMaskedLM, GPT2Config, GPT2LMHeadModel
+
+SIZE = dict(hidden=256, layers=4, heads=4, vocab=2048, inner=1024, positions=256)
+
+
+def models(out):
+    gpt2 = GPT2Config(
+        vocab_size=SIZE["vocab"],
+        n_positions=SIZE["positions"],
+        n_embd=SIZE["hidden"],
+        n_layer=SIZE["layers"],
+        n_head=SIZE["heads"],
+        n_inner=SIZE["inner"],
+        pad_token_id=0,
+        bos_token_id=1,
+        eos_token_id=2,
+    )
+    bert = BertConfig(
+        vocab_size=SIZE["vocab"],
+        hidden_size=SIZE["hidden"],
+        num_hidden_layers=SIZE["layers"],
+        num_attention_heads=SIZE["heads"],
+        intermediate_size=SIZE["inner"],
+        max_position_embeddings=SIZE["positions"],
+        tie_word_embeddings=False,
+    )
+    torch.manual_seed(0)
+    made = {}
+    for name, model in [("gpt2", GPT2LMHeadModel(gpt2)), ("bert", BertForMaskedLM(bert))]:
+        path = f"{out}/{name}"
+        if not os.path.exists(f"{path}/model.safetensors"):
+            model.save_pretrained(path, safe_serialization=True)
+        made[name] = type(model).from_pretrained(path).eval()
+    return made
+
+
+def median_time(fun, reps):
+    fun()
+    samples = []
+    for _ in range(reps):
+        start = time.perf_counter()
+        fun()
+        samples.append(time.perf_counter() - start)
+    return statistics.median(samples)
+
+
+def main(out, quick):
+    reps = 3 if quick else 15
+    made = models(out)
+    ids = (torch.arange(128) * 7 % SIZE["vocab"]).unsqueeze(0)
+    prompt = ids[:, :16]
+    result = {"torch": torch.__version__, "threads": torch.get_num_threads()}
+    with torch.no_grad():
+        for name, model in made.items():
+            result[f"{name}_forward_s"] = median_time(
+                lambda: model(input_ids=ids, attention_mask=torch.ones_like(ids)), reps
+            )
+        gpt2 = made["gpt2"]
+        result["gpt2_generate_s"] = median_time(
+            lambda: gpt2.generate(
+                input_ids=prompt,
+                attention_mask=torch.ones_like(prompt),
+                max_new_tokens=32,
+                min_new_tokens=32,
+                do_sample=False,
+                pad_token_id=0,
+            ),
+            max(1, reps // 3),
+        )
+    print(json.dumps(result))
+
+
+if __name__ == "__main__":
+    main(sys.argv[1], "--quick" in sys.argv[2:])
