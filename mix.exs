@@ -2,8 +2,10 @@
 # the `ex_mlx_native` compiler can run ahead of the Elixir compiler.
 for file <- [
       "mix/ex_mlx_build.ex",
+      "mix/ex_mlx_precompiled.ex",
       "mix/tasks/compile.ex_mlx_native.ex",
-      "mix/tasks/ex_mlx.cargo.ex"
+      "mix/tasks/ex_mlx.cargo.ex",
+      "mix/tasks/ex_mlx.precompile.ex"
     ] do
   Code.require_file(file, __DIR__)
 end

@@ -194,6 +194,24 @@ defmodule ExMLX.Build do
   end
 
   @doc """
+  Points a library's run-time search path at `lib_dir` (a precompiled NIF
+  at install: it was linked against the MLX runtime of the machine that
+  built it).
+  """
+  def link_runtime(library, lib_dir) do
+    case System.find_executable("patchelf") do
+      nil ->
+        {:error, "patchelf is needed to link the precompiled NIF to MLX; run bin/setup"}
+
+      patchelf ->
+        case System.cmd(patchelf, ["--set-rpath", lib_dir, library], stderr_to_stdout: true) do
+          {_, 0} -> :ok
+          {out, status} -> {:error, "patchelf failed (exit #{status}): #{out}"}
+        end
+    end
+  end
+
+  @doc """
   A folder with Python's `mlx` and `mlx-cpu` (both #{@mlx_version}, relinked to
   OpenBLAS like ExMLX's runtime) for the benchmarks' reference; installed once.
   """

@@ -12,11 +12,17 @@ defmodule Mix.Tasks.Compile.ExMlxNative do
     * skips cargo entirely when no file under `native/ex_mlx` (and no build
       setting) changed since the last successful build; `mix compile --force`
       rebuilds;
-    * on failure, cargo's own messages are shown and the compile stops.
+    * on failure, cargo's own messages are shown and the compile stops;
+    * installs a precompiled NIF instead, when one is published for this
+      machine and listed in `checksum-ExMLX.Native.exs` (and
+      `EXMLX_BUILD=true` is not set): downloaded, checked against its SHA-256,
+      linked to the MLX runtime (see `ExMLX.Build.Precompiled` in
+      `mix/ex_mlx_precompiled.ex`).
   """
   use Mix.Task.Compiler
 
   alias ExMLX.Build
+  alias ExMLX.Build.Precompiled
 
   @recursive true
 
@@ -25,16 +31,65 @@ defmodule Mix.Tasks.Compile.ExMlxNative do
     {opts, _, _} = OptionParser.parse(args, switches: [force: :boolean])
 
     with {:ok, runtime} <- runtime() do
-      env = Build.cargo_env(runtime)
-      fingerprint = fingerprint(runtime, env)
       priv_lib = Path.join(Build.priv_native_dir(), Build.priv_lib_file())
       unlink_source_priv()
 
-      if !opts[:force] and File.exists?(priv_lib) and read_stamp() == fingerprint do
-        {:noop, []}
-      else
-        build(env, priv_lib, fingerprint)
+      case precompiled(runtime) do
+        {:download, url, sha256} ->
+          fingerprint = digest({url, sha256, runtime})
+
+          if !opts[:force] and File.exists?(priv_lib) and read_stamp() == fingerprint,
+            do: {:noop, []},
+            else: install(url, sha256, runtime, priv_lib, fingerprint)
+
+        {:build, _reason} ->
+          env = Build.cargo_env(runtime)
+          fingerprint = fingerprint(runtime, env)
+
+          if !opts[:force] and File.exists?(priv_lib) and read_stamp() == fingerprint,
+            do: {:noop, []},
+            else: build(env, priv_lib, fingerprint)
       end
+    end
+  end
+
+  # Precompiled NIFs exist for Linux, where the MLX runtime is a prefix the
+  # library is linked to at install; the test environment's build has test
+  # NIFs that no published artifact has.
+  defp precompiled(runtime) do
+    cond do
+      not is_binary(runtime) -> {:build, "precompiled NIFs are for Linux"}
+      Mix.env() == :test -> {:build, "the test environment builds its own NIF"}
+      true -> Precompiled.plan(artifact(), checksums(), precompiled_url())
+    end
+  end
+
+  @doc false
+  def artifact,
+    do: Precompiled.artifact_name(Mix.Project.config()[:version], Build.mlx_version())
+
+  defp checksums, do: Precompiled.read_checksums(Precompiled.checksum_path(Build.root()))
+
+  defp precompiled_url do
+    case System.get_env("EXMLX_PRECOMPILED_URL") do
+      url when is_binary(url) and url != "" -> url
+      _ -> Mix.Project.config()[:ex_mlx][:precompiled_url]
+    end
+  end
+
+  defp install(url, sha256, runtime, priv_lib, fingerprint) do
+    Mix.shell().info("==> ex_mlx: installing the precompiled NIF #{Path.basename(url)}")
+    cache = Path.join(Path.dirname(Mix.Project.build_path()), "ex_mlx-precompiled")
+
+    with :ok <- Precompiled.install(url, sha256, cache, priv_lib),
+         :ok <- Build.link_runtime(priv_lib, Path.join(runtime, "lib")) do
+      File.mkdir_p!(Path.dirname(stamp_path()))
+      File.write!(stamp_path(), fingerprint)
+      {:ok, []}
+    else
+      {:error, message} ->
+        Mix.shell().error("ex_mlx: " <> message)
+        {:error, [diagnostic(message)]}
     end
   end
 
@@ -125,10 +180,11 @@ defmodule Mix.Tasks.Compile.ExMlxNative do
         {Path.relative_to(path, Build.crate_dir()), size, mtime}
       end)
 
-    :erlang.term_to_binary({files, runtime, env, Build.profile(), features()})
-    |> :erlang.md5()
-    |> Base.encode16(case: :lower)
+    digest({files, runtime, env, Build.profile(), features()})
   end
+
+  defp digest(term),
+    do: term |> :erlang.term_to_binary() |> :erlang.md5() |> Base.encode16(case: :lower)
 
   # Kept with Mix's manifests of this env's build of the app, beside the
   # library it describes (the cargo target folder is shared by every env).
