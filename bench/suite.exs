@@ -519,6 +519,35 @@ defmodule Bench.Suite do
     py_lazy = get_in(py, ["lazy_graph_s_per_op", "median"])
     py_build = get_in(py, ["lazy_build_s_per_op", "median"])
 
+    # The eager round trip through Nx (no compiler), quiet and with a core
+    # busy, beside Nx.BinaryBackend under the same conditions.
+    a16 = nx.iota({16}, type: :f32)
+
+    eager_nx = fn backend ->
+      [a, b] = [nx.backend_copy(a16, backend), nx.backend_copy(a16, backend)]
+      calls = 500
+
+      t =
+        timed(fn -> for _ <- 1..calls, do: a |> nx.add(b) |> nx.sum() |> nx.to_number() end, reps)
+
+      t.median / calls * 1.0e6
+    end
+
+    eager_rows =
+      for {label, run} <- [
+            {"quiet", fn f -> f.() end},
+            {"one core busy (yes > /dev/null)", &with_busy_core/1}
+          ] do
+        {ours, theirs} = run.(fn -> {eager_nx.(ExMLX.Backend), eager_nx.(Nx.BinaryBackend)} end)
+
+        [
+          "Nx.add + Nx.sum + Nx.to_number (16 f32, no compiler), #{label}, µs",
+          fmt(ours),
+          fmt(theirs),
+          ratio(theirs, ours)
+        ]
+      end
+
     rows =
       [
         row(
@@ -543,7 +572,7 @@ defmodule Bench.Suite do
           fmt(bin_sm.median * 1000),
           ratio(bin_sm.median, mlx_sm.median)
         ]
-      ] ++ jit_rows
+      ] ++ eager_rows ++ jit_rows
 
     %{
       title:
