@@ -68,7 +68,9 @@ if Code.ensure_loaded?(Nx) do
       # for `{x}` than for `x` (Nx.Defn.Compiler's docs ask for this)
       fuse = fuse?(opts)
       templates = Enum.map(vars, &Composite.traverse(&1, fn t -> template(t) end))
-      cache_key = {key, device, fuse, templates}
+      # (named hooks given at the call decide which hooks inside loops run)
+      hooked = opts |> Keyword.get(:hooks, %{}) |> Map.keys() |> Enum.sort()
+      cache_key = {key, device, fuse, templates, hooked}
 
       fn args_list ->
         Enum.map(args_list, fn args ->
@@ -99,7 +101,7 @@ if Code.ensure_loaded?(Nx) do
     # -------------------------------------------------------------------------
 
     defp compile(vars, fun, device, opts) do
-      record(vars, fun, device, fuse?(opts))
+      record(vars, fun, device, fuse?(opts), Map.keys(Keyword.get(opts, :hooks, %{})))
     rescue
       e in Op.Unrecordable -> evaluator(Exception.message(e))
     end
@@ -108,7 +110,7 @@ if Code.ensure_loaded?(Nx) do
     # the inputs' shapes and types; the program reads only the parameters
     # the graph uses, and only those arguments are called at run time (Nx's
     # lazy arguments, as Nx.Defn.Evaluator and EXLA do).
-    defp record(vars, fun, device, fuse) do
+    defp record(vars, fun, device, fuse, hooked) do
       # outputs devectorized, their templates kept (as Nx.Defn.Evaluator does)
       {expr, templates} =
         vars
@@ -133,7 +135,7 @@ if Code.ensure_loaded?(Nx) do
                   end
                 end)
 
-              Lowering.lower(expr, params, device)
+              Lowering.lower(expr, params, device, hooked)
             end)
 
           {lowered, recording, Enum.sort(Process.get(used_key))}

@@ -89,6 +89,11 @@ if Code.ensure_loaded?(Nx) do
         z * 2
       end
 
+      defn hooked_loop(x) do
+        {x, _} = while({x, i = 0}, i < 3, do: {hook(x + 1, :step), i + 1})
+        x
+      end
+
       defn forever(x) do
         {x, _} = while({x, i = 0}, i >= 0, do: {x + 1, i + 1})
         x
@@ -440,6 +445,24 @@ if Code.ensure_loaded?(Nx) do
       refute_received {:triple, _}
     end
 
+    test "a hook inside a loop: compiled when no function is given, else run as the Evaluator does" do
+      t = Nx.tensor([1, 5])
+      assert Nx.to_flat_list(compiled(&Funs.hooked_loop/1, [t])) == [4, 8]
+      assert {:program, _} = cached(&Funs.hooked_loop/1, [t])
+
+      pid = self()
+      step = fn t -> send(pid, {:step, Nx.to_flat_list(t)}) end
+
+      for compiler <- [Nx.Defn.Evaluator, ExMLX.Compiler] do
+        f = Nx.Defn.jit(&Funs.hooked_loop/1, compiler: compiler, hooks: %{step: step})
+        assert Nx.to_flat_list(f.(t)) == [4, 8]
+        assert_received {:step, [2, 6]}
+        assert_received {:step, [3, 7]}
+        assert_received {:step, [4, 8]}
+        assert {:messages, []} = Process.info(self(), :messages)
+      end
+    end
+
     test "a callback that needs data falls back to the Evaluator, with the same results" do
       t = Nx.tensor([1, 2, 3])
       assert compiled(&Funs.reduce_with_fun/1, [t]) |> Nx.to_number() == 6
@@ -489,7 +512,7 @@ if Code.ensure_loaded?(Nx) do
     # How many programs ExMLX.Compiler has cached.
     defp programs do
       Enum.count(ExMLX.ProgramCache.entries(), fn
-        {{_fun, _device, _fuse, _templates}, {:program, _}} -> true
+        {{_fun, _device, _fuse, _templates, _hooked}, {:program, _}} -> true
         _ -> false
       end)
     end
@@ -498,7 +521,7 @@ if Code.ensure_loaded?(Nx) do
       templates = Enum.map(args, &{&1.shape, &1.type, &1.names, &1.vectorized_axes})
 
       Enum.find_value(ExMLX.ProgramCache.entries(), fn
-        {{^fun, _device, false, ^templates}, compiled} -> compiled
+        {{^fun, _device, false, ^templates, _hooked}, compiled} -> compiled
         _ -> nil
       end)
       |> tap(fn found -> assert found, "nothing cached for #{inspect(fun)}" end)

@@ -28,9 +28,17 @@ if Code.ensure_loaded?(Nx) do
     Evaluates `expr` on `params` (functions returning the input tensors,
     as Nx.Defn.Evaluator takes them) on `device`: `{result, hooks}`, the
     hooks being `[{callback_spec, value}]` in the order the graph runs them.
+    `hooked` names the hooks the call gives functions for (its `:hooks`).
     """
-    def lower(expr, params, device) do
-      state = %{params: params, device: device, scope: Tree.scope_ids(expr), nested: false}
+    def lower(expr, params, device, hooked \\ []) do
+      state = %{
+        params: params,
+        device: device,
+        scope: Tree.scope_ids(expr),
+        nested: false,
+        hooked: MapSet.new(hooked)
+      }
+
       previous = Process.put(@hooks, [])
 
       try do
@@ -88,9 +96,26 @@ if Code.ensure_loaded?(Nx) do
     defp eval_apply(:hook, %T{data: %Expr{args: args}}, state, cache) do
       [tensor_expr, spec, template, _ref] = args
 
-      if state.nested,
-        do: raise(Op.Unrecordable, message: "a hook inside while or cond needs its own program")
+      cond do
+        not state.nested ->
+          record_hook(tensor_expr, spec, template, state, cache)
 
+        # a hook with no function to call has no effect: its value passes
+        # through (Bumblebee's generation loop has one for streaming)
+        not hook_calls?(spec, state.hooked) ->
+          {value, cache} = composite_eval(tensor_expr, state, cache)
+          {hook_result(value, template), cache}
+
+        true ->
+          raise Op.Unrecordable, message: "a hook inside while or cond needs its own program"
+      end
+    end
+
+    defp hook_calls?({:token_hook, _hooked_expr, inner}, hooked), do: hook_calls?(inner, hooked)
+    defp hook_calls?({:named, name, callback}, hooked), do: callback != nil or name in hooked
+    defp hook_calls?(_spec, _hooked), do: true
+
+    defp record_hook(tensor_expr, spec, template, state, cache) do
       {value, cache} = composite_eval(tensor_expr, state, cache)
 
       {hooked, spec, cache} =
@@ -104,15 +129,13 @@ if Code.ensure_loaded?(Nx) do
         end
 
       Process.put(@hooks, [{spec, hooked} | Process.get(@hooks)])
-
-      result =
-        case template do
-          %T{} -> value
-          _ -> value |> List.wrap() |> Composite.flatten_list() |> List.to_tuple()
-        end
-
-      {result, cache}
+      {hook_result(value, template), cache}
     end
+
+    defp hook_result(value, %T{}), do: value
+
+    defp hook_result(value, _template),
+      do: value |> List.wrap() |> Composite.flatten_list() |> List.to_tuple()
 
     defp eval_apply(:runtime_call, _ans, _state, _cache),
       do: raise(Op.Unrecordable, message: "a runtime_call runs Elixir code on data at run time")
