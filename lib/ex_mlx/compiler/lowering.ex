@@ -111,32 +111,6 @@ if Code.ensure_loaded?(Nx) do
       end
     end
 
-    defp hook_calls?({:token_hook, _hooked_expr, inner}, hooked), do: hook_calls?(inner, hooked)
-    defp hook_calls?({:named, name, callback}, hooked), do: callback != nil or name in hooked
-    defp hook_calls?(_spec, _hooked), do: true
-
-    defp record_hook(tensor_expr, spec, template, state, cache) do
-      {value, cache} = composite_eval(tensor_expr, state, cache)
-
-      {hooked, spec, cache} =
-        case spec do
-          {:token_hook, hooked_expr, inner} ->
-            {hooked, cache} = composite_eval(hooked_expr, state, cache)
-            {hooked, inner, cache}
-
-          spec ->
-            {value, spec, cache}
-        end
-
-      Process.put(@hooks, [{spec, hooked} | Process.get(@hooks)])
-      {hook_result(value, template), cache}
-    end
-
-    defp hook_result(value, %T{}), do: value
-
-    defp hook_result(value, _template),
-      do: value |> List.wrap() |> Composite.flatten_list() |> List.to_tuple()
-
     defp eval_apply(:runtime_call, _ans, _state, _cache),
       do: raise(Op.Unrecordable, message: "a runtime_call runs Elixir code on data at run time")
 
@@ -352,5 +326,33 @@ if Code.ensure_loaded?(Nx) do
       args = Macro.generate_arguments(n, __MODULE__)
       defp arity(unquote(n), fun), do: fn unquote_splicing(args) -> fun.(unquote(args)) end
     end
+
+    # Hooks: whether one has a function to call (its own, or one the call's
+    # `:hooks` names), and one outside loops recorded as an extra output.
+    defp hook_calls?({:token_hook, _hooked_expr, inner}, hooked), do: hook_calls?(inner, hooked)
+    defp hook_calls?({:named, name, callback}, hooked), do: callback != nil or name in hooked
+    defp hook_calls?(_spec, _hooked), do: true
+
+    defp record_hook(tensor_expr, spec, template, state, cache) do
+      {value, cache} = composite_eval(tensor_expr, state, cache)
+
+      {hooked, spec, cache} =
+        case spec do
+          {:token_hook, hooked_expr, inner} ->
+            {hooked, cache} = composite_eval(hooked_expr, state, cache)
+            {hooked, inner, cache}
+
+          spec ->
+            {value, spec, cache}
+        end
+
+      Process.put(@hooks, [{spec, hooked} | Process.get(@hooks)])
+      {hook_result(value, template), cache}
+    end
+
+    defp hook_result(value, %T{}), do: value
+
+    defp hook_result(value, _template),
+      do: value |> List.wrap() |> Composite.flatten_list() |> List.to_tuple()
   end
 end

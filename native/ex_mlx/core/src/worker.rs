@@ -80,25 +80,37 @@ const POLL: std::time::Duration = std::time::Duration::from_micros(50);
 
 /// Waits until `ready()` holds or `limit` has passed; whether it holds.
 ///
-/// Between checks it yields its core (`sched_yield`) instead of spinning on
-/// it: on a machine where the other cores are busy (another VM's schedulers,
-/// any CPU-bound process), the threads being waited for (this worker, MLX's
-/// stream thread, the BEAM scheduler a NIF runs on) run on the waiter's core
-/// at once. A pure spin kept them off it: an eager round trip took 6–8× its
-/// quiet time with one of two cores busy, against none with yielding
-/// (bench/README.md, "Waiting without spinning").
+/// It spins, and every [`SPIN_BETWEEN_YIELDS`] yields its core once
+/// (`sched_yield`). On a machine whose other cores are taken (another VM's
+/// schedulers, any CPU-bound process), a pure spin held the core that the
+/// threads being waited for (a worker, MLX's stream thread, the BEAM
+/// scheduler of a NIF) needed: an eager round trip took 6–8× its quiet time
+/// with one of two cores busy. Yielding at every check fixed that but made
+/// the quiet round trip about 30% slower (a system call per check); a short
+/// spin between yields keeps the quiet time and gives the core away within
+/// microseconds (bench/README.md, "Waiting without spinning").
 pub fn poll_until(limit: std::time::Duration, mut ready: impl FnMut() -> bool) -> bool {
     let start = std::time::Instant::now();
+    let mut yielded = start;
     loop {
         if ready() {
             return true;
         }
-        if start.elapsed() >= limit {
+        let now = std::time::Instant::now();
+        if now.duration_since(start) >= limit {
             return false;
         }
-        thread::yield_now();
+        if now.duration_since(yielded) >= SPIN_BETWEEN_YIELDS {
+            thread::yield_now();
+            yielded = now;
+        } else {
+            std::hint::spin_loop();
+        }
     }
 }
+
+/// How long [`poll_until`] spins between two yields of its core.
+const SPIN_BETWEEN_YIELDS: std::time::Duration = std::time::Duration::from_micros(2);
 
 /// The next job, polling for [`POLL`] before blocking; `None` when every
 /// sender is gone.
