@@ -109,12 +109,33 @@ defmodule ExMLX.Build.Precompiled do
   end
 
   defp download(url, dest) do
-    {:ok, _} = Application.ensure_all_started(:inets)
+    https? = String.starts_with?(url, "https:")
+    apps = [:inets] ++ if(https?, do: [:crypto, :public_key, :ssl], else: [])
+    # (Mix on Elixir 1.15 and later keeps OTP applications a project does not
+    # list off the code path)
+    if function_exported?(Mix, :ensure_application!, 1),
+      do: Enum.each(apps, &Mix.ensure_application!/1)
+
+    Enum.each(apps, &({:ok, _} = Application.ensure_all_started(&1)))
     File.mkdir_p!(Path.dirname(dest))
     request = {String.to_charlist(url), []}
     options = [body_format: :binary]
 
-    case :httpc.request(:get, request, [timeout: 120_000, connect_timeout: 15_000], options) do
+    http =
+      [timeout: 120_000, connect_timeout: 15_000] ++
+        if https?,
+          do: [
+            ssl: [
+              verify: :verify_peer,
+              cacerts: :public_key.cacerts_get(),
+              customize_hostname_check: [
+                match_fun: :public_key.pkix_verify_hostname_match_fun(:https)
+              ]
+            ]
+          ],
+          else: []
+
+    case :httpc.request(:get, request, http, options) do
       {:ok, {{_, 200, _}, _headers, body}} ->
         File.write!(dest, body)
 
