@@ -16,8 +16,10 @@ IO.puts("PyTorch (scripts/bench_models.py)...")
 torch = Integration.python!("bench_models.py", [dir | if(quick, do: ["--quick"], else: [])])
 torch = torch |> String.split("\n", trim: true) |> List.last() |> Jason.decode!()
 
-median = fn fun, reps ->
-  fun.()
+# (a first, untimed run compiles the program; Nx's Evaluator has nothing to
+# compile, and one BinaryBackend forward pass takes minutes: no warm-up there)
+median = fn fun, reps, warm_up? ->
+  if warm_up?, do: fun.()
 
   samples =
     for _ <- 1..reps do
@@ -36,7 +38,11 @@ forward = fn name, backend, compiler, reps ->
     {:ok, model} = Bumblebee.load_model({:local, Path.join(dir, name)}, backend: backend)
     inputs = Map.new(inputs, fn {k, v} -> {k, Nx.backend_copy(v, backend)} end)
     run = Nx.Defn.jit(&Axon.predict(model.model, &1, &2), compiler: compiler)
-    median.(fn -> run.(model.params, inputs).logits |> Nx.backend_transfer(Nx.BinaryBackend) end, reps)
+    median.(
+      fn -> run.(model.params, inputs).logits |> Nx.backend_transfer(Nx.BinaryBackend) end,
+      reps,
+      compiler != Nx.Defn.Evaluator
+    )
   end)
 end
 
@@ -58,7 +64,7 @@ generate = fn backend, compiler, reps ->
       "seed" => Nx.tensor([0])
     }
 
-    median.(fn -> run.(model.params, prompt).token_ids |> Nx.to_flat_list() end, reps)
+    median.(fn -> run.(model.params, prompt).token_ids |> Nx.to_flat_list() end, reps, true)
   end)
 end
 

@@ -7,7 +7,8 @@ For each model, OUT_DIR/<name>/ gets the model (`save_pretrained`,
 safetensors) and reference.safetensors: the inputs, PyTorch's logits in f32
 and in bf16 (the model cast with `.to(torch.bfloat16)`, logits widened to
 f32), and for the causal LMs the ids of a greedy generation of 20 tokens. The
-text models get a word-level tokenizer ("w0" … "w127").
+text models get a word-level tokenizer: "<pad>", "<s>", "</s>", "<unk>" are
+ids 0 to 3, "w4" … "w127" the others.
 
 Notes on Bumblebee's loading (v0.7.0): BERT's masked-LM decoder is saved
 untied (transformers 5 leaves a tied decoder weight out of the file, and
@@ -100,13 +101,22 @@ def vit():
     return ViTForImageClassification(config)
 
 
+SPECIAL = ["<pad>", "<s>", "</s>", "<unk>"]
+
+
+def word(i):
+    """Token id i as text: the special tokens, then "w4" … "w127"."""
+    return SPECIAL[i] if i < len(SPECIAL) else f"w{i}"
+
+
 def word_tokenizer():
-    """A word-level tokenizer for the tiny vocabulary: "w0" … "w127" are
-    token ids 0 … 127, split at spaces (for the notebook's text generation)."""
-    words = Tokenizer(models.WordLevel({f"w{i}": i for i in range(VOCAB)}, unk_token="w3"))
+    """A word-level tokenizer for the tiny vocabulary (`word/1`), split at
+    spaces. (Special tokens are matched anywhere in a text, so none may be
+    the start of a word: "w1" would split "w17".)"""
+    words = Tokenizer(models.WordLevel({word(i): i for i in range(VOCAB)}, unk_token="<unk>"))
     words.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
     return PreTrainedTokenizerFast(
-        tokenizer_object=words, bos_token="w1", eos_token="w2", pad_token="w0", unk_token="w3"
+        tokenizer_object=words, pad_token="<pad>", bos_token="<s>", eos_token="</s>", unk_token="<unk>"
     )
 
 

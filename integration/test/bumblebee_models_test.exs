@@ -99,6 +99,28 @@ if Code.ensure_loaded?(Bumblebee) do
         IO.puts("\n#{unquote(name)} greedy: #{inspect(got, charlists: :as_lists)}")
         assert got == expected
       end
+
+      test "#{name}: Bumblebee.Text.generation (a serving, from text) generates PyTorch's tokens",
+           %{dir: dir} do
+        {model, reference} = load(dir, unquote(name))
+        repository = {:local, Path.join(dir, unquote(name))}
+        # the word-level tokenizer of scripts/tiny_models.py: "<s>" is id 1,
+        # "wN" is id N from 4 on
+        {:ok, tokenizer} = Bumblebee.load_tokenizer(repository)
+        {:ok, config} = Bumblebee.load_generation_config(repository)
+        config = Bumblebee.configure(config, max_new_tokens: 20, min_length: 8 + 20)
+
+        serving =
+          Bumblebee.Text.generation(model, tokenizer, config,
+            defn_options: [compiler: ExMLX.Compiler]
+          )
+
+        words = fn ids -> Enum.map_join(ids, " ", &if(&1 == 1, do: "<s>", else: "w#{&1}")) end
+        prompt = reference["input_ids"][0] |> Nx.to_flat_list() |> words.()
+        %{results: [%{text: text}]} = Nx.Serving.run(serving, prompt)
+        expected = reference["generated"] |> Nx.to_flat_list() |> words.()
+        assert text == expected
+      end
     end
 
     defp generate_fun(dir, name, model) do

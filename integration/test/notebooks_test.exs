@@ -25,10 +25,10 @@ defmodule ExMLX.Integration.NotebooksTest do
 
         source =~ "{:bumblebee" ->
           # the hub is out of reach: the tiny GPT-2 of scripts/tiny_models.py,
-          # whose word-level tokenizer reads "w0" … "w127"
+          # whose word-level tokenizer reads "<s>" and "w4" … "w127"
           dir = ExMLX.Integration.tiny_models!()
           System.put_env("EXMLX_NOTEBOOK_MODEL", Path.join(dir, "gpt2"))
-          System.put_env("EXMLX_NOTEBOOK_PROMPT", "w1 w17 w42 w99 w5")
+          System.put_env("EXMLX_NOTEBOOK_PROMPT", "<s> w17 w42 w99 w5")
 
           try do
             assert length(Notebook.run!(@path)) == length(Notebook.cells(@path)) - 1
