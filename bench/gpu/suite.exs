@@ -1,0 +1,19 @@
+# ExMLX's ExUnit suite with :gpu as the default device, without Mix (the GPU
+# machine has no Rust to rebuild the NIF with, and no network): the test
+# build's ebin (test/support compiled in) on the code path, the tests
+# required one by one (bench/gpu/run.sh starts it).
+Application.put_env(:ex_mlx, :default_device, :gpu)
+{:ok, _} = Application.ensure_all_started(:ex_mlx)
+IO.puts("ExMLX on #{inspect(ExMLX.default_device())}: gpu available = #{ExMLX.device_available?(:gpu)}")
+
+# (Mix's build support, which some tests check, is loaded by mix.exs under Mix)
+Enum.each(["mix/ex_mlx_build.ex", "mix/ex_mlx_precompiled.ex"], &Code.require_file/1)
+Code.require_file("test/test_helper.exs")
+ExUnit.configure(formatters: [ExUnit.CLIFormatter], seed: 0, timeout: 300_000)
+
+for file <- Path.wildcard("test/**/*_test.exs") |> Enum.sort() do
+  Code.require_file(file)
+end
+
+%{failures: failures} = ExUnit.run()
+System.halt(if failures == 0, do: 0, else: 1)
