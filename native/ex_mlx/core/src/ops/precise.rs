@@ -53,7 +53,8 @@ pub(crate) fn from_f64s(values: &[f64], shape: &[i32]) -> Result<Array> {
 
 /// `f(a)` computed on the host in f64, for an op MLX lacks (`name` is
 /// the op's, for errors); the result has `a`'s float type (integers give
-/// f32, as MLX's own float functions do).
+/// f32, as MLX's own float functions do), each value rounded once from f64.
+/// No f64 array is made for other types: MLX's GPU backend has none.
 pub fn on_host(name: &str, a: &Array, f: fn(f64) -> f64) -> Result<Array> {
     let out_dtype = match a.dtype() {
         d if d.is_float() => d,
@@ -64,9 +65,57 @@ pub fn on_host(name: &str, a: &Array, f: fn(f64) -> f64) -> Result<Array> {
         }
         _ => Dtype::Float32,
     };
-    let a = &a.as_dtype(Dtype::Float64)?;
-    let values: Vec<f64> = f64s(a)?.into_iter().map(f).collect();
-    Ok(from_f64s(&values, a.shape())?.as_dtype(out_dtype)?)
+    let values: Vec<f64> = host_f64s(a)?.into_iter().map(f).collect();
+    rounded(&values, a.shape(), out_dtype)
+}
+
+/// The elements of `a` as f64, row-major: floats read as f32 (which holds
+/// every f16 and bf16 value), integers as i64 or u64 (exact up to 2^53, as
+/// MLX's own cast to f64 is).
+fn host_f64s(a: &Array) -> Result<Vec<f64>> {
+    fn read<const N: usize>(a: &Array, value: fn([u8; N]) -> f64) -> Result<Vec<f64>> {
+        let buffer = HostBuffer::new(a)?;
+        Ok(buffer
+            .bytes()
+            .chunks_exact(N)
+            .map(|c| value(c.try_into().unwrap_or([0; N])))
+            .collect())
+    }
+    match a.dtype() {
+        Dtype::Float64 => f64s(a),
+        Dtype::Uint64 => read(a, |c| u64::from_le_bytes(c) as f64),
+        d if d.is_float() => read(&a.as_dtype(Dtype::Float32)?, |c| {
+            f32::from_le_bytes(c) as f64
+        }),
+        _ => read(&a.as_dtype(Dtype::Int64)?, |c| i64::from_le_bytes(c) as f64),
+    }
+}
+
+/// An array of `shape` and the float type `dtype` holding `values`, each
+/// rounded once to `dtype` (to nearest, ties to even).
+fn rounded(values: &[f64], shape: &[i32], dtype: Dtype) -> Result<Array> {
+    let bytes: Vec<u8> = match dtype {
+        Dtype::Float64 => return from_f64s(values, shape),
+        Dtype::Float32 => values
+            .iter()
+            .flat_map(|&v| (v as f32).to_le_bytes())
+            .collect(),
+        Dtype::Float16 => values
+            .iter()
+            .flat_map(|&v| half::f16::from_f64(v).to_le_bytes())
+            .collect(),
+        Dtype::Bfloat16 => values
+            .iter()
+            .flat_map(|&v| half::bf16::from_f64(v).to_le_bytes())
+            .collect(),
+        other => {
+            return Err(Error::Internal(format!(
+                "a host result cannot be of type {}",
+                crate::dtype::display(other)
+            )))
+        }
+    };
+    array_from_bytes(&bytes, shape, dtype)
 }
 
 /// MLX's `mlx(a)`, except for f64 input, which MLX computes with f32
@@ -209,6 +258,44 @@ pub fn erf_inv(y: f64) -> f64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// cbrt of f32, f16, bf16 and integer arrays: f64's cbrt of each value
+    /// rounded once to the result type (computed here with std and `half`),
+    /// with no f64 array made on the way (MLX's GPU backend has none).
+    #[test]
+    fn host_results_are_rounded_once_to_the_input_float_type() {
+        let xs = [0.75f32, 2.0, -27.5, 1e-3, 3.0e7];
+        let f32s = on_host("cbrt", &Array::from_slice(&xs, &[5]), f64::cbrt).unwrap();
+        let expected: Vec<f32> = xs.iter().map(|&x| (x as f64).cbrt() as f32).collect();
+        assert_eq!(f32s.dtype(), Dtype::Float32);
+        assert_eq!(f32s.as_slice::<f32>(), &expected[..]);
+
+        let halves: Vec<half::f16> = xs.iter().map(|&x| half::f16::from_f32(x)).collect();
+        let r = on_host("cbrt", &Array::from_slice(&halves, &[5]), f64::cbrt).unwrap();
+        let expected: Vec<half::f16> = halves
+            .iter()
+            .map(|h| half::f16::from_f64(h.to_f64().cbrt()))
+            .collect();
+        assert_eq!(r.dtype(), Dtype::Float16);
+        assert_eq!(r.as_slice::<half::f16>(), &expected[..]);
+
+        let brains: Vec<half::bf16> = xs.iter().map(|&x| half::bf16::from_f32(x)).collect();
+        let r = on_host("erfc", &Array::from_slice(&brains, &[5]), erfc).unwrap();
+        let expected: Vec<half::bf16> = brains
+            .iter()
+            .map(|h| half::bf16::from_f64(erfc(h.to_f64())))
+            .collect();
+        assert_eq!(r.dtype(), Dtype::Bfloat16);
+        assert_eq!(r.as_slice::<half::bf16>(), &expected[..]);
+
+        let ints = on_host(
+            "cbrt",
+            &Array::from_slice(&[27i64, -8, 1 << 40], &[3]),
+            f64::cbrt,
+        );
+        let expected = [3.0f32, -2.0, ((1i64 << 40) as f64).cbrt() as f32];
+        assert_eq!(ints.unwrap().as_slice::<f32>(), &expected);
+    }
 
     #[test]
     fn erf_inv_inverts_erf() {
