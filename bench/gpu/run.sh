@@ -7,10 +7,21 @@
 #   bench/gpu/run.sh suite OUT_DIR      runs the ExUnit suite with
 #                                       default_device: :gpu; log and summary
 #                                       into OUT_DIR
+#   bench/gpu/run.sh elixir ARGS...     runs elixir with the app on the code
+#                                       path and MLX's CUDA runtime (probes)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 work=/tmp/exmlx-gpu
 mkdir -p "$work"
+
+# MLX's CUDA runtime: its libmlx first (it replaces the CPU one the NIF was
+# linked to: same version, same API), then NVIDIA's libraries
+cuda_env() {
+  local nv
+  nv=$(ls -d /opt/*/.venv/lib/python3*/site-packages/nvidia 2>/dev/null | head -1)
+  export LD_LIBRARY_PATH="$work/mlx-cuda/mlx/lib:$nv/cu13/lib:$nv/cudnn/lib:$nv/nccl/lib:${LD_LIBRARY_PATH:-}"
+  export PATH=/usr/lib/erlang/bin:/usr/lib/elixir/bin:$PATH LANG=C.UTF-8
+}
 
 case "$1" in
   unpack)
@@ -31,12 +42,7 @@ case "$1" in
   suite)
     out=$2
     mkdir -p "$out"
-    # MLX's CUDA runtime: its libmlx first (it replaces the CPU one the NIF
-    # was linked to: same version, same API), then NVIDIA's libraries
-    nv=$(python3 -c 'import nvidia, os; print(os.path.dirname(nvidia.__file__))' 2>/dev/null ||
-      ls -d /opt/*/.venv/lib/python3*/site-packages/nvidia | head -1)
-    export LD_LIBRARY_PATH="$work/mlx-cuda/mlx/lib:$nv/cu13/lib:$nv/cudnn/lib:$nv/nccl/lib:${LD_LIBRARY_PATH:-}"
-    export PATH=/usr/lib/erlang/bin:/usr/lib/elixir/bin:$PATH LANG=C.UTF-8
+    cuda_env
     nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader > "$out/gpu.txt" || true
     status=0
     elixir -pa "$work/lib/ex_mlx/ebin" bench/gpu/suite.exs > "$out/suite.log" 2>&1 || status=$?
@@ -44,8 +50,13 @@ case "$1" in
     echo "exit $status" >> "$out/summary.txt"
     cat "$out/gpu.txt" "$out/summary.txt"
     ;;
+  elixir)
+    shift
+    cuda_env
+    exec elixir -pa "$work/lib/ex_mlx/ebin" "$@"
+    ;;
   *)
-    echo "usage: $0 unpack STAGE_DIR | suite OUT_DIR" >&2
+    echo "usage: $0 unpack STAGE_DIR | suite OUT_DIR | elixir ARGS..." >&2
     exit 2
     ;;
 esac

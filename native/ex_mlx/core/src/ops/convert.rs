@@ -8,6 +8,12 @@ use crate::error::{Error, Result};
 /// Converts element values to `dtype` (as MLX casts: floats to integers
 /// truncate, out-of-range integers wrap).
 pub fn as_type(a: &Array, dtype: Dtype) -> Result<Array> {
+    // MLX 0.32's CUDA backend casts true to 1 + 1i (seen on an H100, see
+    // bench/gpu/README.md): booleans reach complex64 through f32, which is
+    // exact on every device.
+    if a.dtype() == Dtype::Bool && dtype == Dtype::Complex64 {
+        return Ok(a.as_dtype(Dtype::Float32)?.as_dtype(dtype)?);
+    }
     Ok(a.as_dtype(dtype)?)
 }
 
@@ -23,4 +29,19 @@ pub fn bitcast(a: &Array, dtype: Dtype) -> Result<Array> {
         )));
     }
     Ok(a.view_dtype(dtype)?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn booleans_become_complex_with_a_zero_imaginary_part() {
+        let b = Array::from_slice(&[true, false, true], &[3]);
+        let c = as_type(&b, Dtype::Complex64).unwrap();
+        let re = mlx_rs::ops::real(&c).unwrap();
+        let im = mlx_rs::ops::imag(&c).unwrap();
+        assert_eq!(re.as_slice::<f32>(), &[1.0, 0.0, 1.0]);
+        assert_eq!(im.as_slice::<f32>(), &[0.0, 0.0, 0.0]);
+    }
 }

@@ -243,6 +243,13 @@ fn default_lengths(name: &'static str, kind: Kind, a: &Array, axes: &[i32]) -> R
 
 /// MLX's N-D transform with explicit, checked lengths and axes.
 fn run(kind: Kind, a: &Array, lengths: Vec<i32>, axes: Vec<i32>) -> Result<Array> {
+    // (booleans through f32: MLX's CUDA backend casts true to 1 + 1i when
+    // it promotes them to complex64 itself, see convert::as_type)
+    let a = &if a.dtype() == Dtype::Bool {
+        a.as_dtype(Dtype::Float32)?
+    } else {
+        a.clone()
+    };
     let options = FftnOptions {
         lengths: Some(lengths),
         axes: Axes::Axes(axes),
