@@ -139,13 +139,13 @@ defmodule ExMLXTest do
       t = ExMLX.from_binary(<<0::8*24>>, {:s, 16}, {3, 4})
       assert ExMLX.shape(t) == {3, 4}
       assert ExMLX.type(t) == {:s, 16}
-      assert ExMLX.device(t) == :cpu
+      assert ExMLX.device(t) == ExMLX.default_device()
       assert ExMLX.size(t) == {12, 24}
     end
 
     test "inspect shows type, shape and device" do
       t = ExMLX.from_binary(<<0::8*24>>, {:s, 16}, {3, 4})
-      assert inspect(t) == "#ExMLX.Tensor<s16[3][4] cpu>"
+      assert inspect(t) == "#ExMLX.Tensor<s16[3][4] #{ExMLX.default_device()}>"
     end
 
     test "lazy results are computed by eval" do

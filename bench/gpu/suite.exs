@@ -4,7 +4,10 @@
 # required one by one (bench/gpu/run.sh starts it).
 Application.put_env(:ex_mlx, :default_device, :gpu)
 {:ok, _} = Application.ensure_all_started(:ex_mlx)
-IO.puts("ExMLX on #{inspect(ExMLX.default_device())}: gpu available = #{ExMLX.device_available?(:gpu)}")
+
+IO.puts(
+  "ExMLX on #{inspect(ExMLX.default_device())}: gpu available = #{ExMLX.device_available?(:gpu)}"
+)
 
 # (Mix's build support, which some tests check, is loaded by mix.exs under Mix)
 Enum.each(["mix/ex_mlx_build.ex", "mix/ex_mlx_precompiled.ex"], &Code.require_file/1)

@@ -60,7 +60,7 @@ defmodule ExMLX.ConcurrencyTest do
     # caller below cannot finish before the checks, however fast or loaded
     # the machine is. With one scheduler online, had the NIF blocked the
     # caller's scheduler, the probe process could not run until the release.
-    a = ExMLX.full(2.0, {:f, 32}, {4}) |> ExMLX.eval()
+    a = ExMLX.full(2.0, {:f, 32}, {4}, device: :cpu) |> ExMLX.eval()
     hold = make_ref()
     :ok = ExMLX.Native.hold_worker_for_test(hold)
     online = :erlang.system_flag(:schedulers_online, 1)
@@ -94,7 +94,7 @@ defmodule ExMLX.ConcurrencyTest do
     # With the CPU worker held busy, anything that needed it would wait; these
     # complete, so they ran on the calling thread (ExMLX.Call.copy_path/2).
     data = for i <- 0..999, into: <<>>, do: <<i::32-little>>
-    computed = ExMLX.from_binary(data, {:u, 32}, {1000})
+    computed = ExMLX.from_binary(data, {:u, 32}, {1000}, device: :cpu)
     evaluated = ExMLX.add(computed, computed) |> ExMLX.eval()
     lazy = ExMLX.add(computed, computed)
     hold = make_ref()
@@ -103,9 +103,9 @@ defmodule ExMLX.ConcurrencyTest do
 
     try do
       spawn_link(fn ->
-        made = ExMLX.from_binary(data, {:u, 32}, {1000})
+        made = ExMLX.from_binary(data, {:u, 32}, {1000}, device: :cpu)
         frame = ExMLX.Wire.encode(evaluated)
-        decoded = ExMLX.Wire.decode!(ExMLX.Wire.encode(made))
+        decoded = ExMLX.Wire.decode!(ExMLX.Wire.encode(made), device: :cpu)
 
         send(
           parent,
@@ -168,11 +168,12 @@ defmodule ExMLX.ConcurrencyTest do
   end
 
   test "replies come back directly for quick work and as messages for long work" do
-    one = ExMLX.full(1.0, {:f, 32}, {}) |> ExMLX.eval()
+    # (on the CPU: its f32 matmul is exact here; a GPU's is TF32)
+    one = ExMLX.full(1.0, {:f, 32}, {}, device: :cpu) |> ExMLX.eval()
     quick = for _ <- 1..200, do: call_eval(one.ref)
     assert :returned in quick
 
-    a = ExMLX.full(1.0e-3, {:f, 32}, {1024, 1024})
+    a = ExMLX.full(1.0e-3, {:f, 32}, {1024, 1024}, device: :cpu)
     long = Enum.reduce(1..4, a, fn _, acc -> ExMLX.matmul(acc, a) end)
     assert call_eval(long.ref) == :message
     # every element of a^5 is 1024^4 · (1e-3)^5
@@ -198,7 +199,7 @@ defmodule ExMLX.DeferredTest do
   alias ExMLX.{Call, Native}
 
   test "a deferred op fills its tensor, cast to the requested type" do
-    t = ExMLX.iota({:s, 32}, {4})
+    t = ExMLX.iota({:s, 32}, {4}, device: :cpu)
     {ref, :cpu} = ExMLX.Op.defer(:less, [t.ref, t.ref], [], {:u, 8})
     # comparisons give :bool in MLX; deferred mode cast it to u8
     assert {{4}, {:u, 8}, :cpu} = Call.info(ref)

@@ -9,8 +9,10 @@ defmodule ExMLX.ProgramTest do
 
   # (a + b) * 2.5 and sum(a): a constant made outside the recording is
   # captured; an op on constants only runs for real (and is captured too).
+  # (CPU programs: their tensors are made on the CPU whatever the default
+  # device is)
   defp record do
-    c = ExMLX.full(2.5, {:f, 32}, {})
+    c = ExMLX.full(2.5, {:f, 32}, {}, device: :cpu)
 
     {outputs, recording} =
       Op.record_program(2, :cpu, fn [a, b] ->
@@ -31,8 +33,8 @@ defmodule ExMLX.ProgramTest do
     # add, multiply, sum: the op on constants only was not recorded
     assert Enum.map(instructions, &elem(&1, 0)) == [:add, :multiply, :sum]
 
-    a = f32([1.0, 2.0, 3.0])
-    b = f32([0.5, 0.5, 1.0])
+    a = on_cpu(f32([1.0, 2.0, 3.0]))
+    b = on_cpu(f32([0.5, 0.5, 1.0]))
     results = Call.run(&Native.program_run(&1, program, [a.ref, b.ref]))
     [scaled, total, folded] = Enum.map(results, &Tensor.wrap/1)
     assert ExMLX.to_list(scaled) == [3.75, 6.25, 10.0]
@@ -56,7 +58,7 @@ defmodule ExMLX.ProgramTest do
 
   test "malformed programs and calls are named errors" do
     {program, _} = record()
-    a = f32([1.0])
+    a = on_cpu(f32([1.0]))
 
     assert {:error, {:argument, "inputs: the program takes 2 inputs, got 1"}} =
              Native.program_run(make_ref(), program, [a.ref])
@@ -90,7 +92,7 @@ defmodule ExMLX.ProgramTest do
   # written by ExMLX.ProgramFormat, read by the Rust reader, then run.
   # Slots: 0 the input x, 1 the constant c (2), then one per result.
   test "a program written in the program format loads and runs" do
-    c = ExMLX.full(2, {:s, 32}, {})
+    c = ExMLX.full(2, {:s, 32}, {}, device: :cpu)
 
     instructions = [
       # 2: a = x + c
@@ -123,7 +125,9 @@ defmodule ExMLX.ProgramTest do
     assert {program, :cpu} = Call.run(&Native.program_load(&1, bytes))
 
     x =
-      ExMLX.from_binary(<<1::32-little, 5::32-little, 3::32-little, 4::32-little>>, {:s, 32}, {4})
+      ExMLX.from_binary(<<1::32-little, 5::32-little, 3::32-little, 4::32-little>>, {:s, 32}, {4},
+        device: :cpu
+      )
 
     results = Call.run(&Native.program_run(&1, program, [x.ref])) |> Enum.map(&Tensor.wrap/1)
     [a, f, s, r, t, p, q, w, z, e, i, m, l, _q, _r] = Enum.map(results, &ExMLX.to_list/1)
@@ -175,4 +179,6 @@ defmodule ExMLX.ProgramTest do
     {inputs, constants, instructions, slots} = Op.program(recording, 1, outputs)
     {ExMLX.ProgramFormat.encode(:cpu, inputs, constants, instructions, slots), slots}
   end
+
+  defp on_cpu(t), do: ExMLX.transfer(t, :cpu)
 end
