@@ -194,6 +194,12 @@ defmodule ExMLX.Build do
   end
 
   @doc """
+  Where precompiled NIFs go: the artifacts `mix ex_mlx.precompile` packs,
+  and the downloads the compiler caches.
+  """
+  def precompiled_dir, do: Path.join(Path.dirname(Mix.Project.build_path()), "ex_mlx-precompiled")
+
+  @doc """
   Points a library's run-time search path at `lib_dir` (a precompiled NIF
   at install: it was linked against the MLX runtime of the machine that
   built it).

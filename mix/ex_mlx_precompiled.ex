@@ -13,11 +13,13 @@ defmodule ExMLX.Build.Precompiled do
   #
   # The base URL: EXMLX_PRECOMPILED_URL, else `precompiled_url` in the
   # project's `:ex_mlx` config (mix.exs). Downloads are cached in
-  # `_build/ex_mlx-precompiled/`. Loaded by mix.exs before anything is
-  # compiled, like ExMLX.Build.
+  # `_build/ex_mlx-precompiled/` (ExMLX.Build.precompiled_dir/0). Loaded by
+  # mix.exs before anything is compiled, like ExMLX.Build.
 
   @checksum_file "checksum-ExMLX.Native.exs"
   @lib_name "ex_mlx"
+  # the one file an artifact holds
+  @entry ~c"libex_mlx.so"
 
   @doc "The checksum file's path in the project."
   def checksum_path(root), do: Path.join(root, @checksum_file)
@@ -103,8 +105,10 @@ defmodule ExMLX.Build.Precompiled do
   def pack!(library, artifact, out_dir) do
     File.mkdir_p!(out_dir)
     path = Path.join(out_dir, artifact)
-    entry = String.to_charlist("lib#{@lib_name}.so")
-    :ok = :erl_tar.create(String.to_charlist(path), [{entry, File.read!(library)}], [:compressed])
+
+    :ok =
+      :erl_tar.create(String.to_charlist(path), [{@entry, File.read!(library)}], [:compressed])
+
     {path, sha256(File.read!(path))}
   end
 
@@ -162,11 +166,9 @@ defmodule ExMLX.Build.Precompiled do
   end
 
   defp unpack(path) do
-    entry = String.to_charlist("lib#{@lib_name}.so")
-
-    case :erl_tar.extract(String.to_charlist(path), [:compressed, :memory, files: [entry]]) do
-      {:ok, [{^entry, library}]} -> {:ok, library}
-      {:ok, _} -> {:error, "#{Path.basename(path)} does not hold lib#{@lib_name}.so"}
+    case :erl_tar.extract(String.to_charlist(path), [:compressed, :memory, files: [@entry]]) do
+      {:ok, [{@entry, library}]} -> {:ok, library}
+      {:ok, _} -> {:error, "#{Path.basename(path)} does not hold #{@entry}"}
       {:error, reason} -> {:error, "could not unpack #{Path.basename(path)}: #{inspect(reason)}"}
     end
   end

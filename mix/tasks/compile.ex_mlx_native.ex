@@ -34,22 +34,20 @@ defmodule Mix.Tasks.Compile.ExMlxNative do
       priv_lib = Path.join(Build.priv_native_dir(), Build.priv_lib_file())
       unlink_source_priv()
 
-      case precompiled(runtime) do
-        {:download, url, sha256} ->
-          fingerprint = digest({url, sha256, runtime})
+      # what makes the library, and the fingerprint of what it is made from
+      {make, fingerprint} =
+        case precompiled(runtime) do
+          {:download, url, sha256} ->
+            {&install(url, sha256, runtime, priv_lib, &1), digest({url, sha256, runtime})}
 
-          if !opts[:force] and File.exists?(priv_lib) and read_stamp() == fingerprint,
-            do: {:noop, []},
-            else: install(url, sha256, runtime, priv_lib, fingerprint)
+          {:build, _reason} ->
+            env = Build.cargo_env(runtime)
+            {&build(env, priv_lib, &1), fingerprint(runtime, env)}
+        end
 
-        {:build, _reason} ->
-          env = Build.cargo_env(runtime)
-          fingerprint = fingerprint(runtime, env)
-
-          if !opts[:force] and File.exists?(priv_lib) and read_stamp() == fingerprint,
-            do: {:noop, []},
-            else: build(env, priv_lib, fingerprint)
-      end
+      if !opts[:force] and File.exists?(priv_lib) and read_stamp() == fingerprint,
+        do: {:noop, []},
+        else: make.(fingerprint)
     end
   end
 
@@ -79,17 +77,12 @@ defmodule Mix.Tasks.Compile.ExMlxNative do
 
   defp install(url, sha256, runtime, priv_lib, fingerprint) do
     Mix.shell().info("==> ex_mlx: installing the precompiled NIF #{Path.basename(url)}")
-    cache = Path.join(Path.dirname(Mix.Project.build_path()), "ex_mlx-precompiled")
 
-    with :ok <- Precompiled.install(url, sha256, cache, priv_lib),
+    with :ok <- Precompiled.install(url, sha256, Build.precompiled_dir(), priv_lib),
          :ok <- Build.link_runtime(priv_lib, Path.join(runtime, "lib")) do
-      File.mkdir_p!(Path.dirname(stamp_path()))
-      File.write!(stamp_path(), fingerprint)
-      {:ok, []}
+      write_stamp(fingerprint)
     else
-      {:error, message} ->
-        Mix.shell().error("ex_mlx: " <> message)
-        {:error, [diagnostic(message)]}
+      {:error, message} -> failed(message)
     end
   end
 
@@ -118,8 +111,7 @@ defmodule Mix.Tasks.Compile.ExMlxNative do
         {:ok, runtime}
 
       {:error, message} ->
-        Mix.shell().error("ex_mlx: #{message}")
-        {:error, [diagnostic(message)]}
+        failed(message)
     end
   end
 
@@ -138,22 +130,23 @@ defmodule Mix.Tasks.Compile.ExMlxNative do
         tmp = priv_lib <> ".tmp"
         File.cp!(built, tmp)
         File.rename!(tmp, priv_lib)
-        File.mkdir_p!(Path.dirname(stamp_path()))
-        File.write!(stamp_path(), fingerprint)
-        {:ok, []}
+        write_stamp(fingerprint)
 
       status ->
-        message =
+        failed(
           "cargo build of native/ex_mlx failed (exit status #{status}); cargo's errors are above"
-
-        Mix.shell().error("ex_mlx: " <> message)
-        {:error, [diagnostic(message)]}
+        )
     end
   end
 
   # The NIFs for ExMLX's own tests (native/ex_mlx/src/test_hooks.rs) exist
   # in the test environment's build only.
   defp features, do: if(Mix.env() == :test, do: ["--features", "test-hooks"], else: [])
+
+  defp failed(message) do
+    Mix.shell().error("ex_mlx: " <> message)
+    {:error, [diagnostic(message)]}
+  end
 
   defp diagnostic(message) do
     %Mix.Task.Compiler.Diagnostic{
@@ -189,6 +182,12 @@ defmodule Mix.Tasks.Compile.ExMlxNative do
   # Kept with Mix's manifests of this env's build of the app, beside the
   # library it describes (the cargo target folder is shared by every env).
   defp stamp_path, do: Path.join(Mix.Project.manifest_path(), "compile.ex_mlx_native")
+
+  defp write_stamp(fingerprint) do
+    File.mkdir_p!(Path.dirname(stamp_path()))
+    File.write!(stamp_path(), fingerprint)
+    {:ok, []}
+  end
 
   defp read_stamp do
     case File.read(stamp_path()) do

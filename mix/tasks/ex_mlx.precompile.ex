@@ -23,8 +23,7 @@ defmodule Mix.Tasks.ExMlx.Precompile do
     Mix.Task.run("compile", [])
     library = Path.join(Build.priv_native_dir(), Build.priv_lib_file())
     artifact = Mix.Tasks.Compile.ExMlxNative.artifact()
-    out = Path.join(Path.dirname(Mix.Project.build_path()), "ex_mlx-precompiled")
-    {path, sha256} = Precompiled.pack!(library, artifact, out)
+    {path, sha256} = Precompiled.pack!(library, artifact, Build.precompiled_dir())
     Precompiled.write_checksums!(Precompiled.checksum_path(Build.root()), %{artifact => sha256})
     Mix.shell().info("#{path}\n#{sha256}")
   end
