@@ -16,12 +16,14 @@ Prints one JSON object: medians in seconds and the torch version.
 
 import json
 import os
-import statistics
 import sys
-import time
 
 import torch
 from transformers import BertConfig, BertForMaskedLM, GPT2Config, GPT2LMHeadModel
+
+# the repository's bench/timing.py: the timing of every Python reference
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "bench"))
+from timing import timed  # noqa: E402
 
 SIZE = dict(hidden=256, layers=4, heads=4, vocab=2048, inner=1024, positions=256)
 
@@ -58,13 +60,7 @@ def models(out):
 
 
 def median_time(fun, reps):
-    fun()
-    samples = []
-    for _ in range(reps):
-        start = time.perf_counter()
-        fun()
-        samples.append(time.perf_counter() - start)
-    return statistics.median(samples)
+    return timed(fun, reps, warmup=1)["median"]
 
 
 def main(out, quick):

@@ -75,7 +75,7 @@ if Code.ensure_loaded?(Nx) do
       fn args_list ->
         Enum.map(args_list, fn args ->
           compiled =
-            ExMLX.ProgramCache.fetch(cache_key, fn -> compile(vars, fun, device, opts) end)
+            ExMLX.ProgramCache.fetch(cache_key, fn -> compile(vars, fun, device, fuse, hooked) end)
 
           run(compiled, key, vars, fun, args, device, opts)
         end)
@@ -100,8 +100,8 @@ if Code.ensure_loaded?(Nx) do
     # Compiling: record the backend's ops on symbolic inputs
     # -------------------------------------------------------------------------
 
-    defp compile(vars, fun, device, opts) do
-      record(vars, fun, device, fuse?(opts), Map.keys(Keyword.get(opts, :hooks, %{})))
+    defp compile(vars, fun, device, fuse, hooked) do
+      record(vars, fun, device, fuse, hooked)
     rescue
       e in Op.Unrecordable -> evaluator(Exception.message(e))
     end

@@ -37,11 +37,17 @@ pub fn erfc(x: f64) -> f64 {
 
 /// The elements of an f64 array, row-major.
 pub(crate) fn f64s(a: &Array) -> Result<Vec<f64>> {
+    read(a, f64::from_le_bytes)
+}
+
+/// The elements of `a`, row-major, each of its `N` bytes made an f64 by
+/// `value`.
+fn read<const N: usize>(a: &Array, value: fn([u8; N]) -> f64) -> Result<Vec<f64>> {
     let buffer = HostBuffer::new(a)?;
     Ok(buffer
         .bytes()
-        .chunks_exact(8)
-        .map(|c| f64::from_le_bytes([c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]]))
+        .chunks_exact(N)
+        .map(|c| value(c.try_into().unwrap_or([0; N])))
         .collect())
 }
 
@@ -73,14 +79,6 @@ pub fn on_host(name: &str, a: &Array, f: fn(f64) -> f64) -> Result<Array> {
 /// every f16 and bf16 value), integers as i64 or u64 (exact up to 2^53, as
 /// MLX's own cast to f64 is).
 fn host_f64s(a: &Array) -> Result<Vec<f64>> {
-    fn read<const N: usize>(a: &Array, value: fn([u8; N]) -> f64) -> Result<Vec<f64>> {
-        let buffer = HostBuffer::new(a)?;
-        Ok(buffer
-            .bytes()
-            .chunks_exact(N)
-            .map(|c| value(c.try_into().unwrap_or([0; N])))
-            .collect())
-    }
     match a.dtype() {
         Dtype::Float64 => f64s(a),
         Dtype::Uint64 => read(a, |c| u64::from_le_bytes(c) as f64),
