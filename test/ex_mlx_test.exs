@@ -3,6 +3,7 @@ defmodule ExMLXTest do
   doctest ExMLX
 
   alias ExMLX.Tensor
+  import ExMLX.TestHelpers, only: [device_for: 1]
 
   describe "from_binary/4 and to_binary/1" do
     # One element pair per type; the sums are worked out by hand below.
@@ -29,7 +30,8 @@ defmodule ExMLXTest do
           ExMLX.from_binary(
             unquote(data),
             unquote(Macro.escape(type)),
-            unquote(Macro.escape(shape))
+            unquote(Macro.escape(shape)),
+            device: device_for(unquote(Macro.escape(type)))
           )
 
         assert %Tensor{type: unquote(Macro.escape(type)), shape: unquote(Macro.escape(shape))} = t
@@ -88,8 +90,8 @@ defmodule ExMLXTest do
     end
 
     test "adds f64 without narrowing to f32" do
-      a = ExMLX.from_binary(<<0.1::64-float-little>>, {:f, 64}, {1})
-      b = ExMLX.from_binary(<<0.2::64-float-little>>, {:f, 64}, {1})
+      a = ExMLX.from_binary(<<0.1::64-float-little>>, {:f, 64}, {1}, device: :cpu)
+      b = ExMLX.from_binary(<<0.2::64-float-little>>, {:f, 64}, {1}, device: :cpu)
       sum = ExMLX.add(a, b)
       assert sum.type == {:f, 64}
       # 0.1 + 0.2 in IEEE double is 0.30000000000000004; in f32 it would differ.

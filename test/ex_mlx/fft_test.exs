@@ -5,6 +5,7 @@ defmodule ExMLX.FFTTest do
   # within single-precision rounding; shifts must match bit for bit.
   use ExUnit.Case, async: true
   doctest ExMLX.FFT
+  import ExMLX.TestHelpers, only: [device_for: 1]
 
   alias ExMLX.FFT
 
@@ -37,7 +38,7 @@ defmodule ExMLX.FFTTest do
         end
       end
 
-    ExMLX.from_binary(binary, type, shape)
+    ExMLX.from_binary(binary, type, shape, device: device_for(type))
   end
 
   defp numpy_type({:f, 32}), do: "f4"
@@ -308,7 +309,7 @@ defmodule ExMLX.FFTTest do
 
   describe "types" do
     test "f64 input raises instead of being narrowed to complex64" do
-      t = ExMLX.iota({:f, 64}, {4, 4})
+      t = ExMLX.iota({:f, 64}, {4, 4}, device: :cpu)
 
       for fun <- @transforms do
         mlx_error(

@@ -4,6 +4,8 @@ defmodule ExMLX.ItemTest do
   # gave 4,088,808,866,743 instead of 951. Every dtype, every kind of view.
   use ExUnit.Case, async: true
 
+  import ExMLX.TestHelpers, only: [device_for: 1]
+
   @n 2000
   @types ExMLX.TestHelpers.types()
 
@@ -44,7 +46,7 @@ defmodule ExMLX.ItemTest do
 
   defp arange(type) do
     # Built in s32 and converted, as Nx's iota does for other types.
-    ExMLX.iota({:s, 32}, {@n}) |> ExMLX.as_type(type)
+    ExMLX.iota({:s, 32}, {@n}, device: device_for(type)) |> ExMLX.as_type(type)
   end
 
   @indices [0, 951, 998, @n - 1] ++ Enum.take_random(1..(@n - 2), 6)
@@ -95,9 +97,10 @@ defmodule ExMLX.ItemTest do
 
   test "NaN and infinities come back as Nx's atoms" do
     for type <- [{:f, 16}, {:bf, 16}, {:f, 32}, {:f, 64}] do
-      assert ExMLX.item(ExMLX.full(:nan, type, {})) == :nan
-      assert ExMLX.item(ExMLX.full(:infinity, type, {})) == :infinity
-      assert ExMLX.item(ExMLX.full(:neg_infinity, type, {})) == :neg_infinity
+      on = [device: device_for(type)]
+      assert ExMLX.item(ExMLX.full(:nan, type, {}, on)) == :nan
+      assert ExMLX.item(ExMLX.full(:infinity, type, {}, on)) == :infinity
+      assert ExMLX.item(ExMLX.full(:neg_infinity, type, {}, on)) == :neg_infinity
     end
 
     assert ExMLX.item(ExMLX.full({:nan, :infinity}, {:c, 64}, {})) == {:nan, :infinity}

@@ -108,9 +108,11 @@ defmodule ExMLX.NativeLoadingTest do
   end
 
   # Runs @script in a fresh VM with the bundle's ebin in place of ExMLX's own
-  # and every other code path of this VM's build (dependencies such as Nx).
+  # and every other code path of this VM's build (dependencies such as Nx):
+  # the folder holding ExMLX's app folder (Mix's _build/ENV/lib, or the staged
+  # GPU run's, which has no Mix project).
   defp run_bundle(bundle, own_ebin, env) do
-    build = Mix.Project.build_path()
+    build = own_ebin |> Path.dirname() |> Path.dirname()
 
     deps =
       :code.get_path()

@@ -6,7 +6,12 @@ defmodule ExMLX.OpsMoreTest do
   import ExMLX.TestHelpers
 
   defp matrix(list, rows, cols, type \\ {:f, 32}),
-    do: list |> f64() |> ExMLX.as_type(type) |> ExMLX.reshape({rows, cols})
+    do:
+      list
+      |> f64()
+      |> ExMLX.as_type(type)
+      |> ExMLX.transfer(device_for(type))
+      |> ExMLX.reshape({rows, cols})
 
   describe "indexing" do
     # t = [[0, 1, 2], [3, 4, 5]]

@@ -2,6 +2,7 @@ defmodule ExMLX.TriangleTest do
   # tril/triu (MLX's ops, one op-table entry each) against triangles cut out
   # of the same matrices by index arithmetic in Elixir.
   use ExUnit.Case, async: true
+  import ExMLX.TestHelpers, only: [device_for: 1]
 
   # rows × cols matrices of `list` (row-major), the element (i, j) kept when
   # keep?.(j - i), else 0
@@ -23,7 +24,8 @@ defmodule ExMLX.TriangleTest do
   for {type, shape} <- [{{:s, 32}, {4, 5}}, {{:f, 64}, {5, 3}}, {{:u, 8}, {2, 3, 3}}] do
     test "tril and triu of #{inspect(shape)} #{inspect(type)}, diagonals -3 to 3" do
       shape = unquote(Macro.escape(shape))
-      t = ExMLX.iota(unquote(type), shape) |> ExMLX.add(ExMLX.full(1, unquote(type), {}))
+      on = [device: device_for(unquote(type))]
+      t = ExMLX.iota(unquote(type), shape, on) |> ExMLX.add(ExMLX.full(1, unquote(type), {}, on))
       list = ExMLX.to_list(t)
       rank = tuple_size(shape)
       {rows, cols} = {elem(shape, rank - 2), elem(shape, rank - 1)}

@@ -19,7 +19,7 @@ defmodule ExMLX.WireTest do
   describe "frames" do
     test "every type round-trips bit for bit, rank 0 and empty included" do
       for type <- @types do
-        t = ExMLX.iota({:s, 32}, {2, 3}) |> ExMLX.as_type(type)
+        t = ExMLX.iota({:s, 32}, {2, 3}, device: device_for(type)) |> ExMLX.as_type(type)
         round_trip(t)
         round_trip(ExMLX.slice(t, [1, 2], [2, 3]) |> ExMLX.squeeze())
         round_trip(ExMLX.slice(t, [0, 0], [0, 3]))
@@ -54,7 +54,7 @@ defmodule ExMLX.WireTest do
             {f16, {:f, 16}, 3},
             {bf16, {:bf, 16}, 2}
           ] do
-        t = ExMLX.from_binary(bin, type, {n})
+        t = ExMLX.from_binary(bin, type, {n}, device: device_for(type))
         {:ok, back} = t |> Wire.encode() |> Wire.decode()
         assert ExMLX.to_binary(back) == bin
       end
@@ -137,10 +137,11 @@ defmodule ExMLX.WireTest do
     test "round-trip through a binary and a file, every type", %{tmp_dir: dir} do
       tensors =
         Map.new(@types, fn type ->
-          {inspect(type), ExMLX.iota({:s, 32}, {2, 3}) |> ExMLX.as_type(type)}
+          {inspect(type),
+           ExMLX.iota({:s, 32}, {2, 3}, device: device_for(type)) |> ExMLX.as_type(type)}
         end)
 
-      tensors = Map.put(tensors, "scalar", ExMLX.full(-0.0, {:f, 64}, {}))
+      tensors = Map.put(tensors, "scalar", ExMLX.full(-0.0, {:f, 64}, {}, device: :cpu))
       tensors = Map.put(tensors, "empty", ExMLX.from_binary(<<>>, {:f, 32}, {0, 4}))
 
       {:ok, decoded} = tensors |> Wire.encode_bundle(%{"by" => "ExMLX"}) |> Wire.decode_bundle()
@@ -187,7 +188,7 @@ defmodule ExMLX.WireTest do
       tensors =
         for type <- @types, into: %{} do
           {"t_" <> String.replace(inspect(type), ~r/[^a-z0-9]/, ""),
-           ExMLX.iota({:s, 32}, {2, 3}) |> ExMLX.as_type(type)}
+           ExMLX.iota({:s, 32}, {2, 3}, device: device_for(type)) |> ExMLX.as_type(type)}
         end
 
       tensors =

@@ -100,7 +100,7 @@ defmodule ExMLX.Reliability.BadInputTest do
     tensors = [
       ExMLX.iota({:f, 32}, {2, 3}),
       ExMLX.iota({:s, 64}, {4}),
-      ExMLX.iota({:f, 64}, {3, 2}),
+      ExMLX.iota({:f, 64}, {3, 2}, device: :cpu),
       ExMLX.full(1, {:u, 8}, {}),
       ExMLX.full(1, :bool, {3}),
       ExMLX.from_binary(<<>>, {:f, 16}, {0, 2}),

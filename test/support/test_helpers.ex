@@ -4,7 +4,18 @@ defmodule ExMLX.TestHelpers do
   # binary syntax (independent of the code under test).
 
   def f32(list), do: ExMLX.from_binary(floats(list, 32), {:f, 32}, {length(list)})
-  def f64(list), do: ExMLX.from_binary(floats(list, 64), {:f, 64}, {length(list)})
+
+  def f64(list),
+    do:
+      ExMLX.from_binary(floats(list, 64), {:f, 64}, {length(list)}, device: device_for({:f, 64}))
+
+  @doc """
+  The device tests put a tensor of `type` on: f64 on the CPU (MLX computes
+  float64 there only; its GPU backends refuse it with a clear error, tested on
+  its own), every other type on the default device.
+  """
+  def device_for({:f, 64}), do: :cpu
+  def device_for(_type), do: ExMLX.default_device()
 
   def s32(list), do: signed(list, 32)
   def s64(list), do: signed(list, 64)
