@@ -218,6 +218,22 @@ defmodule ExMLX do
   def device_available?(device), do: device |> Native.device_available() |> Call.value()
 
   @doc """
+  Whether float32 matrix products (and complex64 ones on CUDA) may run in
+  TF32 on the GPU: about 3 decimal digits instead of float32's 7, several
+  times faster on GPUs with tensor cores.
+
+  ExMLX turns it off (Nx's f32 dot is a float32 dot), unlike MLX's own
+  default. `config :ex_mlx, tf32: true`, or `MLX_ENABLE_TF32=1` in the
+  environment, turns it on; either must be set before ExMLX is loaded (MLX
+  reads the setting once). The CPU never uses TF32.
+
+      iex> ExMLX.tf32?()
+      false
+  """
+  @spec tf32?() :: boolean()
+  def tf32?, do: System.get_env("MLX_ENABLE_TF32") not in [nil, "", "0"]
+
+  @doc """
   The tensor on `device`: computed on its current device, then handed to
   the other device's worker.
 

@@ -7,6 +7,10 @@
 #   bench/gpu/run.sh suite OUT_DIR      runs the ExUnit suite with
 #                                       default_device: :gpu; log and summary
 #                                       into OUT_DIR
+#   bench/gpu/run.sh bench OUT_DIR      the GPU rows: bench/gpu/bench.exs (ExMLX)
+#                                       and bench/gpu/reference.py (Python mlx
+#                                       on the same libmlx, PyTorch) in
+#                                       alternating rounds; OUT_DIR/gpu.md
 #   bench/gpu/run.sh elixir ARGS...     runs elixir with the app on the code
 #                                       path and MLX's CUDA runtime (probes)
 set -euo pipefail
@@ -20,7 +24,15 @@ cuda_env() {
   local nv
   nv=$(ls -d /opt/*/.venv/lib/python3*/site-packages/nvidia 2>/dev/null | head -1)
   export LD_LIBRARY_PATH="$work/mlx-cuda/mlx/lib:$nv/cu13/lib:$nv/cudnn/lib:$nv/nccl/lib:${LD_LIBRARY_PATH:-}"
-  export PATH=/usr/lib/erlang/bin:/usr/lib/elixir/bin:$PATH LANG=C.UTF-8
+  # the staged Elixir (elixir.tar.xz) when there is one, else Debian's
+  local elixir_bin=/usr/lib/elixir/bin
+  [[ -x $work/elixir/bin/elixir ]] && elixir_bin=$work/elixir/bin
+  export PATH=/usr/lib/erlang/bin:$elixir_bin:$PATH LANG=C.UTF-8
+}
+
+# -pa for each staged application (ExMLX, and Nx's when staged)
+code_paths() {
+  for ebin in "$work"/lib/*/ebin; do printf -- '-pa\n%s\n' "$ebin"; done
 }
 
 case "$1" in
@@ -30,12 +42,19 @@ case "$1" in
     if [[ -f $work/erlang.tar.xz && ! -x /usr/lib/erlang/bin/erl ]]; then
       tar -C / -xJf "$work/erlang.tar.xz"
     fi
+    if [[ -f $work/elixir.tar.xz && ! -d $work/elixir ]]; then
+      mkdir -p "$work/elixir" && tar -C "$work/elixir" -xJf "$work/elixir.tar.xz"
+    fi
     if [[ -f $work/app.tar.gz ]]; then
       rm -rf "$work/lib" && mkdir -p "$work/lib" && tar -C "$work/lib" -xzf "$work/app.tar.gz"
     fi
     if [[ -f $work/mlx-cuda.part-aa && -f $work/mlx-cuda.part-ab && ! -d $work/mlx-cuda ]]; then
       cat "$work"/mlx-cuda.part-a* > "$work/mlx-cuda.whl"
       python3 -m zipfile -e "$work/mlx-cuda.whl" "$work/mlx-cuda"
+    fi
+    # Python mlx's bindings, beside the CUDA libmlx they load (one package)
+    if [[ -d $work/mlx-cuda && -f $work/mlx-python.whl ]] && ! ls "$work"/mlx-cuda/mlx/core.*.so >/dev/null 2>&1; then
+      python3 -m zipfile -e "$work/mlx-python.whl" "$work/mlx-cuda"
     fi
     ls "$work"
     ;;
@@ -45,18 +64,41 @@ case "$1" in
     cuda_env
     nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader > "$out/gpu.txt" || true
     status=0
-    elixir -pa "$work/lib/ex_mlx/ebin" bench/gpu/suite.exs > "$out/suite.log" 2>&1 || status=$?
+    elixir $(code_paths) bench/gpu/suite.exs > "$out/suite.log" 2>&1 || status=$?
     grep -E "doctests|tests,|failure" "$out/suite.log" | tail -3 > "$out/summary.txt" || true
     echo "exit $status" >> "$out/summary.txt"
     cat "$out/gpu.txt" "$out/summary.txt"
     ;;
+  bench)
+    out=$2
+    mkdir -p "$out"
+    cuda_env
+    py=$(ls /opt/*/.venv/bin/python3 2>/dev/null | head -1)
+    py=${py:-python3}
+    rounds=${BENCH_ROUNDS:-2}
+    files=()
+    for r in $(seq "$rounds"); do
+      for mode in "" tf32-off; do
+        echo "==> round $r ${mode:-(TF32 on)}: ExMLX, Python mlx, PyTorch"
+        MLX_ENABLE_TF32=$([[ $mode == tf32-off ]] && echo 0 || echo 1) \
+          elixir $(code_paths) bench/gpu/bench.exs "$out/exmlx.$r$mode.tsv" $mode
+        MLX_ENABLE_TF32=$([[ $mode == tf32-off ]] && echo 0 || echo 1) PYTHONPATH="$work/mlx-cuda" \
+          "$py" bench/gpu/reference.py mlx "$out/mlx.$r$mode.tsv" $mode
+        "$py" bench/gpu/reference.py torch "$out/torch.$r$mode.tsv" $mode
+        files+=("$out/exmlx.$r$mode.tsv" "$out/mlx.$r$mode.tsv" "$out/torch.$r$mode.tsv")
+      done
+    done
+    gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)
+    "$py" bench/gpu/report.py "$gpu" "$rounds" "${files[@]}" > "$out/gpu.md"
+    cat "$out/gpu.md"
+    ;;
   elixir)
     shift
     cuda_env
-    exec elixir -pa "$work/lib/ex_mlx/ebin" "$@"
+    exec elixir $(code_paths) "$@"
     ;;
   *)
-    echo "usage: $0 unpack STAGE_DIR | suite OUT_DIR | elixir ARGS..." >&2
+    echo "usage: $0 unpack STAGE_DIR | suite OUT_DIR | bench OUT_DIR | elixir ARGS..." >&2
     exit 2
     ;;
 esac

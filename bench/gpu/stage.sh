@@ -6,6 +6,8 @@
 #   app.tar.gz        the test build of the app: ex_mlx/{ebin,priv}
 #   mlx-cuda.part-a*  the mlx-cuda-13 wheel (MLX's CUDA libmlx), split in two
 #                     halves: one run of the GPU machine carries 64 MiB at most
+#   mlx-python.whl    Python mlx's bindings (the `mlx` wheel, 0.7 MB) for the
+#                     reference rows of bench/gpu/run.sh bench
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 
@@ -31,6 +33,29 @@ if ! ls "$out"/mlx-cuda.part-a* >/dev/null 2>&1; then
   rm -rf "$out/wheel"
 fi
 
-echo "==> packing the app"
-tar -C _build/test/lib -czf "$out/app.tar.gz" ex_mlx/ebin ex_mlx/priv
+if [[ ! -f $out/mlx-python.whl ]]; then
+  echo "==> downloading mlx==0.32.2 (Python bindings, cp312)"
+  rm -rf "$out/wheel"
+  python3 -m pip download --quiet --no-deps --only-binary=:all: \
+    --platform manylinux_2_35_x86_64 --python-version 3.12 mlx==0.32.2 -d "$out/wheel"
+  mv "$out"/wheel/mlx-*.whl "$out/mlx-python.whl"
+  rm -rf "$out/wheel"
+fi
+
+# The test build's applications: ExMLX and, when the build has them (NX_PATH),
+# Nx and its dependencies
+build=$(MIX_ENV=test mix run --no-compile --no-start -e 'IO.write(Mix.Project.build_path())')
+apps=$(cd "$build/lib" && ls -d */ebin */priv 2>/dev/null)
+echo "==> packing the app: $(echo "$apps" | grep ebin | tr '\n' ' ')"
+tar -C "$build/lib" -czhf "$out/app.tar.gz" $apps
+
+# Elixir itself when it is not Debian's (Nx 0.13 needs Elixir >= 1.17: a
+# build from source, design notes permitting): its bin/ and ebin folders
+elixir_home=$(dirname "$(dirname "$(readlink -f "$(command -v elixir)")")")
+if [[ $elixir_home != /usr/lib/elixir && $elixir_home != /usr ]]; then
+  echo "==> packing Elixir $(elixir --short-version) from $elixir_home"
+  tar -C "$elixir_home" -cJf "$out/elixir.tar.xz" bin $(cd "$elixir_home" && ls -d lib/*/ebin)
+else
+  rm -f "$out/elixir.tar.xz"
+fi
 ls -l "$out"

@@ -11,8 +11,9 @@ if Code.ensure_loaded?(Nx) do
     `:fuse` (default `false`): run the program through MLX's compile, which
     fuses runs of element-wise ops into single kernels — for programs
     without `while`/`cond` (others run unfused). On the CPU MLX builds the
-    fused kernels with `g++` at the first call (without `g++` it keeps the
-    ops as they are); bin/bench measures whether it pays on your machine.
+    fused kernels with `g++` at the first call; where `g++` is not on `PATH`
+    programs run unfused (logged once). bin/bench measures whether fusion
+    pays on your machine.
 
     The first call with given input shapes and types traces the function and
     records the ops ExMLX.Backend runs for it (each an op of the op table,
@@ -66,7 +67,7 @@ if Code.ensure_loaded?(Nx) do
       device = device(opts)
       # the arguments' structure and templates: `fun` may give another graph
       # for `{x}` than for `x` (Nx.Defn.Compiler's docs ask for this)
-      fuse = fuse?(opts)
+      fuse = fuse?(opts) and can_fuse?(device)
       templates = Enum.map(vars, &Composite.traverse(&1, fn t -> template(t) end))
       # (named hooks given at the call decide which hooks inside loops run)
       hooked = opts |> Keyword.get(:hooks, %{}) |> Map.keys() |> Enum.sort()
@@ -90,6 +91,26 @@ if Code.ensure_loaded?(Nx) do
         other -> raise ArgumentError, ":fuse must be a boolean, got: #{inspect(other)}"
       end
     end
+
+    # MLX's compile builds a CPU program's fused kernels as C++ with `g++` at
+    # run time, and fails when there is none (a bare server, a GPU host):
+    # then the program runs unfused, said once.
+    defp can_fuse?(:cpu) do
+      found? = System.find_executable("g++") != nil
+
+      if not found? and :persistent_term.get({__MODULE__, :no_gxx_said}, false) == false do
+        :persistent_term.put({__MODULE__, :no_gxx_said}, true)
+
+        Logger.warning(
+          "ExMLX.Compiler: fuse: true on the cpu device needs g++ (MLX builds fused " <>
+            "kernels with it at run time); none is on PATH, so programs run unfused"
+        )
+      end
+
+      found?
+    end
+
+    defp can_fuse?(_device), do: true
 
     defp template(%Nx.Tensor{shape: shape, type: type, names: names, vectorized_axes: v}),
       do: {shape, type, names, v}

@@ -23,6 +23,8 @@ defmodule ExMLX.Native do
   # and each stub reports it.
   @doc false
   def load_nif do
+    choose_tf32()
+
     case nif_path() do
       {:ok, path} ->
         case :erlang.load_nif(path, 0) do
@@ -76,6 +78,18 @@ defmodule ExMLX.Native do
      "ex_mlx's priv folder was not found (:code.priv_dir(:ex_mlx) returned " <>
        "{:error, #{inspect(reason)}} and ExMLX.Native was not loaded from a file: " <>
        "#{inspect(beam)}); set #{@nif_env} to the library's path"}
+  end
+
+  # MLX runs float32 (and, on CUDA, complex64) matrix products in TF32 on
+  # GPUs that have it unless MLX_ENABLE_TF32 is "0", which it reads once, at
+  # the first such product (docs/gpu.md). Nx's f32 dot is an f32 dot: ExMLX
+  # turns TF32 off before MLX runs anything, unless the user chose otherwise
+  # (the variable already set, or `config :ex_mlx, tf32: true`).
+  defp choose_tf32 do
+    if System.get_env("MLX_ENABLE_TF32") in [nil, ""] do
+      tf32? = Application.get_env(:ex_mlx, :tf32, false) == true
+      System.put_env("MLX_ENABLE_TF32", if(tf32?, do: "1", else: "0"))
+    end
   end
 
   @doc false

@@ -87,4 +87,23 @@ defmodule ExMLX.ArchitectureTest do
 
     assert find_cycle(%{"a" => MapSet.new(["b"]), "b" => MapSet.new()}) == nil
   end
+
+  # Every MLX call for a tensor runs on its device's worker, inside that
+  # worker's stream (native/ex_mlx/core/src/worker.rs). mlx-rs's ops follow
+  # that stream, except these, which use the default device's stream (the
+  # GPU in a CUDA or Metal build) whatever the worker: a CPU tensor's op
+  # built with them ran on the GPU, and f64 failed there. Their `_device`
+  # forms, given `Stream::thread_local_or_default()`, are the ones to use.
+  @stream_ignoring ~w(try_index try_index_mut StreamOrDevice::default Stream::new)
+
+  test "no MLX call in either crate ignores the worker's stream" do
+    for {_name, root} <- @crates, file <- Path.wildcard(Path.join(root, "**/*.rs")) do
+      text = file |> File.read!() |> String.replace(~r{//[^\n]*}, "")
+
+      for call <- @stream_ignoring do
+        refute Regex.match?(~r/(\.|\b)#{Regex.escape(call)}\(/, text),
+               "#{file} calls #{call}(...), which uses the default device's stream"
+      end
+    end
+  end
 end

@@ -9,7 +9,7 @@ defmodule ExMLX.WireTest do
 
   defp round_trip(t) do
     frame = Wire.encode(t)
-    {:ok, back} = Wire.decode(frame)
+    {:ok, back} = Wire.decode(frame, device: t.device)
     assert back.shape == t.shape
     assert back.type == t.type
     assert ExMLX.to_binary(back) == ExMLX.to_binary(t)
@@ -55,7 +55,7 @@ defmodule ExMLX.WireTest do
             {bf16, {:bf, 16}, 2}
           ] do
         t = ExMLX.from_binary(bin, type, {n}, device: device_for(type))
-        {:ok, back} = t |> Wire.encode() |> Wire.decode()
+        {:ok, back} = t |> Wire.encode() |> Wire.decode(device: t.device)
         assert ExMLX.to_binary(back) == bin
       end
     end
@@ -144,10 +144,12 @@ defmodule ExMLX.WireTest do
       tensors = Map.put(tensors, "scalar", ExMLX.full(-0.0, {:f, 64}, {}, device: :cpu))
       tensors = Map.put(tensors, "empty", ExMLX.from_binary(<<>>, {:f, 32}, {0, 4}))
 
-      {:ok, decoded} = tensors |> Wire.encode_bundle(%{"by" => "ExMLX"}) |> Wire.decode_bundle()
+      # (on the CPU: the bundle holds f64 tensors, see device_for/1)
+      bundle = Wire.encode_bundle(tensors, %{"by" => "ExMLX"})
+      {:ok, decoded} = Wire.decode_bundle(bundle, device: device_for({:f, 64}))
       path = Path.join(dir, "all.safetensors")
       :ok = Wire.write_bundle(path, tensors)
-      {:ok, read} = Wire.read_bundle(path)
+      {:ok, read} = Wire.read_bundle(path, device: device_for({:f, 64}))
 
       for {name, t} <- tensors, result <- [decoded, read] do
         assert result[name].shape == t.shape, name
@@ -217,7 +219,8 @@ defmodule ExMLX.WireTest do
     test "files Python writes load in ExMLX with the values Python wrote", %{tmp_dir: dir} do
       path = Path.join(dir, "theirs.safetensors")
       {_, 0} = System.cmd("python3", [@script, "write", path], stderr_to_stdout: true)
-      {:ok, tensors} = Wire.read_bundle(path)
+      # (Python's file holds an F64 tensor: on the CPU, see device_for/1)
+      {:ok, tensors} = Wire.read_bundle(path, device: device_for({:f, 64}))
 
       ints = fn size, signed? ->
         for i <- 0..5,

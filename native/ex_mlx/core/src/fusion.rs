@@ -1,8 +1,9 @@
 //! Fusion (opt-in, `ExMLX.Compiler`'s `fuse: true`): a straight-line
 //! program's instructions compiled as one function with MLX's compile,
 //! which simplifies the graph and fuses runs of element-wise ops into single
-//! kernels (on the CPU, C++ that MLX builds with `g++` at run time; without
-//! `g++` MLX keeps the ops as they are).
+//! kernels (on the CPU, C++ that MLX builds with `g++` at run time: MLX fails
+//! without it, so `ExMLX.Compiler` fuses CPU programs only where `g++` is on
+//! `PATH`).
 //!
 //! mlx-rs's compiled functions are tied to the thread that made them (they
 //! are neither `Send` nor `Sync`), and MLX's streams to their thread too, so

@@ -187,7 +187,10 @@ pub fn slice(a: &Array, starts: &[i64], stops: &[i64], strides: &[i64]) -> Resul
     if rank == 0 {
         return Ok(a.clone());
     }
-    Ok(a.try_index(&index[..])?)
+    // On the worker's own stream: mlx-rs's `try_index` uses the default
+    // device's stream instead (the GPU in a CUDA or Metal build), which would
+    // compute a CPU tensor's slice on the GPU, and refuse float64 there.
+    Ok(a.try_index_device(&index[..], mlx_rs::Stream::thread_local_or_default())?)
 }
 
 /// Nx's pad: `(low, high, interior)` per axis; interior padding first, then

@@ -1,0 +1,135 @@
+# ExMLX's GPU benchmark rows (bench/gpu/README.md): matmul, dispatch and
+# transfers on :gpu, the same measurements as bench/gpu/reference.py makes
+# for Python mlx and PyTorch. bench/gpu/run.sh bench alternates the three and
+# bench/gpu/report.py turns their lines into bench/results/gpu.md.
+#
+#   elixir -pa EBIN bench/gpu/bench.exs OUT_FILE [tf32-off]
+#
+# Each row is one line of OUT_FILE: "exmlx<TAB>row<TAB>unit<TAB>value", the
+# value a median over its repetitions. Inputs are materialized on the GPU
+# (sin of a range, cast), the same values in every implementation.
+
+[out | flags] = System.argv()
+tf32_off? = "tf32-off" in flags
+{:ok, _} = Application.ensure_all_started(:ex_mlx)
+true = ExMLX.device_available?(:gpu) || raise "no GPU in this MLX build"
+
+defmodule Bench.GPU do
+  @moduledoc false
+
+  def median(samples) do
+    sorted = Enum.sort(samples)
+    n = length(sorted)
+
+    if rem(n, 2) == 1,
+      do: Enum.at(sorted, div(n, 2)),
+      else: (Enum.at(sorted, div(n, 2) - 1) + Enum.at(sorted, div(n, 2))) / 2
+  end
+
+  # Seconds per call of `fun`: the median of `reps` timed calls after `warmup`.
+  def timed(fun, reps, warmup \\ 3) do
+    for _ <- 1..warmup, do: fun.()
+
+    for _ <- 1..reps do
+      t = System.monotonic_time()
+      fun.()
+      System.convert_time_unit(System.monotonic_time() - t, :native, :nanosecond) / 1.0e9
+    end
+    |> median()
+  end
+
+  # n × n of `type` on the GPU: sin(0, 1, 2, ...) cast, evaluated
+  def matrix(n, type) do
+    ExMLX.iota({:f, 32}, {n, n}, device: :gpu)
+    |> ExMLX.sin()
+    |> ExMLX.as_type(type)
+    |> ExMLX.eval()
+  end
+end
+
+import Bitwise
+alias Bench.GPU
+file = File.open!(out, [:write, :utf8])
+row = fn name, unit, value -> IO.write(file, "exmlx\t#{name}\t#{unit}\t#{value}\n") end
+
+matmul_types =
+  if tf32_off?,
+    do: [{{:f, 32}, "f32 (TF32 off)"}],
+    else: [{{:bf, 16}, "bf16"}, {{:f, 16}, "f16"}, {{:f, 32}, "f32 (TF32 on)"}]
+
+for {type, label} <- matmul_types, n <- [4096, 8192] do
+  a = GPU.matrix(n, type)
+  b = GPU.matrix(n, type)
+  reps = if n == 4096, do: 50, else: 20
+  s = GPU.timed(fn -> ExMLX.matmul(a, b) |> ExMLX.eval() end, reps)
+  row.("matmul #{label} #{n}²", "TFLOP/s", 2 * n * n * n / s / 1.0e12)
+
+  if type == {:bf, 16} do
+    # ten products queued, one evaluation: the per-call path's share
+    s =
+      GPU.timed(
+        fn ->
+          Enum.map(1..10, fn _ -> ExMLX.matmul(a, b) end) |> Enum.each(&ExMLX.eval/1)
+        end,
+        div(reps, 5)
+      )
+
+    row.(
+      "matmul #{label} #{n}², 10 queued then evaluated",
+      "TFLOP/s",
+      10 * 2 * n * n * n / s / 1.0e12
+    )
+  end
+end
+
+unless tf32_off? do
+  # lazy dispatch: a graph of 1,000 adds, then one evaluation
+  x = ExMLX.full(1.0, {:f, 32}, {16}, device: :gpu) |> ExMLX.eval()
+
+  s =
+    GPU.timed(
+      fn -> Enum.reduce(1..1000, x, fn _, acc -> ExMLX.add(acc, x) end) |> ExMLX.eval() end,
+      20
+    )
+
+  row.("lazy dispatch: 1,000 adds, then eval", "µs/op", s * 1.0e6 / 1000)
+
+  # eager: one op and a read of its scalar
+  one = ExMLX.full(1.0, {:f, 32}, {}, device: :gpu) |> ExMLX.eval()
+  s = GPU.timed(fn -> ExMLX.add(one, one) |> ExMLX.item() end, 500, 20)
+  row.("eager: add + item", "µs", s * 1.0e6)
+
+  for {bytes, label} <- [{1 <<< 20, "1 MB"}, {256 <<< 20, "256 MB"}] do
+    n = div(bytes, 4)
+    host = :binary.copy(<<1.0::32-float-little>>, n)
+    reps = if bytes > 1 <<< 20, do: 10, else: 100
+
+    # host → GPU: an array made from host bytes, summed on the GPU
+    s =
+      GPU.timed(
+        fn ->
+          ExMLX.from_binary(host, {:f, 32}, {n}, device: :gpu) |> ExMLX.sum() |> ExMLX.eval()
+        end,
+        reps
+      )
+
+    row.(
+      "host → GPU #{label} (made from host bytes, summed on the GPU)",
+      "GB/s",
+      bytes / s / 1.0e9
+    )
+
+    # GPU → host: a result computed on the GPU, its bytes copied by the host
+    on_gpu = ExMLX.from_binary(host, {:f, 32}, {n}, device: :gpu) |> ExMLX.eval()
+
+    s =
+      GPU.timed(
+        fn -> ExMLX.add(on_gpu, one) |> ExMLX.to_binary() |> :binary.copy() end,
+        reps
+      )
+
+    row.("GPU → host #{label} (add on the GPU, every byte copied)", "GB/s", bytes / s / 1.0e9)
+  end
+end
+
+File.close(file)
