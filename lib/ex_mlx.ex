@@ -50,13 +50,34 @@ defmodule ExMLX do
   @type shape :: tuple()
 
   @doc """
-  The device used when none is given: `Application.get_env(:ex_mlx, :default_device, :cpu)`.
+  The device used when none is given: `config :ex_mlx, default_device: ...`
+  when set, else `:gpu` where this MLX build has one (CUDA on Linux with
+  an NVIDIA GPU, Metal on Apple Silicon), else `:cpu` — as MLX chooses its
+  own default device.
 
-      iex> ExMLX.default_device() in [:cpu, :gpu]
+      iex> ExMLX.default_device() == if(ExMLX.device_available?(:gpu), do: :gpu, else: :cpu)
       true
   """
   @spec default_device() :: device()
-  def default_device, do: Application.get_env(:ex_mlx, :default_device, :cpu)
+  def default_device do
+    case Application.fetch_env(:ex_mlx, :default_device) do
+      {:ok, device} -> device
+      :error -> available_default()
+    end
+  end
+
+  # (asked of MLX once per VM)
+  defp available_default do
+    case :persistent_term.get({__MODULE__, :available_default}, nil) do
+      nil ->
+        device = if device_available?(:gpu), do: :gpu, else: :cpu
+        :persistent_term.put({__MODULE__, :available_default}, device)
+        device
+
+      device ->
+        device
+    end
+  end
 
   @doc """
   The MLX version the native library was built against.

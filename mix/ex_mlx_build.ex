@@ -9,6 +9,9 @@ defmodule ExMLX.Build do
 
   @mlx_version "0.32.2"
   @wheel "mlx-cpu==#{@mlx_version}"
+  # MLX's CUDA build (CUDA 13), whose dependencies are NVIDIA's runtime
+  # wheels: cuBLAS, cuFFT, NVRTC, cudart, cuDNN, NCCL, nvJitLink
+  @cuda_wheel "mlx-cuda-13==#{@mlx_version}"
 
   @crate_rel "native/ex_mlx"
   @lib_name "ex_mlx"
@@ -101,25 +104,31 @@ defmodule ExMLX.Build do
     ])
   end
 
-  defp provision_wheel do
-    dir = runtime_dir()
+  defp provision_wheel, do: provision(@wheel, runtime_dir(), ["--no-deps"])
+
+  # Downloads `requirement` (with its dependencies unless `pip_flags` says
+  # --no-deps) into `dir`, unpacked as pip would install them (one
+  # site-packages-like folder: MLX's CUDA libmlx finds NVIDIA's libraries
+  # there by its own run-time path, `$ORIGIN/../../nvidia/...`), relinks
+  # libmlx's BLAS to OpenBLAS and checks the result; once.
+  defp provision(requirement, dir, pip_flags) do
     prefix = Path.join(dir, "mlx")
 
     if File.exists?(Path.join(dir, ".ready")) do
       {:ok, prefix}
     else
-      Mix.shell().info("==> ex_mlx: provisioning the MLX runtime (#{@wheel}) into #{dir}")
+      Mix.shell().info("==> ex_mlx: provisioning the MLX runtime (#{requirement}) into #{dir}")
 
-      with :ok <- download_wheel(dir),
+      with :ok <- download_wheels(requirement, dir, pip_flags),
            :ok <- relink_blas(Path.join(prefix, "lib/libmlx.so")),
            {:ok, _} <- check_prefix(prefix) do
-        File.write!(Path.join(dir, ".ready"), @wheel <> "\n")
+        File.write!(Path.join(dir, ".ready"), requirement <> "\n")
         {:ok, prefix}
       end
     end
   end
 
-  defp download_wheel(dir) do
+  defp download_wheels(requirement, dir, pip_flags) do
     download = dir <> ".download"
     File.rm_rf!(download)
     File.rm_rf!(dir)
@@ -128,33 +137,98 @@ defmodule ExMLX.Build do
     python = System.find_executable("python3") || System.find_executable("python")
 
     args =
-      ~w(-m pip download --no-deps --only-binary=:all: --disable-pip-version-check -d) ++
-        [download, @wheel]
+      ~w(-m pip download --only-binary=:all: --disable-pip-version-check) ++
+        pip_flags ++ ["-d", download, requirement]
 
     cond do
       python == nil ->
-        {:error, "python3 with pip is needed to fetch the MLX runtime (#{@wheel}); run bin/setup"}
+        {:error,
+         "python3 with pip is needed to fetch the MLX runtime (#{requirement}); run bin/setup"}
 
       true ->
         case System.cmd(python, args, stderr_to_stdout: true) do
           {_, 0} ->
-            [wheel] = Path.wildcard(Path.join(download, "mlx_cpu-*.whl"))
             File.mkdir_p!(dir)
+            wheels = Path.wildcard(Path.join(download, "*.whl"))
 
-            case :zip.unzip(String.to_charlist(wheel), cwd: String.to_charlist(dir)) do
-              {:ok, _files} ->
-                File.rm_rf!(download)
-                :ok
+            result =
+              Enum.reduce_while(wheels, :ok, fn wheel, :ok ->
+                case :zip.unzip(String.to_charlist(wheel), cwd: String.to_charlist(dir)) do
+                  {:ok, _files} ->
+                    {:cont, :ok}
 
-              {:error, reason} ->
-                {:error, "could not unpack #{wheel}: #{inspect(reason)}"}
-            end
+                  {:error, reason} ->
+                    {:halt, {:error, "could not unpack #{wheel}: #{inspect(reason)}"}}
+                end
+              end)
+
+            if result == :ok, do: File.rm_rf!(download)
+            result
 
           {out, status} ->
             {:error,
-             "`#{python} -m pip download #{@wheel}` failed (exit #{status}):\n#{out}\n" <>
+             "`#{python} -m pip download #{requirement}` failed (exit #{status}):\n#{out}\n" <>
                "Set MLX_PREFIX to an MLX #{@mlx_version} install to skip the download."}
         end
+    end
+  end
+
+  # ---------------------------------------------------------------------------
+  # The GPU runtime (Linux + NVIDIA)
+  # ---------------------------------------------------------------------------
+
+  @doc """
+  What the NIF runs on: `:cuda` or `:cpu`, from `EXMLX_TARGET` (`cuda` or
+  `cpu`) or, unset, `:cuda` on Linux where `nvidia-smi -L` lists a GPU.
+  (macOS: `:cpu` here; its GPU, Metal, comes with mlx-sys's own build.)
+  """
+  def target do
+    case System.get_env("EXMLX_TARGET") do
+      t when t in [nil, ""] -> if nvidia_gpu?(), do: :cuda, else: :cpu
+      "cuda" -> :cuda
+      "cpu" -> :cpu
+      other -> Mix.raise("EXMLX_TARGET must be cuda or cpu, got: #{inspect(other)}")
+    end
+  end
+
+  defp nvidia_gpu? do
+    with false <- macos?(),
+         smi when is_binary(smi) <- System.find_executable("nvidia-smi"),
+         {out, 0} <- System.cmd(smi, ["-L"], stderr_to_stdout: true) do
+      String.contains?(out, "GPU")
+    else
+      _ -> false
+    end
+  end
+
+  @doc """
+  `{:ok, lib_dir}`: the folder of MLX's CUDA libmlx, provisioned once into
+  `_build/mlx-runtime/` with NVIDIA's runtime wheels beside it, when the
+  target is CUDA and `MLX_PREFIX` is not set (an `MLX_PREFIX` is used as it
+  is); `{:ok, nil}` otherwise; `{:error, message}`.
+
+  The NIF is built against the CPU runtime (the same MLX version and
+  headers, no CUDA toolkit needed) and its run-time path then names this
+  folder, so it loads the CUDA libmlx in its place.
+  """
+  def gpu_runtime do
+    cond do
+      System.get_env("MLX_PREFIX") not in [nil, ""] ->
+        {:ok, nil}
+
+      target() == :cuda ->
+        dir =
+          Path.join([
+            Path.dirname(Mix.Project.build_path()),
+            "mlx-runtime",
+            "mlx-cuda-13-#{@mlx_version}"
+          ])
+
+        with {:ok, prefix} <- provision(@cuda_wheel, dir, []),
+             do: {:ok, Path.join(prefix, "lib")}
+
+      true ->
+        {:ok, nil}
     end
   end
 
@@ -180,16 +254,27 @@ defmodule ExMLX.Build do
         needed = String.split(needed, "\n", trim: true)
         blas = Enum.filter(needed, &String.starts_with?(&1, "libblas-"))
         lapack = Enum.filter(needed, &String.starts_with?(&1, "liblapack-"))
+        # (OpenBLAS first; the wheel's own entries, NVIDIA's folders for the
+        # CUDA build, after it)
+        {rpath, 0} = System.cmd(patchelf, ["--print-rpath", libmlx])
+        rpath = rpath |> String.trim() |> String.split(":", trim: true) |> List.delete(openblas)
 
-        args =
+        # (two runs: patchelf 0.14, Debian 12's, given both edits at once
+        # writes the CUDA libmlx's long run-time path over with a library name)
+        needed_args =
           Enum.flat_map(blas, &["--replace-needed", &1, "libopenblas.so.0"]) ++
-            Enum.flat_map(lapack, &["--remove-needed", &1]) ++
-            ["--set-rpath", openblas <> ":$ORIGIN/../../mlx_cpu.libs", libmlx]
+            Enum.flat_map(lapack, &["--remove-needed", &1])
 
-        case System.cmd(patchelf, args, stderr_to_stdout: true) do
-          {_, 0} -> :ok
-          {out, status} -> {:error, "patchelf failed (exit #{status}): #{out}"}
-        end
+        with :ok <-
+               patchelf(patchelf, ["--set-rpath", Enum.join([openblas | rpath], ":"), libmlx]),
+             do: if(needed_args == [], do: :ok, else: patchelf(patchelf, needed_args ++ [libmlx]))
+    end
+  end
+
+  defp patchelf(patchelf, args) do
+    case System.cmd(patchelf, args, stderr_to_stdout: true) do
+      {_, 0} -> :ok
+      {out, status} -> {:error, "patchelf failed (exit #{status}): #{out}"}
     end
   end
 

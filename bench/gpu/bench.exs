@@ -65,6 +65,20 @@ for {type, label} <- matmul_types, n <- [4096, 8192] do
   row.("matmul #{label} #{n}²", "TFLOP/s", 2 * n * n * n / s / 1.0e12)
 
   if type == {:bf, 16} do
+    # the same, each result freed at once (as Python's reference counting
+    # does) instead of when the process's garbage collector gets to it
+    s =
+      GPU.timed(
+        fn -> ExMLX.matmul(a, b) |> ExMLX.eval() |> ExMLX.deallocate() end,
+        reps
+      )
+
+    row.(
+      "matmul #{label} #{n}², each result freed at once",
+      "TFLOP/s",
+      2 * n * n * n / s / 1.0e12
+    )
+
     # ten products queued, one evaluation: the per-call path's share
     s =
       GPU.timed(
@@ -93,6 +107,16 @@ unless tf32_off? do
     )
 
   row.("lazy dispatch: 1,000 adds, then eval", "µs/op", s * 1.0e6 / 1000)
+
+  # the graph only: 1,000 adds built on the worker (reading the last one's
+  # shape waits for that), nothing evaluated
+  s =
+    GPU.timed(
+      fn -> Enum.reduce(1..1000, x, fn _, acc -> ExMLX.add(acc, x) end) |> ExMLX.shape() end,
+      20
+    )
+
+  row.("lazy dispatch: building the graph only", "µs/op", s * 1.0e6 / 1000)
 
   # eager: one op and a read of its scalar
   one = ExMLX.full(1.0, {:f, 32}, {}, device: :gpu) |> ExMLX.eval()

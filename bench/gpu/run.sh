@@ -18,12 +18,15 @@ cd "$(dirname "$0")/../.."
 work=/tmp/exmlx-gpu
 mkdir -p "$work"
 
-# MLX's CUDA runtime: its libmlx first (it replaces the CPU one the NIF was
-# linked to: same version, same API), then NVIDIA's libraries
+# MLX's CUDA runtime laid out as `mix compile` provisions it on a CUDA
+# machine (ExMLX.Build.gpu_runtime/0): the mlx-cuda-13 wheel unpacked, with
+# NVIDIA's libraries in `nvidia/` beside it (here: the ones PyTorch's wheels
+# installed), which libmlx finds by its own run-time path. The staged NIF's
+# run-time path names that libmlx (stage.sh): no LD_LIBRARY_PATH.
 cuda_env() {
   local nv
   nv=$(ls -d /opt/*/.venv/lib/python3*/site-packages/nvidia 2>/dev/null | head -1)
-  export LD_LIBRARY_PATH="$work/mlx-cuda/mlx/lib:$nv/cu13/lib:$nv/cudnn/lib:$nv/nccl/lib:${LD_LIBRARY_PATH:-}"
+  [[ -e $work/mlx-cuda/nvidia ]] || ln -s "$nv" "$work/mlx-cuda/nvidia"
   # the staged Elixir (elixir.tar.xz) when there is one, else Debian's
   local elixir_bin=/usr/lib/elixir/bin
   [[ -x $work/elixir/bin/elixir ]] && elixir_bin=$work/elixir/bin
@@ -47,6 +50,7 @@ case "$1" in
     fi
     if [[ -f $work/app.tar.gz ]]; then
       rm -rf "$work/lib" && mkdir -p "$work/lib" && tar -C "$work/lib" -xzf "$work/app.tar.gz"
+      rm -f "$work/app.tar.gz"
     fi
     if [[ -f $work/mlx-cuda.part-aa && -f $work/mlx-cuda.part-ab && ! -d $work/mlx-cuda ]]; then
       cat "$work"/mlx-cuda.part-a* > "$work/mlx-cuda.whl"

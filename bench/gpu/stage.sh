@@ -47,7 +47,14 @@ fi
 build=$(MIX_ENV=test mix run --no-compile --no-start -e 'IO.write(Mix.Project.build_path())')
 apps=$(cd "$build/lib" && ls -d */ebin */priv 2>/dev/null)
 echo "==> packing the app: $(echo "$apps" | grep ebin | tr '\n' ' ')"
-tar -C "$build/lib" -czhf "$out/app.tar.gz" $apps
+rm -rf "$out/app" && mkdir -p "$out/app"
+(cd "$build/lib" && tar -chf - $apps) | tar -C "$out/app" -xf -
+# The NIF's run-time path names the CUDA libmlx where run.sh unpacks it, as
+# `mix compile` does on a CUDA machine (ExMLX.Build.gpu_runtime/0): it then
+# loads without LD_LIBRARY_PATH.
+patchelf --set-rpath /tmp/exmlx-gpu/mlx-cuda/mlx/lib "$out/app/ex_mlx/priv/native/libex_mlx.so"
+tar -C "$out/app" -czf "$out/app.tar.gz" .
+rm -rf "$out/app"
 
 # Elixir itself when it is not Debian's (Nx 0.13 needs Elixir >= 1.17: a
 # build from source, design notes permitting): its bin/ and ebin folders

@@ -113,8 +113,19 @@ defmodule ExMLX.Native do
       kind: :not_loaded,
       message:
         "the ExMLX native library was not loaded from #{path}.so (#{reason}: #{text}). " <>
-          "Build it with bin/setup (or mix compile), or set #{@nif_env} to its path."
+          "Build it with bin/setup (or mix compile), or set #{@nif_env} to its path." <>
+          cuda_hint(text)
     }
+  end
+
+  # A library built for CUDA (ExMLX.Build.gpu_runtime/0) on a machine
+  # without NVIDIA's driver
+  defp cuda_hint(text) do
+    if String.contains?(text, "libcuda.so"),
+      do:
+        " NVIDIA's driver (libcuda.so.1) was not found: on a machine without an NVIDIA GPU, " <>
+          "build for the CPU (EXMLX_TARGET=cpu mix compile).",
+      else: ""
   end
 
   defp nif_path_for_message do

@@ -8,6 +8,9 @@ defmodule Mix.Tasks.Compile.ExMlxNative do
   Runs as part of `mix compile` (it is listed in the project's `:compilers`).
 
     * provisions the MLX runtime first (see `MLX_PREFIX` in the README);
+    * on Linux with an NVIDIA GPU (or `EXMLX_TARGET=cuda`), also MLX's CUDA
+      runtime and NVIDIA's libraries, and points the library's run-time
+      path at them (`ExMLX.Build.gpu_runtime/0`): no `LD_LIBRARY_PATH`;
     * builds in release mode; `EX_MLX_BUILD=debug` builds a debug library;
     * skips cargo entirely when no file under `native/ex_mlx` (and no build
       setting) changed since the last successful build; `mix compile --force`
@@ -30,7 +33,8 @@ defmodule Mix.Tasks.Compile.ExMlxNative do
   def run(args) do
     {opts, _, _} = OptionParser.parse(args, switches: [force: :boolean])
 
-    with {:ok, runtime} <- runtime() do
+    with {:ok, runtime} <- runtime(),
+         {:ok, gpu_lib} <- gpu_runtime() do
       priv_lib = Path.join(Build.priv_native_dir(), Build.priv_lib_file())
       unlink_source_priv()
 
@@ -38,11 +42,12 @@ defmodule Mix.Tasks.Compile.ExMlxNative do
       {make, fingerprint} =
         case precompiled(runtime) do
           {:download, url, sha256} ->
-            {&install(url, sha256, runtime, priv_lib, &1), digest({url, sha256, runtime})}
+            {&install(url, sha256, runtime, gpu_lib, priv_lib, &1),
+             digest({url, sha256, runtime, gpu_lib})}
 
           {:build, _reason} ->
             env = Build.cargo_env(runtime)
-            {&build(env, priv_lib, &1), fingerprint(runtime, env)}
+            {&build(env, gpu_lib, priv_lib, &1), fingerprint({runtime, gpu_lib}, env)}
         end
 
       if !opts[:force] and File.exists?(priv_lib) and read_stamp() == fingerprint,
@@ -75,11 +80,11 @@ defmodule Mix.Tasks.Compile.ExMlxNative do
     end
   end
 
-  defp install(url, sha256, runtime, priv_lib, fingerprint) do
+  defp install(url, sha256, runtime, gpu_lib, priv_lib, fingerprint) do
     Mix.shell().info("==> ex_mlx: installing the precompiled NIF #{Path.basename(url)}")
 
     with :ok <- Precompiled.install(url, sha256, Build.precompiled_dir(), priv_lib),
-         :ok <- Build.link_runtime(priv_lib, Path.join(runtime, "lib")) do
+         :ok <- Build.link_runtime(priv_lib, gpu_lib || Path.join(runtime, "lib")) do
       write_stamp(fingerprint)
     else
       {:error, message} -> failed(message)
@@ -115,7 +120,14 @@ defmodule Mix.Tasks.Compile.ExMlxNative do
     end
   end
 
-  defp build(env, priv_lib, fingerprint) do
+  defp gpu_runtime do
+    case Build.gpu_runtime() do
+      {:ok, lib_dir} -> {:ok, lib_dir}
+      {:error, message} -> failed(message)
+    end
+  end
+
+  defp build(env, gpu_lib, priv_lib, fingerprint) do
     profile = Build.profile()
     Mix.shell().info("==> ex_mlx: building the NIF with cargo (#{profile})")
     release = if profile == :release, do: ["--release"], else: []
@@ -129,8 +141,16 @@ defmodule Mix.Tasks.Compile.ExMlxNative do
         # library mapped keeps a valid file.
         tmp = priv_lib <> ".tmp"
         File.cp!(built, tmp)
-        File.rename!(tmp, priv_lib)
-        write_stamp(fingerprint)
+
+        # built against the CPU runtime; run against the CUDA one
+        case gpu_lib && Build.link_runtime(tmp, gpu_lib) do
+          {:error, message} ->
+            failed(message)
+
+          _linked_or_nil ->
+            File.rename!(tmp, priv_lib)
+            write_stamp(fingerprint)
+        end
 
       status ->
         failed(

@@ -221,7 +221,9 @@ if Code.ensure_loaded?(Nx) do
 
       try do
         Application.delete_env(:ex_mlx, :default_device)
-        assert ExMLX.Backend.init([]) == [device: :cpu]
+        # unset: the GPU where MLX has one, as MLX's own default
+        available = if ExMLX.device_available?(:gpu), do: :gpu, else: :cpu
+        assert ExMLX.Backend.init([]) == [device: available]
         assert ExMLX.Backend.init(device: :gpu) == [device: :gpu]
         Application.put_env(:ex_mlx, :default_device, :gpu)
         assert ExMLX.Backend.init([]) == [device: :gpu]
