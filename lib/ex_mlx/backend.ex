@@ -546,9 +546,10 @@ if Code.ensure_loaded?(Nx) do
 
     @impl true
     def put_slice(%T{type: type} = out, tensor, starts, slice) do
-      device = device_of(tensor)
+      device = scatter_device(device_of(tensor), type)
       s = starts_ref(starts, device)
-      defer(out, :put_slice, [ref_as(tensor, type), s, ref_as(slice, type)], [])
+      inputs = [ref_as(tensor, type), s, ref_as(slice, type)]
+      scatter_on(out, device_of(tensor), device, :put_slice, inputs, [])
     end
 
     @impl true
@@ -845,16 +846,32 @@ if Code.ensure_loaded?(Nx) do
     end
 
     @impl true
-    def indexed_add(%T{type: type} = out, tensor, indices, updates, opts),
-      do: scatter(out, ref_as(tensor, type), indices, ref_as(updates, type), opts, true)
+    def indexed_add(out, tensor, indices, updates, opts),
+      do: scatter(out, tensor, indices, updates, opts, true)
 
     @impl true
-    def indexed_put(%T{type: type} = out, tensor, indices, updates, opts),
-      do: scatter(out, ref_as(tensor, type), indices, ref_as(updates, type), opts, false)
+    def indexed_put(out, tensor, indices, updates, opts),
+      do: scatter(out, tensor, indices, updates, opts, false)
 
-    defp scatter(out, t, indices, updates, opts, add?) do
+    defp scatter(%T{type: type} = out, tensor, indices, updates, opts, add?) do
       axes = Keyword.fetch!(opts, :axes)
-      defer(out, :scatter, [t, ref(indices), updates], [axes, add?])
+      device = device_of(tensor)
+      inputs = [ref_as(tensor, type), ref(indices), ref_as(updates, type)]
+      scatter_on(out, device, scatter_device(device, type), :scatter, inputs, [axes, add?])
+    end
+
+    # MLX 0.32's CUDA scatter (indexed_put/add, put_slice) has no kernels for
+    # 64-bit integers and complex64 ("GPU scatter does not yet support
+    # int64"): those run on the CPU, their result handed back to the GPU.
+    defp scatter_device(:gpu, type) when type in [{:s, 64}, {:u, 64}, {:c, 64}], do: :cpu
+    defp scatter_device(device, _type), do: device
+
+    defp scatter_on(out, device, device, name, inputs, params),
+      do: defer(out, name, inputs, params)
+
+    defp scatter_on(out, device, run_on, name, inputs, params) do
+      inputs = Enum.map(inputs, &transfer_ref(&1, run_on))
+      name |> op(inputs, params, storage_type(out.type)) |> transfer_ref(device) |> wrap(out)
     end
 
     # -------------------------------------------------------------------------

@@ -23,11 +23,11 @@ defmodule ExMLX.Native do
   # and each stub reports it.
   @doc false
   def load_nif do
-    choose_tf32()
+    tf32? = choose_tf32()
 
     case nif_path() do
       {:ok, path} ->
-        case :erlang.load_nif(path, 0) do
+        case :erlang.load_nif(path, tf32?) do
           :ok ->
             :persistent_term.erase({__MODULE__, :load_error})
             :ok
@@ -84,11 +84,18 @@ defmodule ExMLX.Native do
   # GPUs that have it unless MLX_ENABLE_TF32 is "0", which it reads once, at
   # the first such product (docs/gpu.md). Nx's f32 dot is an f32 dot: ExMLX
   # turns TF32 off before MLX runs anything, unless the user chose otherwise
-  # (the variable already set, or `config :ex_mlx, tf32: true`).
+  # (the variable already set, or `config :ex_mlx, tf32: true`). The
+  # library's load callback sets the variable where MLX reads it
+  # (native/ex_mlx/src/lib.rs); it is set here too, for ExMLX.tf32?/0.
   defp choose_tf32 do
-    if System.get_env("MLX_ENABLE_TF32") in [nil, ""] do
-      tf32? = Application.get_env(:ex_mlx, :tf32, false) == true
-      System.put_env("MLX_ENABLE_TF32", if(tf32?, do: "1", else: "0"))
+    case System.get_env("MLX_ENABLE_TF32") do
+      unset when unset in [nil, ""] ->
+        tf32? = Application.get_env(:ex_mlx, :tf32, false) == true
+        System.put_env("MLX_ENABLE_TF32", if(tf32?, do: "1", else: "0"))
+        tf32?
+
+      value ->
+        value != "0"
     end
   end
 

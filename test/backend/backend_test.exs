@@ -238,7 +238,30 @@ if Code.ensure_loaded?(Nx) do
 
     test "inspect shows the backend and device" do
       t = Nx.tensor([1, 2], backend: ExMLX.Backend)
+      assert inspect(t) =~ "ExMLX.Backend<#{ExMLX.default_device()}>"
+      t = Nx.tensor([1, 2], backend: {ExMLX.Backend, device: :cpu})
       assert inspect(t) =~ "ExMLX.Backend<cpu>"
+    end
+
+    test "indexed_add, indexed_put and put_slice of every type, as Nx.BinaryBackend" do
+      # (MLX's CUDA scatter lacks 64-bit integers and complex64: on :gpu
+      # ExMLX.Backend runs those on the CPU)
+      for type <- [{:s, 32}, {:s, 64}, {:u, 64}, {:f, 32}, {:c, 64}] do
+        t = Nx.iota({3, 2}, type: type, backend: Nx.BinaryBackend)
+        indices = Nx.tensor([[0, 1], [2, 0], [0, 1]], backend: Nx.BinaryBackend)
+        updates = Nx.tensor([5, 7, 9], type: type, backend: Nx.BinaryBackend)
+        slice = Nx.tensor([[4, 8]], type: type, backend: Nx.BinaryBackend)
+
+        for f <- [
+              &Nx.indexed_add(&1, indices, updates),
+              &Nx.indexed_put(&1, indices, Nx.tensor([5, 7, 9], type: type)),
+              &Nx.put_slice(&1, [1, 0], slice)
+            ] do
+          expected = f.(t)
+          got = f.(Nx.backend_copy(t, ExMLX.Backend))
+          assert Nx.backend_copy(got, Nx.BinaryBackend) == expected, inspect(type)
+        end
+      end
     end
 
     test "backend_copy and backend_transfer to and from Nx.BinaryBackend" do
@@ -477,7 +500,7 @@ if Code.ensure_loaded?(Nx) do
     end
 
     test "f64 input raises: its transform would be c128, which MLX lacks" do
-      x = Nx.tensor([1.0, 2.0, 3.0], type: :f64, backend: ExMLX.Backend)
+      x = Nx.tensor([1.0, 2.0, 3.0], type: :f64, backend: {ExMLX.Backend, device: :cpu})
 
       assert_raise ArgumentError, ~r/does not support \{:c, 128\}/, fn -> Nx.fft(x) end
       assert_raise ArgumentError, ~r/does not support \{:c, 128\}/, fn -> Nx.rfft(x) end

@@ -20,7 +20,7 @@ if Code.ensure_loaded?(Nx) do
         doctest unquote(module)
 
         test "every exclusion names one of these doctests" do
-          for {name, _reason} <- ExMLX.NxDoctestExclusions.for_module(unquote(module)) do
+          for {name, _reason} <- ExMLX.NxDoctestExclusions.for_module(unquote(module), :all) do
             assert function_exported?(__MODULE__, String.to_atom(name), 1), name
           end
         end

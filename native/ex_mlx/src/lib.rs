@@ -30,4 +30,21 @@ fn mlx_version() -> &'static str {
     ex_mlx_core::MLX_VERSION
 }
 
-rustler::init!("Elixir.ExMLX.Native");
+/// Runs when the library is loaded, before any MLX call: `load_info` is
+/// whether float32 matrix products may use TF32 on the GPU (ExMLX.Native
+/// decides it from `config :ex_mlx, tf32:` and the environment).
+///
+/// MLX reads `MLX_ENABLE_TF32` once, at its first such product, with the C
+/// library's `getenv`; Erlang's `os:putenv` changes only the emulator's own
+/// copy of the environment, so the variable is set here.
+fn load(_env: rustler::Env, load_info: rustler::Term) -> bool {
+    let tf32: bool = load_info.decode().unwrap_or(false);
+    if std::env::var_os("MLX_ENABLE_TF32").is_none() {
+        // (Rust 2021: `set_var` is safe to call; it races only with another
+        // thread's getenv, and no thread of this library exists yet)
+        std::env::set_var("MLX_ENABLE_TF32", if tf32 { "1" } else { "0" });
+    }
+    true
+}
+
+rustler::init!("Elixir.ExMLX.Native", load = load);

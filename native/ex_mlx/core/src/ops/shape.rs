@@ -143,6 +143,12 @@ pub fn pad(a: &Array, widths: &[(i64, i64)], value: &Array) -> Result<Array> {
         };
         pads.push((to_i32(low)?, to_i32(high)?));
     }
+    // Nothing to add: the (cropped) tensor itself. MLX 0.32's CUDA backend
+    // pads a rank-0 array with no widths into the pad value (Nx's
+    // `pad(tensor(1), 0, [])` gave 0 on an H100).
+    if pads.iter().all(|&(low, high)| low == 0 && high == 0) {
+        return Ok(out);
+    }
     let value = value.as_dtype(out.dtype())?;
     Ok(ops::pad(&out, ops::PadWidth::Widths(&pads), value, None)?)
 }
