@@ -252,9 +252,13 @@ if Code.ensure_loaded?(Nx) do
         updates = Nx.tensor([5, 7, 9], type: type, backend: Nx.BinaryBackend)
         slice = Nx.tensor([[4, 8]], type: type, backend: Nx.BinaryBackend)
 
+        # (Nx leaves the order of writes to a repeated index open; MLX's CUDA
+        # scatter does not follow the CPU's: indexed_put gets distinct ones)
+        distinct = Nx.tensor([[0, 1], [2, 0], [1, 1]], backend: Nx.BinaryBackend)
+
         for f <- [
               &Nx.indexed_add(&1, indices, updates),
-              &Nx.indexed_put(&1, indices, Nx.tensor([5, 7, 9], type: type)),
+              &Nx.indexed_put(&1, distinct, updates),
               &Nx.put_slice(&1, [1, 0], slice)
             ] do
           expected = f.(t)
