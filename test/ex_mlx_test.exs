@@ -71,9 +71,11 @@ defmodule ExMLXTest do
         ExMLX.from_binary(<<>>, {:u, 8}, {1, -2})
       end
 
-      assert_raise ExMLX.Error, ~r/device: expected a device, :cpu or :gpu, got: :tpu/, fn ->
-        ExMLX.from_binary(<<0>>, {:u, 8}, {1}, device: :tpu)
-      end
+      assert_raise ExMLX.Error,
+                   ~r/device: expected a device, :cpu, :gpu or a stream \({:gpu, 1}\), got: :tpu/,
+                   fn ->
+                     ExMLX.from_binary(<<0>>, {:u, 8}, {1}, device: :tpu)
+                   end
 
       assert_raise ExMLX.Error, ~r/:bool elements must be 0 or 1/, fn ->
         ExMLX.from_binary(<<0, 2>>, :bool, {2})

@@ -97,6 +97,25 @@ for {type, label} <- matmul_types, n <- [4096, 8192] do
 end
 
 unless tf32_off? do
+  # streams: two independent chains of 20 products (bf16 1024², kernels too
+  # small to fill the GPU alone), both on the default stream, or one on a
+  # stream of its own (ExMLX.Stream); both evaluated at once
+  other = ExMLX.Stream.new(:gpu).device
+  a = GPU.matrix(1024, {:bf, 16})
+  b = GPU.matrix(1024, {:bf, 16})
+  {a2, b2} = {ExMLX.transfer(a, other), ExMLX.transfer(b, other)}
+  chain = fn x, y -> Enum.reduce(1..20, x, fn _, acc -> ExMLX.matmul(acc, y) end) end
+
+  both = fn c1, c2 ->
+    [Task.async(fn -> ExMLX.eval(c1) end), Task.async(fn -> ExMLX.eval(c2) end)]
+    |> Task.await_many(:infinity)
+  end
+
+  s = GPU.timed(fn -> both.(chain.(a, b), chain.(a, b)) end, 30)
+  row.("2 chains of 20 matmuls bf16 1024², one stream", "µs", s * 1.0e6)
+  s = GPU.timed(fn -> both.(chain.(a, b), chain.(a2, b2)) end, 30)
+  row.("2 chains of 20 matmuls bf16 1024², two streams", "µs", s * 1.0e6)
+
   # lazy dispatch: a graph of 1,000 adds, then one evaluation
   x = ExMLX.full(1.0, {:f, 32}, {16}, device: :gpu) |> ExMLX.eval()
 

@@ -132,6 +132,23 @@ for key, label in labels:
             row(f"matmul {label} {n}², 10 queued then evaluated", "TFLOP/s", 10 * 2 * n**3 / s / 1e12)
         del a, b
 
+if not tf32_off and impl == "mlx":
+    # bench.exs's stream rows: two independent chains of 20 products
+    other = mx.new_stream(mx.gpu)
+    a, b = matrix(1024, mx.bfloat16), matrix(1024, mx.bfloat16)
+
+    def chains(stream):
+        x, y = a, a
+        for _ in range(20):
+            x = x @ b
+            y = mx.matmul(y, b, stream=stream)
+        mx.eval(x, y)
+
+    s = timed(lambda: chains(mx.gpu), 30, 3)["median"]
+    row("2 chains of 20 matmuls bf16 1024², one stream", "µs", s * 1e6)
+    s = timed(lambda: chains(other), 30, 3)["median"]
+    row("2 chains of 20 matmuls bf16 1024², two streams", "µs", s * 1e6)
+
 if not tf32_off:
     x = matrix(4, types["f32"]).reshape(16)
     s = timed(lambda: lazy_chain(x), 20, 3)["median"]

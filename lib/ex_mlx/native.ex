@@ -185,6 +185,10 @@ defmodule ExMLX.Native do
   # Devices
   def transfer(_tag, _tensor, _device), do: not_loaded()
   def device_available(_device), do: not_loaded()
+  # Streams (ExMLX.Stream): a new one on a device's kind, {kind, n};
+  # waiting for what was queued on one.
+  def stream_new(_device), do: not_loaded()
+  def stream_synchronize(_tag, _device), do: not_loaded()
 
   # Data in and out
   def from_binary(_tag, _binary, _type, _shape, _device), do: not_loaded()

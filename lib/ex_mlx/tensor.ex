@@ -9,7 +9,8 @@ defmodule ExMLX.Tensor do
     * `:shape` - a tuple of dimensions
     * `:type` - `{kind, bits}` as Nx names types (`{:f, 32}`, `{:bf, 16}`,
       `{:c, 64}`, ...) or `:bool`
-    * `:device` - `:cpu` or `:gpu`
+    * `:device` - `:cpu` or `:gpu`, or a stream of one (`{:gpu, 1}`,
+      see `ExMLX.Stream`)
 
   Operations are lazy: they build an MLX graph that is computed by
   `ExMLX.eval/1` or when data is read (`ExMLX.to_binary/1`).
@@ -24,7 +25,7 @@ defmodule ExMLX.Tensor do
           | {:bf, 16}
           | {:c, 64}
           | :bool
-  @type device :: :cpu | :gpu
+  @type device :: :cpu | :gpu | {:cpu | :gpu, pos_integer()}
   @type t :: %__MODULE__{
           ref: reference(),
           shape: tuple(),
@@ -38,8 +39,11 @@ defmodule ExMLX.Tensor do
 
   defimpl Inspect do
     def inspect(%{shape: shape, type: type, device: device}, _opts) do
-      "#ExMLX.Tensor<#{type_name(type)}#{dims(shape)} #{device}>"
+      "#ExMLX.Tensor<#{type_name(type)}#{dims(shape)} #{device_name(device)}>"
     end
+
+    defp device_name({kind, stream}), do: "#{kind} stream #{stream}"
+    defp device_name(device), do: "#{device}"
 
     defp dims(shape), do: shape |> Tuple.to_list() |> Enum.map_join(&"[#{&1}]")
 

@@ -6,7 +6,7 @@ use rustler::Env;
 use crate::args::{DeviceArg, Tag, Tensor};
 use crate::reply::{submit, AsyncResult, Replier, Submitted};
 use crate::tensor::NewTensor;
-use crate::term::error_tuple;
+use crate::term::{error_tuple, DeviceTerm};
 
 /// `transfer(tag, t, device)`: `t` on `device`. The array is evaluated on its
 /// own device's worker first, then handed over (the device's worker is
@@ -45,4 +45,24 @@ fn transfer<'a>(env: Env<'a>, tag: Tag<'a>, t: Tensor, device: DeviceArg) -> Asy
 #[rustler::nif]
 fn device_available(device: DeviceArg) -> bool {
     device.0.is_available()
+}
+
+/// `stream_new(device)`: a new stream on `device`'s kind, with a worker
+/// thread of its own (`ex_mlx_core::worker::new_stream`): `{kind, n}`, or
+/// `{:error, reason}`.
+#[rustler::nif]
+fn stream_new(device: DeviceArg) -> Result<DeviceTerm, rustler::Error> {
+    let stream = worker::new_stream(device.0.on_stream(0)).map_err(error_tuple)?;
+    Ok(DeviceTerm(stream))
+}
+
+/// `stream_synchronize(tag, device)`: `:ok` once every op queued on
+/// `device`'s stream before this call has run and MLX has finished the work
+/// it queued there.
+#[rustler::nif]
+fn stream_synchronize<'a>(env: Env<'a>, tag: Tag<'a>, device: DeviceArg) -> AsyncResult {
+    submit(env, tag, device.0, move || {
+        worker::synchronize_own_stream()?;
+        Ok(rustler::types::atom::ok())
+    })
 }

@@ -127,8 +127,8 @@ fn build(
     if let Some(other) = constants.iter().find(|t| t.device != device) {
         return Err(Error::Device(format!(
             "a constant is on {}, the program on {}",
-            other.device.name(),
-            device.name()
+            other.device.describe(),
+            device.describe()
         )));
     }
     let instructions = instruction_list(instructions, 0)?;
@@ -336,8 +336,8 @@ fn checked_inputs(program: &ProgramResource, args: Term) -> Result<Vec<TensorRef
     if let Some(other) = inputs.iter().find(|t| t.device != program.device) {
         return Err(Error::Device(format!(
             "an input is on {}, the program on {}; transfer it first",
-            other.device.name(),
-            program.device.name()
+            other.device.describe(),
+            program.device.describe()
         )));
     }
     if inputs.len() != program.program.inputs() {

@@ -224,8 +224,8 @@ pub fn common_device(tensors: &[&TensorRef]) -> Result<Device> {
         None => Ok(first),
         Some(other) => Err(Error::Device(format!(
             "tensors are on different devices ({} and {}); transfer one first",
-            first.name(),
-            other.device.name()
+            first.describe(),
+            other.device.describe()
         ))),
     }
 }

@@ -3,7 +3,7 @@
 //! decoded by `crate::tensor`; `crate::args` wraps these decoders as typed
 //! NIF arguments.
 
-use ex_mlx_core::device::Device;
+use ex_mlx_core::device::{Device, Kind};
 use ex_mlx_core::dtype;
 use ex_mlx_core::error::Error;
 use ex_mlx_core::ops::params::{Param, ParamKind};
@@ -127,16 +127,39 @@ pub fn decode_shape(name: &'static str, term: Term) -> Result<Vec<i32>, Error> {
 
 /// A device argument: `:cpu` or `:gpu`.
 pub fn decode_device(name: &'static str, term: Term) -> Result<Device, Error> {
-    term.decode::<Atom>()
-        .ok()
-        .and_then(|a| a.to_term(term.get_env()).atom_to_string().ok())
-        .and_then(|n| Device::from_name(&n))
-        .ok_or_else(|| {
-            Error::arg(
-                name,
-                format!("expected a device, :cpu or :gpu, got: {}", show(term)),
-            )
-        })
+    let kind = |t: Term| {
+        t.decode::<Atom>()
+            .ok()
+            .and_then(|a| a.to_term(term.get_env()).atom_to_string().ok())
+            .and_then(|n| Device::from_name(&n))
+    };
+    let expected = || {
+        Error::arg(
+            name,
+            format!(
+                "expected a device, :cpu, :gpu or a stream ({{:gpu, 1}}), got: {}",
+                show(term)
+            ),
+        )
+    };
+    let device = match kind(term) {
+        Some(device) => device,
+        None => match term.decode::<(Term, u32)>() {
+            Ok((k, n)) if n > 0 => kind(k).ok_or_else(expected)?.on_stream(n),
+            _ => return Err(expected()),
+        },
+    };
+    if !ex_mlx_core::worker::stream_exists(device) {
+        return Err(Error::arg(
+            name,
+            format!(
+                "there is no {} ({}): ExMLX.Stream.new/1 makes streams",
+                device.describe(),
+                show(term)
+            ),
+        ));
+    }
+    Ok(device)
 }
 
 // -----------------------------------------------------------------------------
@@ -174,14 +197,19 @@ impl Encoder for TypeTerm {
     }
 }
 
-/// A device as Elixir names it: `:cpu` or `:gpu`.
+/// A device as Elixir names it: `:cpu` or `:gpu`, or `{:gpu, n}` for its
+/// stream `n`.
 pub struct DeviceTerm(pub Device);
 
 impl Encoder for DeviceTerm {
     fn encode<'a>(&self, env: Env<'a>) -> Term<'a> {
-        match self.0 {
-            Device::Cpu => cpu().encode(env),
-            Device::Gpu => gpu().encode(env),
+        let kind = match self.0.kind() {
+            Kind::Cpu => cpu(),
+            Kind::Gpu => gpu(),
+        };
+        match self.0.stream() {
+            0 => kind.encode(env),
+            n => (kind, n).encode(env),
         }
     }
 }

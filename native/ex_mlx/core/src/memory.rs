@@ -110,10 +110,7 @@ pub fn device_info(device: Device) -> Result<Vec<(String, Fact)>> {
             device.name()
         )));
     }
-    let kind = match device {
-        Device::Cpu => mlx_sys::mlx_device_type__MLX_CPU,
-        Device::Gpu => mlx_sys::mlx_device_type__MLX_GPU,
-    };
+    let kind = device.mlx_type();
     let mut facts = Vec::new();
     // SAFETY: every handle is created here and freed before returning; the
     // strings MLX hands out are copied while `info` is alive.

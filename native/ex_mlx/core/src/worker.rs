@@ -25,13 +25,14 @@
 //! use; a device MLX cannot run on gives an error naming it instead of a worker.
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{mpsc, Arc};
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
+use std::sync::{mpsc, Arc, Mutex};
 use std::thread;
 
-use once_cell::sync::OnceCell;
+use once_cell::sync::{Lazy, OnceCell};
 
-use crate::device::Device;
+use crate::device::{Device, Kind};
 use crate::error::{Error, Result};
 
 /// Work for a worker: runs on its thread, inside its stream.
@@ -43,8 +44,47 @@ struct Worker {
     backlog: Arc<AtomicUsize>,
 }
 
+/// The default streams' workers (`:cpu`, `:gpu`), started on first use.
 static WORKERS: [OnceCell<std::result::Result<Worker, String>>; 2] =
     [OnceCell::new(), OnceCell::new()];
+
+/// The workers of streams made by [`new_stream`], by device (kind and
+/// stream number). A stream lives as long as the VM: MLX keeps its streams
+/// for the life of the process too.
+static STREAMS: Lazy<Mutex<HashMap<Device, Arc<Worker>>>> =
+    Lazy::new(|| Mutex::new(HashMap::new()));
+
+/// The last stream number handed out (per kind; shared, so numbers are unique).
+static LAST_STREAM: AtomicU32 = AtomicU32::new(0);
+
+/// A new stream on the device of `kind`'s device (its default stream's
+/// device), with a worker thread of its own: ops on tensors of it run there,
+/// independently of other streams' (on a GPU, MLX's streams run
+/// concurrently). Errors when the device is not available.
+pub fn new_stream(device: Device) -> Result<Device> {
+    let stream = device.on_stream(LAST_STREAM.fetch_add(1, Ordering::Relaxed) + 1);
+    let worker = start(stream).map_err(Error::Device)?;
+    streams().insert(stream, Arc::new(worker));
+    Ok(stream)
+}
+
+/// Whether `device` names an existing stream (default streams always exist).
+pub fn stream_exists(device: Device) -> bool {
+    device.stream() == 0 || streams().contains_key(&device)
+}
+
+fn streams() -> std::sync::MutexGuard<'static, HashMap<Device, Arc<Worker>>> {
+    // (a panic while the map is locked cannot leave it half-updated: insert
+    // and lookups only)
+    STREAMS.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+fn default_index(device: Device) -> usize {
+    match device.kind() {
+        Kind::Cpu => 0,
+        Kind::Gpu => 1,
+    }
+}
 
 fn start(device: Device) -> std::result::Result<Worker, String> {
     if !device.is_available() {
@@ -58,7 +98,10 @@ fn start(device: Device) -> std::result::Result<Worker, String> {
     let backlog = Arc::new(AtomicUsize::new(0));
     let done = backlog.clone();
     thread::Builder::new()
-        .name(format!("ex_mlx_{}", device.name()))
+        .name(match device.stream() {
+            0 => format!("ex_mlx_{}", device.name()),
+            n => format!("ex_mlx_{}_{n}", device.name()),
+        })
         .spawn(move || {
             let stream = mlx_rs::Stream::new_with_device(&device.to_mlx());
             mlx_rs::with_stream(&stream, || {
@@ -133,16 +176,44 @@ fn next_job(jobs: &mpsc::Receiver<Job>) -> Option<Job> {
 /// Queues `job` on the worker of `device`; returns how many jobs are now
 /// queued or running there, this one included.
 pub fn submit(device: Device, job: Job) -> Result<usize> {
-    let worker = WORKERS[device.index()]
-        .get_or_init(|| start(device))
-        .as_ref()
-        .map_err(|message| Error::Device(message.clone()))?;
+    if device.stream() == 0 {
+        let worker = WORKERS[default_index(device)]
+            .get_or_init(|| start(device))
+            .as_ref()
+            .map_err(|message| Error::Device(message.clone()))?;
+        return queue(worker, device, job);
+    }
+    let worker = streams().get(&device).cloned().ok_or_else(|| {
+        Error::Device(format!(
+            "there is no {}: ExMLX.Stream.new/1 makes streams",
+            device.describe()
+        ))
+    })?;
+    queue(&worker, device, job)
+}
+
+fn queue(worker: &Worker, device: Device, job: Job) -> Result<usize> {
     let backlog = worker.backlog.fetch_add(1, Ordering::AcqRel) + 1;
     worker.queue.send(job).map_err(|_| {
         worker.backlog.fetch_sub(1, Ordering::AcqRel);
-        Error::Internal(format!("the {} worker has stopped", device.name()))
+        Error::Internal(format!("the {} worker has stopped", device.describe()))
     })?;
     Ok(backlog)
+}
+
+/// On a worker's thread: waits until MLX has finished the work queued on
+/// that worker's stream (`mlx_synchronize`). Queued as a job, it runs after
+/// every job queued before it.
+pub fn synchronize_own_stream() -> Result<()> {
+    let stream = mlx_rs::Stream::thread_local_or_default();
+    // SAFETY: `stream` is the worker's own stream, alive for this call;
+    // mlx-c reports a C++ exception as a non-zero status.
+    let status = unsafe { mlx_sys::mlx_synchronize(stream.as_ptr()) };
+    if status == 0 {
+        Ok(())
+    } else {
+        Err(Error::Internal("mlx_synchronize failed".into()))
+    }
 }
 
 /// Runs `work` on the worker of `device` and waits for its result (a blocking
@@ -181,6 +252,28 @@ pub fn run_caught<T>(work: impl FnOnce() -> Result<T>) -> Result<T> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_stream_has_a_worker_of_its_own() {
+        let stream = new_stream(Device::Cpu).unwrap();
+        assert_eq!((stream.kind(), stream.stream() > 0), (Kind::Cpu, true));
+        assert!(stream_exists(stream));
+        let a = run_blocking(stream, || Ok(thread::current().id())).unwrap();
+        let b = run_blocking(Device::Cpu, || Ok(thread::current().id())).unwrap();
+        assert_ne!(a, b);
+        let sum = run_blocking(stream, || {
+            let x = mlx_rs::Array::from_slice(&[1.0f32, 2.0], &[2]);
+            let s = mlx_rs::ops::sum(&x, None)?;
+            synchronize_own_stream()?;
+            Ok(s.item::<f32>())
+        })
+        .unwrap();
+        assert_eq!(sum, 3.0);
+        let unknown = Device::Cpu.on_stream(u32::MAX);
+        assert!(!stream_exists(unknown));
+        let e = submit(unknown, Box::new(|| {})).unwrap_err();
+        assert!(e.to_string().contains("there is no cpu stream 4294967295"));
+    }
 
     #[test]
     fn jobs_run_on_the_workers_thread() {
