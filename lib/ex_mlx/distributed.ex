@@ -1,0 +1,387 @@
+defmodule ExMLX.Distributed do
+  @moduledoc """
+  MLX's distributed engine: a group of OS processes (ranks), possibly on
+  several machines, and the collectives between them (`all_sum/2`,
+  `all_gather/2`, `all_max/2`, `all_min/2`, `send/3`, `recv/4`,
+  `recv_like/3`).
+
+  The setup is MLX's. Each rank is an OS process that knows its rank and a
+  *hostfile*: a JSON list with, for each rank in order, the `"ip:port"`
+  addresses it listens on (`[["127.0.0.1:38001"], ["127.0.0.1:38002"]]`).
+  MLX reads both from the environment (`MLX_RANK`, `MLX_HOSTFILE`), which
+  `mix ex_mlx.launch` sets for every rank it starts; `init/1` can also take
+  them as options. Then:
+
+      group = ExMLX.Distributed.init(backend: :ring)
+      ExMLX.Distributed.all_sum(ExMLX.full(group.rank + 1, {:f, 32}, {3}))
+      #=> on every rank, 1 + 2 + ... + size in each element
+
+  Without `init/1` (or when the backend finds no setup and `strict: false`)
+  the collectives act on a group of one, as MLX's do: the reductions and
+  the gather return their input, and `send/3` and `recv/4` are refused.
+
+      iex> ExMLX.Distributed.group().size
+      1
+      iex> t = ExMLX.Distributed.all_sum(ExMLX.iota({:s, 32}, {3}))
+      iex> ExMLX.to_list(t)
+      [0, 1, 2]
+
+  ## Backends
+
+  `:ring` (TCP between neighbours; what MLX's Linux CPU build has), `:mpi`,
+  `:nccl` (GPUs), and `:any` (the ring if `MLX_RANK` and `MLX_HOSTFILE` are
+  set, else MPI). A backend the MLX build lacks is an `ExMLX.Error` of kind
+  `:distributed` that names it; `available?/1` tells beforehand. MLX's ring
+  exchanges with its two neighbours only: `send/3` and `recv/4` to another
+  rank are refused, and it cannot `split/3` a group.
+
+  ## Failures and timeouts
+
+  Every call that waits for peers (`init/1`, the collectives, `split/3`)
+  waits at most its `:timeout` (milliseconds; `init/1`'s option sets the
+  default of the group's calls, itself 60 000 unless the application
+  environment's `:distributed_timeout` says otherwise). What MLX 0.32.2
+  does by itself (docs/distributed.md): a peer that dies mid-collective
+  makes the others' collective fail with MLX's message ("[ring] connection
+  to a peer was lost"), an `ExMLX.Error` of kind `:distributed`. What it
+  does not bound: a peer missing at init (the rank that accepts first waits
+  forever), and a peer that is alive but never joins a collective. There
+  the timeout is the watchdog: the call raises an `ExMLX.Error` of kind
+  `:timeout`. MLX cannot cancel the stuck work, so from then on every
+  distributed call of this OS process fails at once (kind `:distributed`,
+  naming the timeout); the rank should exit, and the launcher stops the
+  others.
+
+  ## Where the work runs
+
+  A collective evaluates its input on the input's device worker, then runs
+  on ExMLX's communication thread, in a CPU stream of its own (a GPU one for
+  NCCL): a collective that waits for its peers holds no BEAM scheduler and
+  does not hold up other operations of the device. Collectives run one at a
+  time, in the order they were called; every rank must call them in the
+  same order.
+  """
+
+  alias ExMLX.{Native, Tensor}
+
+  defmodule Group do
+    @moduledoc """
+    A distributed group: `:rank` (this process's, from 0), `:size` and
+    `:backend` (`:ring`, `:mpi`, `:nccl`, or `:none` for the group of one,
+    whose `:ref` is nil). `:timeout` is the default wait of its calls, in
+    milliseconds.
+    """
+    @enforce_keys [:ref, :rank, :size, :backend, :timeout]
+    defstruct [:ref, :rank, :size, :backend, :timeout]
+
+    @type t :: %__MODULE__{
+            ref: reference() | nil,
+            rank: non_neg_integer(),
+            size: pos_integer(),
+            backend: :ring | :mpi | :nccl | :none,
+            timeout: timeout()
+          }
+  end
+
+  @type backend :: :any | :ring | :mpi | :nccl
+  @type hostfile :: Path.t() | [[String.t()]]
+
+  @key {__MODULE__, :group}
+
+  @doc """
+  Whether this MLX build has `backend` (`:any`: any of them).
+
+      iex> ExMLX.Distributed.available?(:ring)
+      true
+  """
+  @spec available?(backend()) :: boolean()
+  def available?(backend \\ :any), do: Native.dist_available(backend) |> ExMLX.Call.value()
+
+  @doc """
+  Joins the group of `backend` and makes it the default group of this OS
+  process's calls. Waits until every rank has joined, at most `:timeout`.
+
+  Options:
+
+    * `:backend` - `:any` (default), `:ring`, `:mpi` or `:nccl`
+    * `:strict` - if `true`, a backend that finds no setup (no `MLX_RANK`
+      and `MLX_HOSTFILE` for the ring) is an error; if `false` (default),
+      the group of one is returned, as in MLX
+    * `:hostfile` - the hostfile: a path, or the list itself (then written to
+      a temporary file); sets `MLX_HOSTFILE`
+    * `:rank` - this process's rank; sets `MLX_RANK`
+    * `:timeout` - milliseconds to wait for the group, and the default wait
+      of the group's calls
+
+  MLX keeps one group per backend for the life of the OS process: a second
+  call returns the same group.
+
+      iex> ExMLX.Distributed.init(backend: :nccl, strict: true)
+      ** (ExMLX.Error) the nccl backend is not available in this MLX build (MLX 0.32.2); available: ring
+  """
+  @spec init(keyword()) :: Group.t()
+  def init(opts \\ []) do
+    opts =
+      Keyword.validate!(opts,
+        backend: :any,
+        strict: false,
+        hostfile: nil,
+        rank: nil,
+        timeout: default_timeout()
+      )
+
+    timeout = opts[:timeout]
+
+    if hostfile = opts[:hostfile], do: System.put_env("MLX_HOSTFILE", hostfile_path(hostfile))
+    if rank = opts[:rank], do: System.put_env("MLX_RANK", Integer.to_string(rank))
+
+    {ref, rank, size, backend} =
+      await("init (backend #{inspect(opts[:backend])})", timeout, fn tag ->
+        Native.dist_init(tag, opts[:backend], opts[:strict])
+      end)
+
+    group = %Group{ref: ref, rank: rank, size: size, backend: backend, timeout: timeout}
+    group = if backend == :none, do: %{group | ref: nil}, else: group
+    :persistent_term.put(@key, group)
+    group
+  end
+
+  @doc """
+  The default group: the one `init/1` returned, or the group of one.
+  """
+  @spec group() :: Group.t()
+  def group do
+    :persistent_term.get(@key, nil) ||
+      %Group{ref: nil, rank: 0, size: 1, backend: :none, timeout: default_timeout()}
+  end
+
+  @doc "This process's rank in `group` (default: `group/0`)."
+  @spec rank(Group.t()) :: non_neg_integer()
+  def rank(%Group{rank: rank} \\ group()), do: rank
+
+  @doc "The number of ranks of `group` (default: `group/0`)."
+  @spec size(Group.t()) :: pos_integer()
+  def size(%Group{size: size} \\ group()), do: size
+
+  @doc """
+  Splits `group` into groups of the ranks that pass the same `color`,
+  ordered by `:key` (default: their rank). The ring backend cannot split.
+  """
+  @spec split(Group.t(), integer(), keyword()) :: Group.t()
+  def split(%Group{} = group, color, opts \\ []) do
+    opts = Keyword.validate!(opts, key: -1, timeout: group.timeout)
+
+    {ref, rank, size, backend} =
+      await("split", opts[:timeout], &Native.dist_split(&1, group.ref, color, opts[:key]))
+
+    %Group{ref: ref, rank: rank, size: size, backend: backend, timeout: opts[:timeout]}
+  end
+
+  @doc """
+  The element-wise sum of `tensor` over the ranks, on every rank.
+
+  Options (here and for every collective): `:group` (default `group/0`)
+  and `:timeout` (default: the group's).
+  """
+  @spec all_sum(Tensor.t(), keyword()) :: Tensor.t()
+  def all_sum(%Tensor{} = tensor, opts \\ []), do: collective(:all_sum, tensor, opts)
+
+  @doc "The element-wise maximum of `tensor` over the ranks, on every rank."
+  @spec all_max(Tensor.t(), keyword()) :: Tensor.t()
+  def all_max(%Tensor{} = tensor, opts \\ []), do: collective(:all_max, tensor, opts)
+
+  @doc "The element-wise minimum of `tensor` over the ranks, on every rank."
+  @spec all_min(Tensor.t(), keyword()) :: Tensor.t()
+  def all_min(%Tensor{} = tensor, opts \\ []), do: collective(:all_min, tensor, opts)
+
+  @doc """
+  Every rank's `tensor`, concatenated along the first axis in rank order
+  (a scalar becomes a vector of one element per rank), on every rank.
+  """
+  @spec all_gather(Tensor.t(), keyword()) :: Tensor.t()
+  def all_gather(%Tensor{} = tensor, opts \\ []), do: collective(:all_gather, tensor, opts)
+
+  defp collective(op, tensor, opts) do
+    {group, timeout} = group_opts(opts)
+
+    await(
+      "#{op} of #{inspect(tensor)}",
+      timeout,
+      &Native.dist_collective(&1, op, tensor.ref, group.ref)
+    )
+    |> Tensor.wrap()
+  end
+
+  @doc """
+  Sends `tensor` to rank `dst`, returning once it is sent. The ring backend
+  sends to its neighbours only.
+  """
+  @spec send(Tensor.t(), non_neg_integer(), keyword()) :: :ok
+  def send(%Tensor{} = tensor, dst, opts \\ []) do
+    {group, timeout} = group_opts(opts)
+
+    await(
+      "send to rank #{inspect(dst)}",
+      timeout,
+      &Native.dist_send(&1, tensor.ref, dst, group.ref)
+    )
+  end
+
+  @doc """
+  A tensor of `shape` and `type` received from rank `src`. Options: those of
+  the collectives, and `:device` (default `:cpu`).
+  """
+  @spec recv(tuple(), Tensor.type(), non_neg_integer(), keyword()) :: Tensor.t()
+  def recv(shape, type, src, opts \\ []) do
+    {device, opts} = Keyword.pop(opts, :device, :cpu)
+    {group, timeout} = group_opts(opts)
+
+    await("recv from rank #{inspect(src)}", timeout, fn tag ->
+      Native.dist_recv(tag, shape, type, src, group.ref, device)
+    end)
+    |> Tensor.wrap()
+  end
+
+  @doc "A tensor like `tensor` (shape, type, device) received from rank `src`."
+  @spec recv_like(Tensor.t(), non_neg_integer(), keyword()) :: Tensor.t()
+  def recv_like(%Tensor{} = tensor, src, opts \\ []) do
+    {group, timeout} = group_opts(opts)
+
+    await(
+      "recv from rank #{inspect(src)}",
+      timeout,
+      &Native.dist_recv_like(&1, tensor.ref, src, group.ref)
+    )
+    |> Tensor.wrap()
+  end
+
+  defp group_opts(opts) do
+    opts = Keyword.validate!(opts, [:group, :timeout])
+    group = opts[:group] || group()
+    {group, opts[:timeout] || group.timeout}
+  end
+
+  # ---------------------------------------------------------------------------
+  # Hostfiles
+  # ---------------------------------------------------------------------------
+
+  @doc """
+  A loopback hostfile for `n` ranks on this machine: one free
+  `"127.0.0.1:port"` per rank (ports the system had free a moment ago).
+
+      iex> [[a], [b]] = ExMLX.Distributed.loopback_hostfile(2)
+      iex> a != b and String.starts_with?(a, "127.0.0.1:")
+      true
+  """
+  @spec loopback_hostfile(pos_integer()) :: [[String.t()]]
+  def loopback_hostfile(n) when is_integer(n) and n > 0 do
+    sockets =
+      for _ <- 1..n do
+        {:ok, socket} = :gen_tcp.listen(0, ip: {127, 0, 0, 1}, reuseaddr: true)
+        socket
+      end
+
+    ports = Enum.map(sockets, fn s -> s |> :inet.port() |> elem(1) end)
+    Enum.each(sockets, &:gen_tcp.close/1)
+    Enum.map(ports, &["127.0.0.1:#{&1}"])
+  end
+
+  @doc """
+  The hostfile as MLX reads it (JSON), from its list form.
+
+      iex> ExMLX.Distributed.hostfile_json([["127.0.0.1:38001"], ["127.0.0.1:38002"]])
+      ~s([["127.0.0.1:38001"],["127.0.0.1:38002"]])
+  """
+  @spec hostfile_json([[String.t()]]) :: String.t()
+  def hostfile_json(hosts) when is_list(hosts) do
+    rank = fn addresses -> "[" <> Enum.map_join(addresses, ",", &json_string/1) <> "]" end
+    "[" <> Enum.map_join(hosts, ",", rank) <> "]"
+  end
+
+  @doc """
+  Reads a hostfile (MLX's JSON: a list, per rank, of `"ip:port"` strings).
+  Raises `ArgumentError` naming what is wrong.
+  """
+  @spec read_hostfile(Path.t()) :: [[String.t()]]
+  def read_hostfile(path) do
+    text = File.read!(path)
+
+    case Regex.scan(~r/\[\s*((?:"[^"]*"\s*,?\s*)*)\]/, text) do
+      [] ->
+        raise ArgumentError, "#{path}: expected a JSON list of lists of \"ip:port\" strings"
+
+      ranks ->
+        for [_, inner] <- ranks do
+          for [_, address] <- Regex.scan(~r/"([^"]*)"/, inner) do
+            unless address =~ ~r/^[^:\s]+:\d+$/,
+              do: raise(ArgumentError, "#{path}: #{inspect(address)} is not \"ip:port\"")
+
+            address
+          end
+        end
+    end
+  end
+
+  defp json_string(s) do
+    unless s =~ ~r/^[^"\\\x00-\x1f]*$/,
+      do: raise(ArgumentError, "hostfile address #{inspect(s)} has characters JSON would escape")
+
+    ~s("#{s}")
+  end
+
+  defp hostfile_path(path) when is_binary(path), do: path
+
+  defp hostfile_path(hosts) when is_list(hosts) do
+    path =
+      Path.join(System.tmp_dir!(), "ex_mlx_hostfile_#{System.unique_integer([:positive])}.json")
+
+    File.write!(path, hostfile_json(hosts))
+    path
+  end
+
+  # ---------------------------------------------------------------------------
+  # Waiting for a reply, with the watchdog
+  # ---------------------------------------------------------------------------
+
+  @doc false
+  def default_timeout, do: Application.get_env(:ex_mlx, :distributed_timeout, 60_000)
+
+  # Calls `nif.(tag)`, which returns {:ok, ticket} and replies {tag, result}
+  # later; waits at most `timeout` ms for the reply.
+  defp await(what, timeout, nif) do
+    tag = make_ref()
+
+    case nif.(tag) do
+      {:ok, ticket} ->
+        receive do
+          {^tag, result} -> unwrap(result)
+        after
+          timeout -> give_up(what, timeout, tag, ticket)
+        end
+
+      {:error, reason} ->
+        raise ExMLX.Error.from_reason(reason)
+    end
+  end
+
+  defp give_up(what, timeout, tag, ticket) do
+    reason = "#{what} did not finish within #{timeout} ms"
+
+    if Native.dist_abandon(ticket, reason) do
+      raise ExMLX.Error,
+        kind: :timeout,
+        message:
+          reason <>
+            " (a peer that is missing, stopped or too slow); MLX cannot cancel it, " <>
+            "so distributed calls are disabled in this OS process from now on"
+    else
+      # (the reply was sent meanwhile)
+      receive do
+        {^tag, result} -> unwrap(result)
+      end
+    end
+  end
+
+  defp unwrap({:ok, value}), do: value
+  defp unwrap({:error, reason}), do: raise(ExMLX.Error.from_reason(reason))
+end
