@@ -185,7 +185,7 @@ fn is_nccl(group: &Group) -> bool {
 
 /// A collective's result over `group` as a tensor on `device`.
 fn result_tensor(array: Array, group: &Group, device: Device) -> Result<NewTensor> {
-    array.eval()?;
+    distributed::eval(&array)?;
     if group.size() == 1 {
         // the group of one returns its input, allocating nothing
         Ok(NewTensor::view(array, device))
@@ -274,7 +274,7 @@ fn dist_send<'a>(
     let dst = decode_rank("dst", dst).map_err(error_tuple)?;
     let ticket = Ticket::new(env, tag);
     let queued = after_input(ticket.clone(), tensor.0, group.0, move |x, g| {
-        distributed::send(&x, dst, g)?.eval()?;
+        distributed::eval(&distributed::send(&x, dst, g)?)?;
         Ok(ok())
     });
     ticketed(ticket, queued)
@@ -313,7 +313,7 @@ fn recv_tensor(
     device: Device,
 ) -> Result<NewTensor> {
     let y = distributed::recv(shape, dtype, src, group)?;
-    y.eval()?;
+    distributed::eval(&y)?;
     NewTensor::new(y, device)
 }
 

@@ -454,6 +454,19 @@ pub fn recv(shape: &[i32], dtype: Dtype, src: i32, group: &Group) -> Result<Arra
     })
 }
 
+/// Evaluates a collective's array (on the communication thread). MLX's
+/// failure here is the group's (a lost peer): the error is of kind
+/// `distributed`, and since MLX's group cannot run collectives any more
+/// (the ring's socket threads have given up), later calls are refused at
+/// once ([`poison`]) instead of waiting for their timeout.
+pub fn eval(array: &Array) -> Result<()> {
+    array.eval().map_err(|e| {
+        let message = Error::from(e).to_string();
+        poison(format!("an earlier collective failed: {message}"));
+        Error::Distributed(message)
+    })
+}
+
 /// Runs one mlx-c call that writes a new array on this thread's stream.
 fn raw_array(
     name: &str,
