@@ -177,6 +177,20 @@ defmodule ExMLX.DistributedTest do
     end
   end
 
+  @tag timeout: 300_000
+  test "mix ex_mlx.launch -n 2 runs a script as two ranks, output prefixed by rank" do
+    {out, status} =
+      System.cmd("mix", ["ex_mlx.launch", "-n", "2", "test/distributed/hello.exs"],
+        env: [{"MIX_ENV", "test"}],
+        stderr_to_stdout: true
+      )
+
+    assert status == 0, out
+    lines = String.split(out, "\n")
+    assert "[0] rank 0 of 2 (ring): all_sum 3" in lines, out
+    assert "[1] rank 1 of 2 (ring): all_sum 3" in lines, out
+  end
+
   # The bounded-failure runs: the configured timeout, and the margin within
   # which the surviving rank must have given up by itself (past it the
   # launcher kills it, and the test fails).
