@@ -262,6 +262,185 @@ defmodule ExMLX.Distributed do
   end
 
   # ---------------------------------------------------------------------------
+  # Data-parallel training
+  # ---------------------------------------------------------------------------
+
+  @batch_bytes 32 * 1024 * 1024
+
+  @doc """
+  The average over the ranks of every tensor in `gradients`: a map, list or
+  tuple (nested freely) of `ExMLX.Tensor`s or, with Nx, `Nx.Tensor`s (an
+  Axon model's parameters are such a map). Returns the same container with
+  the averages, each of its tensor's shape and type.
+
+  As MLX's `average_gradients` does, the tensors are not reduced one by one:
+  those of one type are flattened and concatenated into buffers of at most
+  `:batch_bytes` (default 32 MB; a larger tensor goes alone), and each
+  buffer takes one `all_sum/2`, then is divided by the group's size and
+  split back. Types are never mixed in a buffer, so nothing is converted.
+  Only floating-point and complex tensors can be averaged (an integer
+  average is not an integer); others raise `ArgumentError`.
+
+  On the group of one, `gradients` comes back unchanged.
+
+  Options: `:group`, `:timeout` (per collective), `:batch_bytes`.
+
+      iex> g = %{w: ExMLX.full(0.5, {:f, 32}, {2, 2}), b: [ExMLX.full(1.0, {:bf, 16}, {3})]}
+      iex> avg = ExMLX.Distributed.average_gradients(g)
+      iex> {ExMLX.to_list(avg.w), ExMLX.to_list(hd(avg.b))}
+      {[0.5, 0.5, 0.5, 0.5], [1.0, 1.0, 1.0]}
+  """
+  @spec average_gradients(term(), keyword()) :: term()
+  def average_gradients(gradients, opts \\ []) do
+    {batch_bytes, opts} = Keyword.pop(opts, :batch_bytes, @batch_bytes)
+    {group, timeout} = group_opts(opts)
+
+    unless is_integer(batch_bytes) and batch_bytes > 0,
+      do:
+        raise(
+          ArgumentError,
+          "batch_bytes: expected a positive integer, got: #{inspect(batch_bytes)}"
+        )
+
+    {leaves, rebuild} = flatten(gradients)
+
+    for %Tensor{type: type} = t <- leaves, not float_type?(type) do
+      raise ArgumentError,
+            "average_gradients: #{inspect(t)} is not floating-point or complex; " <>
+              "an average of #{inspect(type)} values is not one"
+    end
+
+    if group.size == 1 do
+      gradients
+    else
+      averaged =
+        leaves
+        |> Enum.with_index()
+        |> Enum.group_by(fn {t, _} -> {t.type, t.device} end)
+        |> Enum.flat_map(fn {_, indexed} ->
+          indexed
+          |> batches(batch_bytes)
+          |> Enum.flat_map(&average_batch(&1, group, timeout))
+        end)
+        |> Enum.sort_by(fn {_, i} -> i end)
+        |> Enum.map(fn {t, _} -> t end)
+
+      rebuild.(averaged)
+    end
+  end
+
+  defp float_type?({kind, _}), do: kind in [:f, :bf, :c]
+  defp float_type?(_), do: false
+
+  defp elements(%Tensor{shape: shape}), do: shape |> Tuple.to_list() |> Enum.product()
+
+  defp bytes(%Tensor{type: {_, bits}} = t), do: div(elements(t) * bits, 8)
+
+  # Consecutive tensors in buffers of at most `limit` bytes.
+  defp batches(indexed, limit) do
+    indexed
+    |> Enum.chunk_while(
+      {[], 0},
+      fn {t, _} = item, {batch, size} ->
+        b = bytes(t)
+
+        cond do
+          batch == [] -> {:cont, {[item], b}}
+          size + b <= limit -> {:cont, {[item | batch], size + b}}
+          true -> {:cont, Enum.reverse(batch), {[item], b}}
+        end
+      end,
+      fn
+        {[], _} -> {:cont, {[], 0}}
+        {batch, _} -> {:cont, Enum.reverse(batch), {[], 0}}
+      end
+    )
+  end
+
+  # One all_sum for the batch, then each tensor's part, divided by the size.
+  defp average_batch([{t, i}], group, timeout),
+    do: [{t |> all_sum(group: group, timeout: timeout) |> divide_by(group.size), i}]
+
+  defp average_batch(batch, group, timeout) do
+    flat = ExMLX.concatenate(Enum.map(batch, fn {t, _} -> ExMLX.reshape(t, {elements(t)}) end))
+    avg = flat |> all_sum(group: group, timeout: timeout) |> divide_by(group.size)
+
+    {parts, _} =
+      Enum.map_reduce(batch, 0, fn {t, i}, offset ->
+        n = elements(t)
+        part = avg |> ExMLX.slice([offset], [offset + n]) |> ExMLX.reshape(t.shape)
+        {{part, i}, offset + n}
+      end)
+
+    parts
+  end
+
+  defp divide_by(%Tensor{type: type, device: device} = t, n),
+    do: ExMLX.divide(t, ExMLX.full(n, type, {}, device: device))
+
+  # The tensors of a container, in a fixed order, as ExMLX tensors, and the
+  # function that puts new ones in their places.
+  defp flatten(container) do
+    leaves = container |> leaves([]) |> Enum.reverse()
+
+    rebuild = fn values ->
+      {rebuilt, []} = replace(container, values)
+      rebuilt
+    end
+
+    {leaves, rebuild}
+  end
+
+  defp leaves(%Tensor{} = t, acc), do: [t | acc]
+  defp leaves(%{__struct__: Nx.Tensor} = t, acc), do: [from_nx(t) | acc]
+
+  defp leaves(%{__struct__: _} = other, _acc),
+    do:
+      raise(
+        ArgumentError,
+        "average_gradients: expected tensors in maps, lists and tuples, got: #{inspect(other)}"
+      )
+
+  defp leaves(map, acc) when is_map(map),
+    do: map |> Map.to_list() |> Enum.reduce(acc, fn {_, v}, a -> leaves(v, a) end)
+
+  defp leaves(list, acc) when is_list(list), do: Enum.reduce(list, acc, &leaves/2)
+  defp leaves(tuple, acc) when is_tuple(tuple), do: tuple |> Tuple.to_list() |> leaves(acc)
+
+  defp leaves(other, _acc),
+    do:
+      raise(
+        ArgumentError,
+        "average_gradients: expected tensors in maps, lists and tuples, got: #{inspect(other)}"
+      )
+
+  defp replace(%Tensor{}, [t | rest]), do: {t, rest}
+  defp replace(%{__struct__: Nx.Tensor}, [t | rest]), do: {to_nx(t), rest}
+
+  defp replace(map, values) when is_map(map) do
+    {pairs, rest} =
+      map
+      |> Map.to_list()
+      |> Enum.map_reduce(values, fn {k, v}, vs ->
+        {new, vs} = replace(v, vs)
+        {{k, new}, vs}
+      end)
+
+    {Map.new(pairs), rest}
+  end
+
+  defp replace(list, values) when is_list(list), do: Enum.map_reduce(list, values, &replace/2)
+
+  defp replace(tuple, values) when is_tuple(tuple) do
+    {list, rest} = replace(Tuple.to_list(tuple), values)
+    {List.to_tuple(list), rest}
+  end
+
+  # (ExMLX.Backend exists only when Nx does)
+  defp from_nx(t), do: apply(ExMLX.Backend, :from_nx, [t])
+  defp to_nx(t), do: apply(ExMLX.Backend, :to_nx, [t])
+
+  # ---------------------------------------------------------------------------
   # Hostfiles
   # ---------------------------------------------------------------------------
 

@@ -54,4 +54,23 @@ results =
      }}
   end
 
+# average_gradients over a nested container: w = rank + 1 everywhere,
+# b = 2 * (rank + 1) in bf16, v = rank * i; in one buffer per type, and in
+# buffers of at most 16 bytes (so several collectives)
+grads = %{
+  w: ExMLX.full(g.rank + 1, {:f, 32}, {3, 2}),
+  layer: [
+    ExMLX.full(2 * (g.rank + 1), {:bf, 16}, {4}),
+    {ExMLX.multiply(ExMLX.iota({:f, 32}, {5}), ExMLX.full(g.rank, {:f, 32}, {}))}
+  ]
+}
+
+averages =
+  for batch_bytes <- [32 * 1024 * 1024, 16], into: %{} do
+    %{w: w, layer: [b, {v}]} = D.average_gradients(grads, batch_bytes: batch_bytes)
+    {batch_bytes, Enum.map([w, b, v], &{&1.shape, &1.type, ExMLX.to_list(&1)})}
+  end
+
+results = Map.put(results, :average_gradients, averages)
+
 IO.puts("RESULT " <> Base.encode64(:erlang.term_to_binary({g.rank, g.size, g.backend, results})))

@@ -18,6 +18,9 @@ defmodule ExMLX.DistributedTest do
       assert %D.Group{rank: 0, size: 1, backend: :none, ref: nil} = D.group()
       assert {D.rank(), D.size()} == {0, 1}
 
+      grads = %{a: [ExMLX.iota({:f, 32}, {2})], b: {ExMLX.iota({:bf, 16}, {3})}}
+      assert D.average_gradients(grads) == grads
+
       for type <- @types do
         x = ExMLX.iota(type, {4})
 
@@ -82,6 +85,15 @@ defmodule ExMLX.DistributedTest do
                {:argument, "device: expected a device, :cpu or :gpu, got: :tpu"}
 
       assert_raise ArgumentError, fn -> D.all_sum(ExMLX.iota({:f, 32}, {2}), grup: nil) end
+
+      assert_raise ArgumentError,
+                   "average_gradients: #ExMLX.Tensor<s32[2] cpu> is not floating-point or complex; " <>
+                     "an average of {:s, 32} values is not one",
+                   fn -> D.average_gradients(%{a: ExMLX.iota({:s, 32}, {2})}) end
+
+      assert_raise ArgumentError, ~r/expected tensors in maps, lists and tuples, got: :x/, fn ->
+        D.average_gradients([ExMLX.iota({:f, 32}, {2}), :x])
+      end
     end
   end
 
@@ -157,7 +169,19 @@ defmodule ExMLX.DistributedTest do
 
       for rank <- 0..(n - 1) do
         {^rank, ^n, :ring, results} = result(lines, rank)
+        {averages, results} = Map.pop(results, :average_gradients)
         assert Map.keys(results) |> Enum.sort() == Enum.sort(@types)
+
+        # the means over ranks r of r + 1, 2 * (r + 1) and r * i
+        mean = fn f -> Enum.sum(for r <- 0..(n - 1), do: f.(r)) / n end
+
+        expected = [
+          {{3, 2}, {:f, 32}, List.duplicate(mean.(&(&1 + 1)), 6)},
+          {{4}, {:bf, 16}, List.duplicate(mean.(&(2 * (&1 + 1))), 4)},
+          {{5}, {:f, 32}, for(i <- 0..4, do: mean.(&(&1 * i)))}
+        ]
+
+        assert averages == %{(32 * 1024 * 1024) => expected, 16 => expected}
 
         for type <- @types do
           inputs = for r <- 0..(n - 1), do: input(r, type)
