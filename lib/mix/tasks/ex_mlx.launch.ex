@@ -17,7 +17,9 @@ defmodule Mix.Tasks.ExMlx.Launch do
   `ExMLX.Distributed.init/1` joins the group.
 
   Each rank runs `mix run --no-compile script.exs` in this project and
-  environment (the project is compiled once, first). When a rank fails,
+  environment (the project is compiled once, first). With `-n`, the ranks'
+  BEAM schedulers do not spin while idle (`ELIXIR_ERL_OPTIONS`, unless set):
+  several ranks share the machine's cores with MLX's socket threads. When a rank fails,
   the others get `--grace` milliseconds (default 10000) to finish, then are
   killed. The task fails if any rank did.
 
@@ -27,6 +29,15 @@ defmodule Mix.Tasks.ExMlx.Launch do
   use Mix.Task
 
   @switches [ranks_count: :integer, hostfile: :string, ranks: :string, grace: :integer]
+
+  # With -n every rank shares this machine: the BEAM's schedulers then sleep
+  # instead of spinning while idle, which would take the cores MLX's socket
+  # threads need (unless ELIXIR_ERL_OPTIONS is set already).
+  defp no_spin(where) do
+    if where[:n] && System.get_env("ELIXIR_ERL_OPTIONS") in [nil, ""],
+      do: [{"ELIXIR_ERL_OPTIONS", "+sbwt none +sbwtdcpu none +sbwtdio none"}],
+      else: []
+  end
 
   @impl true
   def run(argv) do
@@ -62,7 +73,7 @@ defmodule Mix.Tasks.ExMlx.Launch do
         hostfile: where[:hostfile],
         ranks: ranks,
         grace: opts[:grace] || 10_000,
-        env: [{"MIX_ENV", Atom.to_string(Mix.env())}]
+        env: [{"MIX_ENV", Atom.to_string(Mix.env())} | no_spin(where)]
       )
 
     failed = for {rank, status} <- Enum.sort(statuses), status != 0, do: {rank, status}

@@ -138,8 +138,9 @@ where
     .inspect_err(|e| failed.reply::<T>(Err(e.clone())))
 }
 
-/// Evaluates `tensor` on its device's worker, then queues `work` on the
-/// communication thread with the computed array.
+/// Evaluates `tensor` on its device's worker (unless it is known to be
+/// computed), then queues `work` on the communication thread with the
+/// computed array.
 fn after_input<T, F>(
     ticket: ResourceArc<Ticket>,
     tensor: TensorRef,
@@ -151,6 +152,13 @@ where
     F: FnOnce(Array, &Group) -> Result<T> + Send + 'static,
 {
     distributed::check_usable()?;
+    if let Some(array) = tensor.evaluated_array() {
+        // computed already: no hop through the device's worker (calls are
+        // synchronous for their caller, so this cannot overtake one of its
+        // earlier calls)
+        let g = group.clone();
+        return on_comm(ticket, is_nccl(&group.0), move || work(array, &g.0));
+    }
     let device = tensor.device;
     worker::submit(
         device,
