@@ -441,6 +441,60 @@ defmodule ExMLX.Distributed do
   defp to_nx(t), do: apply(ExMLX.Backend, :to_nx, [t])
 
   # ---------------------------------------------------------------------------
+  # Between BEAM nodes (Erlang distribution, no MLX networking)
+  # ---------------------------------------------------------------------------
+
+  @doc """
+  Sends `tensor` (an `ExMLX.Tensor`, or an `Nx.Tensor` with Nx) to `dest`
+  (a pid, a registered name, or `{name, node}` on another BEAM node) as the
+  message `{tag, frame}`, `frame` being its `ExMLX.Wire` frame: for
+  clusters that have Erlang distribution but not MLX's networking.
+  `receive_tensor/2` on the other side makes the tensor again, bit for bit.
+
+  Copies: the data is copied once into the frame (with its checksum, in the
+  same pass). The frame is a reference-counted binary, so the BEAM passes it
+  on without copying it (to a process on this node, it is shared; to another
+  node, the distribution writes it to its connection). The receiver copies
+  it once into an MLX buffer: MLX must own its tensors' memory, since it may
+  write a result into an input's buffer when nothing else holds that input.
+
+      iex> :ok = ExMLX.Distributed.send_tensor(self(), ExMLX.iota({:bf, 16}, {3}))
+      iex> t = ExMLX.Distributed.receive_tensor()
+      iex> {t.type, ExMLX.to_list(t)}
+      {{:bf, 16}, [0.0, 1.0, 2.0]}
+  """
+  @spec send_tensor(Process.dest(), Tensor.t() | struct(), term()) :: :ok
+  def send_tensor(dest, tensor, tag \\ :ex_mlx_tensor) do
+    frame = ExMLX.Wire.encode(tensor)
+    Kernel.send(dest, {tag, frame})
+    :ok
+  end
+
+  @doc """
+  Waits for a tensor that `send_tensor/3` sent to this process with `tag`
+  and decodes it (checking its checksum). Raises `ExMLX.Error` of kind
+  `:timeout` if none comes within `:timeout` milliseconds (default
+  `:infinity`), or the wire format's error for a malformed frame.
+
+  Options: `:tag` (default `:ex_mlx_tensor`), `:timeout`, and
+  `ExMLX.Wire.decode/2`'s (`:device`, `as: :nx`).
+  """
+  @spec receive_tensor(keyword()) :: Tensor.t() | struct()
+  def receive_tensor(opts \\ []) do
+    {tag, opts} = Keyword.pop(opts, :tag, :ex_mlx_tensor)
+    {timeout, opts} = Keyword.pop(opts, :timeout, :infinity)
+
+    receive do
+      {^tag, frame} when is_binary(frame) -> ExMLX.Wire.decode!(frame, opts)
+    after
+      timeout ->
+        raise ExMLX.Error,
+          kind: :timeout,
+          message: "no tensor tagged #{inspect(tag)} came within #{timeout} ms"
+    end
+  end
+
+  # ---------------------------------------------------------------------------
   # Hostfiles
   # ---------------------------------------------------------------------------
 

@@ -215,6 +215,28 @@ defmodule ExMLX.DistributedTest do
     assert "[1] rank 1 of 2 (ring): all_sum 3" in lines, out
   end
 
+  @tag timeout: 300_000
+  test "a tensor moved to another BEAM node over Erlang distribution arrives bit for bit" do
+    env = [
+      {"ERL_EPMD_ADDRESS", "127.0.0.1"},
+      {"EX_MLX_TEST_RUN", "#{System.unique_integer([:positive])}"}
+    ]
+
+    {statuses, lines} = launch("nodes.exs", n: 2, env: env, deadline: 240_000)
+    assert statuses == %{0 => 0, 1 => 0}, inspect(lines)
+    sent = result(lines, 0)
+    assert result(lines, 1) == sent
+
+    assert [
+             {{2, 3}, {:s, 32}, :cpu, ints},
+             {{2}, {:bf, 16}, :cpu, <<0, 0x80, 0, 0x80>>},
+             {{512, 1024}, {:f, 32}, :cpu, big}
+           ] = sent
+
+    assert ints == for(i <- 0..5, into: <<>>, do: <<i::signed-32-little>>)
+    assert big == for(i <- 0..(512 * 1024 - 1), into: <<>>, do: <<i * 0.5::float-32-little>>)
+  end
+
   # The bounded-failure runs: the configured timeout, and the margin within
   # which the surviving rank must have given up by itself (past it the
   # launcher kills it, and the test fails).
