@@ -67,7 +67,14 @@ defmodule ExMLX.Distributed.Launcher do
     try do
       ports =
         Map.new(ranks, fn rank ->
-          env = [{"MLX_RANK", Integer.to_string(rank)}, {"MLX_HOSTFILE", path} | opts[:env]]
+          # (one rank: no group to join, and MLX's ring cannot make a ring
+          # of one; the rank runs on the group of one)
+          mlx_env =
+            if length(hosts) > 1,
+              do: [{"MLX_RANK", Integer.to_string(rank)}, {"MLX_HOSTFILE", path}],
+              else: []
+
+          env = mlx_env ++ opts[:env]
 
           port_opts =
             [
