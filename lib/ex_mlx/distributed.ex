@@ -184,22 +184,22 @@ defmodule ExMLX.Distributed do
   and `:timeout` (default: the group's).
   """
   @spec all_sum(Tensor.t(), keyword()) :: Tensor.t()
-  def all_sum(%Tensor{} = tensor, opts \\ []), do: collective(:all_sum, tensor, opts)
+  def all_sum(tensor, opts \\ []), do: collective(:all_sum, tensor!(tensor), opts)
 
   @doc "The element-wise maximum of `tensor` over the ranks, on every rank."
   @spec all_max(Tensor.t(), keyword()) :: Tensor.t()
-  def all_max(%Tensor{} = tensor, opts \\ []), do: collective(:all_max, tensor, opts)
+  def all_max(tensor, opts \\ []), do: collective(:all_max, tensor!(tensor), opts)
 
   @doc "The element-wise minimum of `tensor` over the ranks, on every rank."
   @spec all_min(Tensor.t(), keyword()) :: Tensor.t()
-  def all_min(%Tensor{} = tensor, opts \\ []), do: collective(:all_min, tensor, opts)
+  def all_min(tensor, opts \\ []), do: collective(:all_min, tensor!(tensor), opts)
 
   @doc """
   Every rank's `tensor`, concatenated along the first axis in rank order
   (a scalar becomes a vector of one element per rank), on every rank.
   """
   @spec all_gather(Tensor.t(), keyword()) :: Tensor.t()
-  def all_gather(%Tensor{} = tensor, opts \\ []), do: collective(:all_gather, tensor, opts)
+  def all_gather(tensor, opts \\ []), do: collective(:all_gather, tensor!(tensor), opts)
 
   defp collective(op, tensor, opts) do
     {group, timeout} = group_opts(opts)
@@ -217,7 +217,8 @@ defmodule ExMLX.Distributed do
   sends to its neighbours only.
   """
   @spec send(Tensor.t(), non_neg_integer(), keyword()) :: :ok
-  def send(%Tensor{} = tensor, dst, opts \\ []) do
+  def send(tensor, dst, opts \\ []) do
+    tensor = tensor!(tensor)
     {group, timeout} = group_opts(opts)
 
     await(
@@ -244,7 +245,8 @@ defmodule ExMLX.Distributed do
 
   @doc "A tensor like `tensor` (shape, type, device) received from rank `src`."
   @spec recv_like(Tensor.t(), non_neg_integer(), keyword()) :: Tensor.t()
-  def recv_like(%Tensor{} = tensor, src, opts \\ []) do
+  def recv_like(tensor, src, opts \\ []) do
+    tensor = tensor!(tensor)
     {group, timeout} = group_opts(opts)
 
     await(
@@ -254,6 +256,11 @@ defmodule ExMLX.Distributed do
     )
     |> Tensor.wrap()
   end
+
+  defp tensor!(%Tensor{} = t), do: t
+
+  defp tensor!(other),
+    do: raise(ArgumentError, "tensor: expected an ExMLX.Tensor, got: #{inspect(other)}")
 
   defp group_opts(opts) do
     opts = Keyword.validate!(opts, [:group, :timeout])

@@ -73,4 +73,14 @@ averages =
 
 results = Map.put(results, :average_gradients, averages)
 
+# MLX's ring cannot split a group; it says so
+split =
+  try do
+    D.split(g, 0)
+  rescue
+    e in ExMLX.Error -> {e.kind, e.message}
+  end
+
+results = Map.put(results, :split, split)
+
 IO.puts("RESULT " <> Base.encode64(:erlang.term_to_binary({g.rank, g.size, g.backend, results})))

@@ -86,6 +86,10 @@ defmodule ExMLX.DistributedTest do
 
       assert_raise ArgumentError, fn -> D.all_sum(ExMLX.iota({:f, 32}, {2}), grup: nil) end
 
+      assert_raise ArgumentError, "tensor: expected an ExMLX.Tensor, got: [1.0]", fn ->
+        D.all_sum([1.0])
+      end
+
       assert_raise ArgumentError,
                    "average_gradients: #ExMLX.Tensor<s32[2] cpu> is not floating-point or complex; " <>
                      "an average of {:s, 32} values is not one",
@@ -170,6 +174,8 @@ defmodule ExMLX.DistributedTest do
       for rank <- 0..(n - 1) do
         {^rank, ^n, :ring, results} = result(lines, rank)
         {averages, results} = Map.pop(results, :average_gradients)
+        {split, results} = Map.pop(results, :split)
+        assert split == {:distributed, "[ring] Group split not supported."}
         assert Map.keys(results) |> Enum.sort() == Enum.sort(@types)
 
         # the means over ranks r of r + 1, 2 * (r + 1) and r * i
