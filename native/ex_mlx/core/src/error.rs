@@ -2,7 +2,8 @@
 //!
 //! The NIF hands every error to Elixir as `{kind, message}`, `kind` being
 //! [`Error::kind`] (`:mlx`, `:argument`, `:type`, `:device`,
-//! `:out_of_memory`, `:internal`, `:cancelled`, or a wire-format defect);
+//! `:out_of_memory`, `:internal`, `:cancelled`, `:distributed`, or a
+//! wire-format defect);
 //! `ExMLX.Error` turns it into an exception whose message a person can act on.
 
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
