@@ -243,6 +243,25 @@ defmodule ExMLX.DistributedTest do
     assert big == for(i <- 0..(512 * 1024 - 1), into: <<>>, do: <<i * 0.5::float-32-little>>)
   end
 
+  @tag :tmp_dir
+  @tag timeout: 300_000
+  test "mix ex_mlx.launch --hostfile starts the ranks named by --ranks", %{tmp_dir: dir} do
+    hostfile = Path.join(dir, "hosts.json")
+    File.write!(hostfile, D.hostfile_json(D.loopback_hostfile(2)))
+
+    {out, status} =
+      System.cmd(
+        "mix",
+        ~w(ex_mlx.launch --hostfile #{hostfile} --ranks 0,1 test/distributed/hello.exs),
+        env: [{"MIX_ENV", "test"}],
+        stderr_to_stdout: true
+      )
+
+    assert status == 0, out
+    assert "[0] rank 0 of 2 (ring): all_sum 3" in String.split(out, "\n"), out
+    assert "[1] rank 1 of 2 (ring): all_sum 3" in String.split(out, "\n"), out
+  end
+
   # The bounded-failure runs: the configured timeout, and the margin within
   # which the surviving rank must have given up by itself (past it the
   # launcher kills it, and the test fails).
