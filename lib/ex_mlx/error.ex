@@ -13,6 +13,11 @@ defmodule ExMLX.Error do
     * `:not_loaded` - the native library is missing (run `bin/setup`)
     * `:cancelled` - work that stopped because its caller exited (a
       compiled program's `while` loop)
+    * `:distributed` - a distributed backend that is missing or could not
+      start, a peer that was lost (MLX's message), or a distributed call
+      refused after an earlier one timed out (`ExMLX.Distributed`)
+    * `:timeout` - a distributed call that did not finish within its
+      timeout (`ExMLX.Distributed`)
     * `:internal` - a bug in ExMLX; please report it
   """
   defexception [:kind, :message]

@@ -216,6 +216,20 @@ defmodule ExMLX.Native do
   def bundle_header_length(_prefix, _total), do: not_loaded()
   def bundle_parse_header(_json, _data_len), do: not_loaded()
 
+  # Distributed (native/ex_mlx/src/distributed.rs). The calls that wait for
+  # peers return `{:ok, ticket}` and reply `{tag, result}` from the
+  # communication thread; dist_abandon/2 takes a reply away once the caller
+  # stops waiting (true: no message will come). `group` is a group
+  # reference or nil (the group of one).
+  def dist_available(_backend), do: not_loaded()
+  def dist_init(_tag, _backend, _strict), do: not_loaded()
+  def dist_split(_tag, _group, _color, _key), do: not_loaded()
+  def dist_collective(_tag, _op, _tensor, _group), do: not_loaded()
+  def dist_send(_tag, _tensor, _dst, _group), do: not_loaded()
+  def dist_recv(_tag, _shape, _type, _src, _group, _device), do: not_loaded()
+  def dist_recv_like(_tag, _tensor, _src, _group), do: not_loaded()
+  def dist_abandon(_ticket, _reason), do: not_loaded()
+
   # A test hook's stub: the library is loaded, but built without the
   # test-hooks feature (any environment but `test`).
   defp test_hook do

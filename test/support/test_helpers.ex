@@ -63,6 +63,7 @@ defmodule ExMLX.TestHelpers do
   """
   def error_kinds do
     [:argument, :type, :device, :out_of_memory, :mlx, :not_loaded, :internal] ++
+      [:distributed] ++
       [:bad_magic, :unsupported_version, :unknown_dtype, :bad_rank, :truncated] ++
       [:trailing_bytes, :size_overflow, :length_mismatch, :checksum_mismatch] ++
       [:invalid_bool, :bad_header_length, :invalid_header, :offsets_out_of_range] ++

@@ -6,7 +6,8 @@
 //! (typed NIF arguments), [`reply`] (how a call is queued and answered);
 //! then the NIFs: [`op`] (every op of the op table, through one NIF),
 //! [`tensor_nifs`] (queries, eval, item), [`device`], [`data`] (binaries in
-//! and out), [`wire`], [`memory`], [`bench`] (reference measurements for
+//! and out), [`wire`], [`memory`], [`distributed`] (MLX's groups and
+//! collectives), [`bench`] (reference measurements for
 //! bench/), and, with the `test-hooks` feature, [`test_hooks`].
 //! docs/architecture.md draws the whole.
 
@@ -14,6 +15,7 @@ pub mod args;
 pub mod bench;
 pub mod data;
 pub mod device;
+pub mod distributed;
 pub mod memory;
 pub mod op;
 pub mod program;

@@ -2,7 +2,8 @@
 //!
 //! The NIF hands every error to Elixir as `{kind, message}`, `kind` being
 //! [`Error::kind`] (`:mlx`, `:argument`, `:type`, `:device`,
-//! `:out_of_memory`, `:internal`, `:cancelled`, or a wire-format defect);
+//! `:out_of_memory`, `:internal`, `:cancelled`, `:distributed`, or a
+//! wire-format defect);
 //! `ExMLX.Error` turns it into an exception whose message a person can act on.
 
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
@@ -35,6 +36,12 @@ pub enum Error {
     /// program's loop whose caller exited).
     #[error("{0}")]
     Cancelled(String),
+
+    /// A distributed call that failed: a backend that is missing or could
+    /// not start, a peer that was lost (MLX's message), or calls refused
+    /// after an earlier one timed out (`crate::distributed`).
+    #[error("{0}")]
+    Distributed(String),
 
     /// Malformed wire-format input; the kind names the defect (`bad_magic`, ...).
     #[error("{0}")]
@@ -71,6 +78,7 @@ impl Error {
             Error::OutOfMemory(_) => "out_of_memory",
             Error::Internal(_) => "internal",
             Error::Cancelled(_) => "cancelled",
+            Error::Distributed(_) => "distributed",
             Error::Wire(e) => e.kind,
         }
     }
@@ -84,7 +92,7 @@ impl From<mlx_rs::error::Exception> for Error {
 
 /// mlx-c appends " at <source file>:<line>" to MLX's messages; that names a
 /// file of the build machine, not anything the caller can act on.
-fn strip_source_location(message: &str) -> &str {
+pub(crate) fn strip_source_location(message: &str) -> &str {
     match message.rfind(" at ") {
         Some(at) => {
             let tail = &message[at + 4..];

@@ -3,10 +3,12 @@
 //! Modules, one concern each: [`error`] (the error enum), [`dtype`] (the type
 //! table), [`device`], [`worker`] (the thread model), [`host`] (bytes in and
 //! out), [`item`], [`memory`], [`wire`], [`ops`] (the op table and the op
-//! families), [`program`] (op-table instructions run in one go). The NIF
+//! families), [`program`] (op-table instructions run in one go), [`distributed`]
+//! (MLX's distributed groups and collectives, and the thread they run on). The NIF
 //! crate (`ex_mlx`) turns Elixir terms into calls on these.
 
 pub mod device;
+pub mod distributed;
 pub mod dtype;
 pub mod error;
 pub mod fusion;
