@@ -105,7 +105,9 @@ if Code.ensure_loaded?(Nx) do
 
     # Rows: per program, µs per call (result read) through ExMLX.Compiler
     # and Nx.Defn.Evaluator (ExMLX.Backend), Python mlx plain and compiled.
-    def section(reps, quick, py, timed) do
+    # `random: false` leaves out the Nx.Random rows (their BinaryBackend
+    # reference takes seconds a call: bench/gpu/defn.exs).
+    def section(reps, quick, py, timed, opts \\ []) do
       cases = cases(quick)
 
       rows =
@@ -150,7 +152,8 @@ if Code.ensure_loaded?(Nx) do
           "Compiler / Python",
           "Evaluator / Compiler"
         ],
-        rows: rows ++ random_rows(reps, timed),
+        rows:
+          rows ++ if(Keyword.get(opts, :random, true), do: random_rows(reps, timed), else: []),
         notes:
           "Same programs in bench/defn_reference.py. `fuse: true` runs the program through " <>
             "MLX's compile (on the CPU, kernels built with g++ at the first call), as mx.compile does."

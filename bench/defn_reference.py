@@ -104,7 +104,8 @@ def rows(buffer):
 
 
 def main():
-    mx.set_default_device(mx.cpu)
+    # (--gpu: bench/gpu/defn.exs's reference, on the GPU)
+    mx.set_default_device(mx.gpu if "--gpu" in sys.argv else mx.cpu)
     mx.random.seed(7)
 
     def params(shapes):

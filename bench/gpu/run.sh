@@ -94,6 +94,13 @@ case "$1" in
     done
     gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)
     "$py" bench/gpu/report.py "$gpu" "$rounds" "${files[@]}" > "$out/gpu.md"
+    # defn programs (needs Nx in the stage): ExMLX.Compiler beside Python mlx
+    if ls "$work"/lib/nx/ebin >/dev/null 2>&1; then
+      echo "==> defn programs: ExMLX.Compiler, the Evaluator, Python mlx"
+      PYTHONPATH="$work/mlx-cuda" "$py" bench/defn_reference.py --gpu > "$out/defn_py.json"
+      elixir $(code_paths) bench/gpu/defn.exs "$out/defn.md" "$out/defn_py.json" > /dev/null
+      printf '\n' >> "$out/gpu.md" && cat "$out/defn.md" >> "$out/gpu.md"
+    fi
     cat "$out/gpu.md"
     ;;
   elixir)

@@ -82,7 +82,8 @@ defmodule ExMLX.DistributedTest do
       e = assert_raise ExMLX.Error, fn -> D.recv({2}, {:f, 32}, 1, device: :tpu) end
 
       assert {e.kind, e.message} ==
-               {:argument, "device: expected a device, :cpu or :gpu, got: :tpu"}
+               {:argument,
+                "device: expected a device, :cpu, :gpu or a stream ({:gpu, 1}), got: :tpu"}
 
       assert_raise ArgumentError, fn -> D.all_sum(ExMLX.iota({:f, 32}, {2}), grup: nil) end
 

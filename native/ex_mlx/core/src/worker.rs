@@ -24,8 +24,8 @@
 //! `enif_send`, wake the caller); `bench/` measures it. Workers start on first
 //! use; a device MLX cannot run on gives an error naming it instead of a worker.
 
-use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::collections::HashMap;
+use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
 use std::sync::{mpsc, Arc, Mutex};
 use std::thread;
@@ -76,7 +76,9 @@ pub fn stream_exists(device: Device) -> bool {
 fn streams() -> std::sync::MutexGuard<'static, HashMap<Device, Arc<Worker>>> {
     // (a panic while the map is locked cannot leave it half-updated: insert
     // and lookups only)
-    STREAMS.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    STREAMS
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 fn default_index(device: Device) -> usize {
@@ -265,7 +267,7 @@ mod tests {
             let x = mlx_rs::Array::from_slice(&[1.0f32, 2.0], &[2]);
             let s = mlx_rs::ops::sum(&x, None)?;
             synchronize_own_stream()?;
-            Ok(s.item::<f32>())
+            Ok(s.item_exact::<f32>())
         })
         .unwrap();
         assert_eq!(sum, 3.0);

@@ -1,0 +1,43 @@
+# bench/defn.exs's defn programs on the GPU (bench/gpu/README.md): each
+# through ExMLX.Compiler and Nx.Defn.Evaluator on ExMLX.Backend (the default
+# device, :gpu there), beside Python mlx plain and with mx.compile on the
+# same CUDA libmlx (bench/defn_reference.py --gpu, whose JSON output
+# PY_JSON holds). Writes a Markdown table to OUT.
+#
+#   elixir -pa ... bench/gpu/defn.exs OUT PY_JSON     (Elixir >= 1.18: JSON)
+
+[out, py_json] = System.argv()
+{:ok, _} = Application.ensure_all_started(:ex_mlx)
+Code.require_file("bench/defn.exs")
+py = py_json |> File.read!() |> String.split("\n", trim: true) |> List.last() |> JSON.decode!()
+
+timed = fn fun, reps ->
+  fun.()
+  fun.()
+
+  samples =
+    for _ <- 1..reps do
+      :erlang.garbage_collect()
+      started = System.monotonic_time(:nanosecond)
+      fun.()
+      (System.monotonic_time(:nanosecond) - started) / 1.0e9
+    end
+    |> Enum.sort()
+
+  %{median: Enum.at(samples, div(length(samples), 2))}
+end
+
+section = Bench.Defn.section(20, false, py, timed, random: false)
+
+table = [
+  "## #{section.title}, on #{ExMLX.default_device()}\n\n",
+  "| | " <> Enum.join(section.columns, " | ") <> " |\n",
+  "|---|" <> String.duplicate("---:|", length(section.columns)) <> "\n",
+  Enum.map(section.rows, &("| " <> Enum.join(&1, " | ") <> " |\n")),
+  "\n",
+  section.notes,
+  "\n"
+]
+
+File.write!(out, table)
+IO.puts(table)
