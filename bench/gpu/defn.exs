@@ -27,7 +27,8 @@ timed = fn fun, reps ->
   %{median: Enum.at(samples, div(length(samples), 2))}
 end
 
-section = Bench.Defn.section(20, false, py, timed, random: false)
+quick = System.get_env("BENCH_QUICK") == "1"
+section = Bench.Defn.section(if(quick, do: 2, else: 20), quick, py, timed, random: false)
 
 table = [
   "## #{section.title}, on #{ExMLX.default_device()}\n\n",
