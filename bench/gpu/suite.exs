@@ -12,7 +12,13 @@ IO.puts(
 # (Mix's build support, which some tests check, is loaded by mix.exs under Mix)
 Enum.each(["mix/ex_mlx_build.ex", "mix/ex_mlx_precompiled.ex"], &Code.require_file/1)
 Code.require_file("test/test_helper.exs")
-ExUnit.configure(formatters: [ExUnit.CLIFormatter], seed: 0, timeout: 300_000)
+# (tests tagged :mix_project run Mix in the project: nothing here can build it)
+ExUnit.configure(
+  formatters: [ExUnit.CLIFormatter],
+  seed: 0,
+  timeout: 300_000,
+  exclude: [:mix_project | ExUnit.configuration()[:exclude]]
+)
 
 for file <- Path.wildcard("test/**/*_test.exs") |> Enum.sort() do
   Code.require_file(file)

@@ -114,9 +114,10 @@ defmodule ExMLX.Distributed do
       of the group's calls
 
   MLX keeps one group per backend for the life of the OS process: a second
-  call returns the same group.
+  call returns the same group. A backend this MLX build lacks is an error
+  that says so; MLX's CPU build has the ring only:
 
-      iex> ExMLX.Distributed.init(backend: :nccl, strict: true)
+      ExMLX.Distributed.init(backend: :nccl, strict: true)
       ** (ExMLX.Error) the nccl backend is not available in this MLX build (MLX 0.32.2); available: ring
   """
   @spec init(keyword()) :: Group.t()

@@ -49,13 +49,29 @@ defmodule ExMLX.DistributedTest do
   end
 
   describe "backends" do
-    test "the CPU build has the ring and no MPI or NCCL" do
+    # MLX's CPU build has the ring only; its CUDA build (a GPU machine) has
+    # MPI and NCCL as well, whose init then wants their own setup.
+    @cuda_build ExMLX.device_available?(:gpu)
+
+    test "the ring is in every build; MPI and NCCL in the CUDA build only" do
       assert D.available?(:ring)
       assert D.available?(:any)
-      refute D.available?(:mpi)
-      refute D.available?(:nccl)
+      assert D.available?(:mpi) == @cuda_build
+      assert D.available?(:nccl) == @cuda_build
     end
 
+    if @cuda_build do
+      test "NCCL without its setup gives MLX's clear error" do
+        e = assert_raise ExMLX.Error, fn -> D.init(backend: :nccl, strict: true) end
+
+        assert {e.kind, e.message} ==
+                 {:distributed,
+                  "[nccl] Required environment variable 'NCCL_HOST_IP' is not set. " <>
+                    "Please set it before initializing the distributed backend."}
+      end
+    end
+
+    @tag skip: if(@cuda_build, do: "the CUDA build has NCCL and MPI")
     test "NCCL (and MPI) give a clear \"not available\" error, strict or not" do
       for backend <- [:nccl, :mpi], strict <- [true, false] do
         e = assert_raise ExMLX.Error, fn -> D.init(backend: backend, strict: strict) end
@@ -92,8 +108,8 @@ defmodule ExMLX.DistributedTest do
       end
 
       assert_raise ArgumentError,
-                   "average_gradients: #ExMLX.Tensor<s32[2] cpu> is not floating-point or complex; " <>
-                     "an average of {:s, 32} values is not one",
+                   "average_gradients: #ExMLX.Tensor<s32[2] #{ExMLX.default_device()}> is not " <>
+                     "floating-point or complex; an average of {:s, 32} values is not one",
                    fn -> D.average_gradients(%{a: ExMLX.iota({:s, 32}, {2})}) end
 
       assert_raise ArgumentError, ~r/expected tensors in maps, lists and tuples, got: :x/, fn ->
@@ -208,6 +224,9 @@ defmodule ExMLX.DistributedTest do
     end
   end
 
+  # (:mix_project: runs Mix in this project, which the staged GPU run,
+  # bench/gpu/suite.exs, has no build of)
+  @tag :mix_project
   @tag timeout: 300_000
   test "mix ex_mlx.launch -n 2 runs a script as two ranks, output prefixed by rank" do
     {out, status} =
@@ -234,10 +253,12 @@ defmodule ExMLX.DistributedTest do
     sent = result(lines, 0)
     assert result(lines, 1) == sent
 
+    device = ExMLX.default_device()
+
     assert [
-             {{2, 3}, {:s, 32}, :cpu, ints},
-             {{2}, {:bf, 16}, :cpu, <<0, 0x80, 0, 0x80>>},
-             {{512, 1024}, {:f, 32}, :cpu, big}
+             {{2, 3}, {:s, 32}, ^device, ints},
+             {{2}, {:bf, 16}, ^device, <<0, 0x80, 0, 0x80>>},
+             {{512, 1024}, {:f, 32}, ^device, big}
            ] = sent
 
     assert ints == for(i <- 0..5, into: <<>>, do: <<i::signed-32-little>>)
@@ -245,6 +266,7 @@ defmodule ExMLX.DistributedTest do
   end
 
   @tag :tmp_dir
+  @tag :mix_project
   @tag timeout: 300_000
   test "mix ex_mlx.launch --hostfile starts the ranks named by --ranks", %{tmp_dir: dir} do
     hostfile = Path.join(dir, "hosts.json")
