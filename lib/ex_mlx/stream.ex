@@ -7,8 +7,9 @@ defmodule ExMLX.Stream do
   one on a device; its name, `{:gpu, 1}` say, is a device wherever ExMLX
   takes one (`device:` options, `ExMLX.transfer/2`), and tensors made there
   stay there: ops on them run on that stream. Streams do not wait for each
-  other, so on a GPU independent work on two streams overlaps (MLX's CUDA
-  streams); on the CPU each stream has a thread of its own. ExMLX gives
+  other: each has a thread of its own in ExMLX and its own queue in MLX
+  (whether MLX's GPU backend then overlaps their kernels is MLX's to decide:
+  docs/gpu.md says what was measured). ExMLX gives
   each stream a worker thread (MLX binds a stream to the thread that made
   it), so an op takes its inputs from one stream: move a tensor to another
   with `ExMLX.transfer/2` (which waits for it to be computed).
