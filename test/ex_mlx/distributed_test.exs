@@ -265,6 +265,29 @@ defmodule ExMLX.DistributedTest do
     assert big == for(i <- 0..(512 * 1024 - 1), into: <<>>, do: <<i * 0.5::float-32-little>>)
   end
 
+  test "the launcher gives NCCL ranks what MLX's NCCL backend reads, one GPU each" do
+    me = self()
+
+    script =
+      ~s(echo "$MLX_RANK $MLX_WORLD_SIZE $NCCL_HOST_IP $CUDA_VISIBLE_DEVICES $NCCL_NVLS_ENABLE $NCCL_PORT")
+
+    statuses =
+      D.Launcher.run({"sh", ["-c", script]},
+        n: 2,
+        backend: :nccl,
+        output: fn rank, line -> send(me, {rank, String.split(line)}) end
+      )
+
+    assert statuses == %{0 => 0, 1 => 0}
+    assert_receive {0, ["0", "2", "127.0.0.1", "0", "0", port]}
+    assert_receive {1, ["1", "2", "127.0.0.1", "1", "0", ^port]}
+    assert String.to_integer(port) in 1..65_535
+
+    assert_raise ArgumentError, ":backend must be :ring or :nccl, got: :gloo", fn ->
+      D.Launcher.run({"true", []}, n: 1, backend: :gloo)
+    end
+  end
+
   @tag :tmp_dir
   @tag :mix_project
   @tag timeout: 300_000

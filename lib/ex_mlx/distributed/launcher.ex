@@ -10,6 +10,12 @@ defmodule ExMLX.Distributed.Launcher do
   hostfile and start on each machine the ranks whose addresses are its own
   (`:ranks`).
 
+  With `backend: :nccl` (one machine, one GPU per rank, as MLX's launcher
+  does it), every rank gets what MLX's NCCL backend reads instead:
+  `MLX_RANK`, `MLX_WORLD_SIZE`, `NCCL_HOST_IP` and `NCCL_PORT` (the first
+  host's address and a free port), `CUDA_VISIBLE_DEVICES` (its rank) and
+  `NCCL_NVLS_ENABLE=0` (NVLink multicast off), unless `:env` sets them.
+
   When a rank fails (a non-zero exit status), the others get `:grace`
   milliseconds to finish, then are killed: a rank whose peer is gone would
   otherwise wait for its collectives' timeout.
@@ -35,6 +41,7 @@ defmodule ExMLX.Distributed.Launcher do
     * `:deadline` - milliseconds after which every rank still running is
       killed (default `:infinity`)
     * `:cd` - the ranks' working directory
+    * `:backend` - `:ring` (default) or `:nccl` (see above)
   """
   @spec run({String.t(), [String.t()]}, keyword()) :: %{non_neg_integer() => status()}
   def run({executable, args}, opts) do
@@ -44,6 +51,7 @@ defmodule ExMLX.Distributed.Launcher do
         :hostfile,
         :ranks,
         :cd,
+        backend: :ring,
         env: [],
         output: &default_output/2,
         grace: 10_000,
@@ -63,6 +71,7 @@ defmodule ExMLX.Distributed.Launcher do
     end
 
     exe = System.find_executable(executable) || executable
+    nccl = nccl_env(opts[:backend], hosts)
 
     try do
       ports =
@@ -70,11 +79,15 @@ defmodule ExMLX.Distributed.Launcher do
           # (one rank: no group to join, and MLX's ring cannot make a ring
           # of one; the rank runs on the group of one)
           mlx_env =
-            if length(hosts) > 1,
-              do: [{"MLX_RANK", Integer.to_string(rank)}, {"MLX_HOSTFILE", path}],
-              else: []
+            cond do
+              nccl != nil -> nccl.(rank)
+              length(hosts) > 1 -> [{"MLX_RANK", Integer.to_string(rank)}, {"MLX_HOSTFILE", path}]
+              true -> []
+            end
 
-          env = mlx_env ++ opts[:env]
+          # (:env last: what the caller sets wins)
+          env =
+            Enum.reject(mlx_env, fn {k, _} -> List.keymember?(opts[:env], k, 0) end) ++ opts[:env]
 
           port_opts =
             [
@@ -96,6 +109,29 @@ defmodule ExMLX.Distributed.Launcher do
       File.rm(path)
     end
   end
+
+  # The environment MLX's NCCL backend reads, per rank (nil for the ring).
+  defp nccl_env(:ring, _hosts), do: nil
+
+  defp nccl_env(:nccl, [[first | _] | _] = hosts) do
+    [ip, _port] = String.split(first, ":")
+    # (a free port of this machine, found as loopback hostfiles find theirs)
+    [["127.0.0.1:" <> port]] = Distributed.loopback_hostfile(1)
+
+    fn rank ->
+      [
+        {"MLX_RANK", Integer.to_string(rank)},
+        {"MLX_WORLD_SIZE", Integer.to_string(length(hosts))},
+        {"NCCL_HOST_IP", ip},
+        {"NCCL_PORT", port},
+        {"CUDA_VISIBLE_DEVICES", Integer.to_string(rank)},
+        {"NCCL_NVLS_ENABLE", "0"}
+      ]
+    end
+  end
+
+  defp nccl_env(other, _hosts),
+    do: raise(ArgumentError, ":backend must be :ring or :nccl, got: #{inspect(other)}")
 
   defp hosts(opts) do
     case {opts[:n], opts[:hostfile]} do

@@ -23,12 +23,22 @@ defmodule Mix.Tasks.ExMlx.Launch do
   the others get `--grace` milliseconds (default 10000) to finish, then are
   killed. The task fails if any rank did.
 
+  `--backend nccl` runs the ranks with MLX's NCCL backend instead, one GPU
+  per rank on this machine (`CUDA_VISIBLE_DEVICES`; see
+  `ExMLX.Distributed.Launcher`): `mix ex_mlx.launch -n 2 --backend nccl train.exs`.
+
   Options: `-n`/`--ranks-count`, `--hostfile`, `--ranks` (comma-separated),
-  `--grace`.
+  `--backend` (`ring`, the default, or `nccl`), `--grace`.
   """
   use Mix.Task
 
-  @switches [ranks_count: :integer, hostfile: :string, ranks: :string, grace: :integer]
+  @switches [
+    ranks_count: :integer,
+    hostfile: :string,
+    ranks: :string,
+    grace: :integer,
+    backend: :string
+  ]
 
   # With -n every rank shares this machine: the BEAM's schedulers then sleep
   # instead of spinning while idle, which would take the cores MLX's socket
@@ -63,6 +73,13 @@ defmodule Mix.Tasks.ExMlx.Launch do
         r |> String.split(",", trim: true) |> Enum.map(&String.to_integer(String.trim(&1)))
       end
 
+    backend =
+      case opts[:backend] || "ring" do
+        "ring" -> :ring
+        "nccl" -> :nccl
+        other -> Mix.raise("--backend must be ring or nccl, got: #{other}")
+      end
+
     Mix.Task.run("compile")
 
     command = {"mix", ["run", "--no-compile", script | script_args]}
@@ -73,6 +90,7 @@ defmodule Mix.Tasks.ExMlx.Launch do
         hostfile: where[:hostfile],
         ranks: ranks,
         grace: opts[:grace] || 10_000,
+        backend: backend,
         env: [{"MIX_ENV", Atom.to_string(Mix.env())} | no_spin(where)]
       )
 
