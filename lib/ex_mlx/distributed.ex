@@ -133,8 +133,8 @@ defmodule ExMLX.Distributed do
 
     timeout = opts[:timeout]
 
-    if hostfile = opts[:hostfile], do: System.put_env("MLX_HOSTFILE", hostfile_path(hostfile))
-    if rank = opts[:rank], do: System.put_env("MLX_RANK", Integer.to_string(rank))
+    if hostfile = opts[:hostfile], do: put_env("MLX_HOSTFILE", hostfile_path(hostfile))
+    if rank = opts[:rank], do: put_env("MLX_RANK", Integer.to_string(rank))
 
     {ref, rank, size, backend} =
       await("init (backend #{inspect(opts[:backend])})", timeout, fn tag ->
@@ -145,6 +145,13 @@ defmodule ExMLX.Distributed do
     group = if backend == :none, do: %{group | ref: nil}, else: group
     :persistent_term.put(@key, group)
     group
+  end
+
+  # MLX reads the C library's environment; System.put_env/2 changes the
+  # emulator's copy only (kept too, for System.get_env/1)
+  defp put_env(name, value) do
+    :ok = Native.dist_setenv(name, value) |> ExMLX.Call.value()
+    System.put_env(name, value)
   end
 
   @doc """

@@ -223,6 +223,8 @@ defmodule ExMLX.Native do
   # reference or nil (the group of one).
   def dist_available(_backend), do: not_loaded()
   def dist_init(_tag, _backend, _strict), do: not_loaded()
+  # MLX_HOSTFILE or MLX_RANK set where MLX reads them (not os:putenv's copy)
+  def dist_setenv(_name, _value), do: not_loaded()
   def dist_split(_tag, _group, _color, _key), do: not_loaded()
   def dist_collective(_tag, _op, _tensor, _group), do: not_loaded()
   def dist_send(_tag, _tensor, _dst, _group), do: not_loaded()

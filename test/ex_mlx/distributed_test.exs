@@ -265,6 +265,27 @@ defmodule ExMLX.DistributedTest do
     assert big == for(i <- 0..(512 * 1024 - 1), into: <<>>, do: <<i * 0.5::float-32-little>>)
   end
 
+  @tag timeout: 300_000
+  test "init's :hostfile and :rank reach MLX (ranks started without MLX_RANK, MLX_HOSTFILE)" do
+    path = Path.join(System.tmp_dir!(), "ex_mlx_hosts_#{System.unique_integer([:positive])}.json")
+    File.write!(path, D.hostfile_json(D.loopback_hostfile(2)))
+
+    # (one rank per launch: a launch of one rank sets no MLX variables)
+    runs =
+      for rank <- 0..1 do
+        env = [{"EX_MLX_INIT_RANK", "#{rank}"}, {"EX_MLX_INIT_HOSTFILE", path}]
+        Task.async(fn -> launch("init_options.exs", n: 1, env: env, deadline: 240_000) end)
+      end
+
+    results = Task.await_many(runs, :infinity)
+    File.rm(path)
+
+    for {{statuses, lines}, rank} <- Enum.with_index(results) do
+      assert statuses == %{0 => 0}, inspect(lines)
+      assert result(lines, 0) == {rank, 2, 3.0}
+    end
+  end
+
   test "the launcher gives NCCL ranks what MLX's NCCL backend reads, one GPU each" do
     me = self()
 

@@ -203,6 +203,24 @@ fn result_tensor(array: Array, group: &Group, device: Device) -> Result<NewTenso
 }
 
 /// `dist_available(backend)`: whether this MLX build has the backend.
+/// `dist_setenv(name, value)`: sets `MLX_HOSTFILE` or `MLX_RANK` where MLX
+/// reads them (the C library's environment: Erlang's `os:putenv` changes
+/// only the emulator's own copy), for `ExMLX.Distributed.init/1`'s
+/// `:hostfile` and `:rank`. Other names are refused.
+#[rustler::nif]
+fn dist_setenv(name: String, value: String) -> NifResult<Atom> {
+    if !matches!(name.as_str(), "MLX_HOSTFILE" | "MLX_RANK") || value.contains('\0') {
+        return Err(error_tuple(Error::arg(
+            "name",
+            format!("expected MLX_HOSTFILE or MLX_RANK and a value without NUL, got: {name}"),
+        )));
+    }
+    // (Rust 2021: safe to call; it races only with another thread's getenv
+    // of the environment, which MLX does when a group is made, after this)
+    std::env::set_var(name, value);
+    Ok(rustler::types::atom::ok())
+}
+
 #[rustler::nif]
 fn dist_available(backend: Term) -> NifResult<bool> {
     Ok(decode_backend(backend).map_err(error_tuple)?.is_available())
