@@ -87,6 +87,13 @@ defmodule ExMLX.DistributedTest do
     end
 
     test "bad arguments are refused, naming them" do
+      # (init's :hostfile and :rank go through this NIF; nothing else may)
+      assert ExMLX.Native.dist_setenv("PATH", "/tmp") ==
+               {:error, {:argument, ~s(name: expected "MLX_HOSTFILE" or "MLX_RANK", got: "PATH")}}
+
+      assert ExMLX.Native.dist_setenv("MLX_RANK", "") ==
+               {:error, {:argument, ~s(value: expected a non-empty string without NUL, got: "")}}
+
       e = assert_raise ExMLX.Error, fn -> D.init(backend: :gloo) end
 
       assert {e.kind, e.message} ==

@@ -100,6 +100,11 @@ defmodule ExMLX.StreamTest do
                  "expected a device (:cpu, :gpu, or a stream such as {:gpu, 1}), got: :tpu",
                  fn -> Stream.new(:tpu) end
 
+    assert ExMLX.Native.stream_new(:tpu) ==
+             {:error,
+              {:argument,
+               "device: expected a device, :cpu, :gpu or a stream ({:gpu, 1}), got: :tpu"}}
+
     unless ExMLX.device_available?(:gpu) do
       error = assert_raise ExMLX.Error, fn -> Stream.new(:gpu) end
 

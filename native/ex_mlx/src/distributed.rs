@@ -208,13 +208,31 @@ fn result_tensor(array: Array, group: &Group, device: Device) -> Result<NewTenso
 /// only the emulator's own copy), for `ExMLX.Distributed.init/1`'s
 /// `:hostfile` and `:rank`. Other names are refused.
 #[rustler::nif]
-fn dist_setenv(name: String, value: String) -> NifResult<Atom> {
-    if !matches!(name.as_str(), "MLX_HOSTFILE" | "MLX_RANK") || value.contains('\0') {
-        return Err(error_tuple(Error::arg(
-            "name",
-            format!("expected MLX_HOSTFILE or MLX_RANK and a value without NUL, got: {name}"),
-        )));
-    }
+fn dist_setenv(name: Term, value: Term) -> NifResult<Atom> {
+    let name = match name.decode::<String>() {
+        Ok(n) if n == "MLX_HOSTFILE" || n == "MLX_RANK" => n,
+        _ => {
+            return Err(error_tuple(Error::arg(
+                "name",
+                format!(
+                    "expected \"MLX_HOSTFILE\" or \"MLX_RANK\", got: {}",
+                    show(name)
+                ),
+            )))
+        }
+    };
+    let value = match value.decode::<String>() {
+        Ok(v) if !v.is_empty() && !v.contains('\0') => v,
+        _ => {
+            return Err(error_tuple(Error::arg(
+                "value",
+                format!(
+                    "expected a non-empty string without NUL, got: {}",
+                    show(value)
+                ),
+            )))
+        }
+    };
     // (Rust 2021: safe to call; it races only with another thread's getenv
     // of the environment, which MLX does when a group is made, after this)
     std::env::set_var(name, value);

@@ -62,11 +62,21 @@ static LAST_STREAM: AtomicU32 = AtomicU32::new(0);
 /// independently of other streams' (on a GPU, MLX's streams run
 /// concurrently). Errors when the device is not available.
 pub fn new_stream(device: Device) -> Result<Device> {
+    let mut streams = streams();
+    if streams.len() >= MAX_STREAMS {
+        return Err(Error::Device(format!(
+            "at most {MAX_STREAMS} streams can be made (each has a thread for the life of the \
+             VM); reuse the ones made"
+        )));
+    }
     let stream = device.on_stream(LAST_STREAM.fetch_add(1, Ordering::Relaxed) + 1);
     let worker = start(stream).map_err(Error::Device)?;
-    streams().insert(stream, Arc::new(worker));
+    streams.insert(stream, Arc::new(worker));
     Ok(stream)
 }
+
+/// How many streams [`new_stream`] makes at most: each keeps a thread.
+pub const MAX_STREAMS: usize = 64;
 
 /// Whether `device` names an existing stream (default streams always exist).
 pub fn stream_exists(device: Device) -> bool {
