@@ -35,8 +35,8 @@
 //! argument.
 
 use std::cell::RefCell;
-use std::ffi::{c_char, c_void, CStr, CString};
-use std::sync::{mpsc, Mutex, Once};
+use std::ffi::CString;
+use std::sync::{mpsc, Mutex};
 use std::thread;
 
 use mlx_rs::{Array, Dtype, Stream};
@@ -78,71 +78,10 @@ impl Backend {
     }
 }
 
-// -----------------------------------------------------------------------------
-// MLX's error messages
-// -----------------------------------------------------------------------------
-
-thread_local! {
-    /// The last message mlx-c reported on this thread (see [`mlx_call`]).
-    static LAST_MESSAGE: RefCell<Option<String>> = const { RefCell::new(None) };
-}
-
-extern "C" {
-    /// mlx-rs's error handler (exported unmangled by mlx-rs 0.33): it stashes
-    /// the message for mlx-rs's own calls, which read it after a failure.
-    fn default_mlx_error_handler(msg: *const c_char, data: *mut c_void);
-}
-
-/// Keeps the message for [`mlx_call`], then hands it to mlx-rs's handler so
-/// that mlx-rs's calls report their errors as before.
-extern "C" fn forwarding_error_handler(msg: *const c_char, data: *mut c_void) {
-    if !msg.is_null() {
-        // SAFETY: mlx-c passes a NUL-terminated message alive for this call.
-        let text = unsafe { CStr::from_ptr(msg) }
-            .to_string_lossy()
-            .into_owned();
-        LAST_MESSAGE.with(|m| *m.borrow_mut() = Some(text));
-    }
-    // SAFETY: the same arguments mlx-c gave this handler, passed on unchanged.
-    unsafe { default_mlx_error_handler(msg, data) }
-}
-
-static HANDLER: Once = Once::new();
-
-/// Installs [`forwarding_error_handler`] once, after mlx-rs installed its
-/// own (it does so on its first checked call; a later installation of its
-/// would replace this one, so one such call is made first).
-fn install_error_handler() {
-    HANDLER.call_once(|| {
-        let probe = Array::from_int(0);
-        let _ = mlx_rs::ops::abs(&probe);
-        // SAFETY: a handler with mlx-c's signature, valid for the process's
-        // life; no data pointer, so nothing to free.
-        unsafe {
-            mlx_sys::mlx_set_error_handler(
-                Some(forwarding_error_handler),
-                std::ptr::null_mut(),
-                None,
-            )
-        };
-    });
-}
-
-/// Runs one mlx-c call returning a status; a non-zero status becomes an
-/// error with MLX's message (without mlx-c's source location).
+/// Runs one mlx-c call returning a status; MLX's message on failure
+/// (`crate::mlx_c`) is a distributed error.
 fn mlx_call(what: &str, call: impl FnOnce() -> i32) -> Result<()> {
-    install_error_handler();
-    LAST_MESSAGE.with(|m| m.borrow_mut().take());
-    let status = call();
-    if status == 0 {
-        return Ok(());
-    }
-    let message = LAST_MESSAGE
-        .with(|m| m.borrow_mut().take())
-        .unwrap_or_else(|| format!("MLX rejected {what}"));
-    Err(Error::Distributed(
-        crate::error::strip_source_location(&message).to_string(),
-    ))
+    crate::mlx_c::call(what, call).map_err(Error::Distributed)
 }
 
 // -----------------------------------------------------------------------------
@@ -472,18 +411,9 @@ fn raw_array(
     name: &str,
     call: impl FnOnce(*mut mlx_sys::mlx_array, mlx_sys::mlx_stream) -> i32,
 ) -> Result<Array> {
-    let stream = Stream::thread_local_or_default();
-    // SAFETY: a fresh empty array handle for mlx-c to fill.
-    let mut res = unsafe { mlx_sys::mlx_array_new() };
-    match mlx_call(name, || call(&mut res, stream.as_ptr())) {
-        // SAFETY: a successful call wrote a new array that nothing else owns.
-        Ok(()) => Ok(unsafe { Array::from_ptr(res) }),
-        Err(e) => {
-            // SAFETY: `res` is ours and was not handed out.
-            unsafe { mlx_sys::mlx_array_free(res) };
-            Err(e)
-        }
-    }
+    // SAFETY: every caller passes its arrays and pointers to one mlx-c
+    // function writing a new array, valid for the duration of the call.
+    unsafe { crate::mlx_c::new_array(name, call) }.map_err(Error::Distributed)
 }
 
 // -----------------------------------------------------------------------------

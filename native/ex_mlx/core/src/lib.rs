@@ -1,6 +1,7 @@
 //! ExMLX's MLX logic, independent of the BEAM, so `cargo test` can cover it.
 //!
-//! Modules, one concern each: [`error`] (the error enum), [`dtype`] (the type
+//! Modules, one concern each: [`error`] (the error enum), [`mlx_c`] (calls
+//! through mlx-c with MLX's error messages), [`dtype`] (the type
 //! table), [`device`], [`worker`] (the thread model), [`host`] (bytes in and
 //! out), [`item`], [`memory`], [`wire`], [`ops`] (the op table and the op
 //! families), [`program`] (op-table instructions run in one go), [`distributed`]
@@ -16,6 +17,7 @@ pub mod host;
 pub mod host_tensor;
 pub mod item;
 pub mod memory;
+pub mod mlx_c;
 pub mod ops;
 pub mod program;
 pub mod program_format;

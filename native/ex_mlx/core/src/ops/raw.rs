@@ -1,10 +1,10 @@
-//! Calling MLX operations that mlx-rs 0.33 does not wrap, through mlx-sys.
+//! Calling MLX operations that mlx-rs 0.33 does not wrap, through mlx-sys
+//! (`crate::mlx_c`).
 //!
 //! Callers check their arguments first, so MLX has nothing left to reject in
-//! practice; should it still fail, the error names the operation (mlx-rs keeps
-//! MLX's own message to itself).
+//! practice; should it still fail, the error is MLX's own message.
 
-use mlx_rs::{Array, Stream};
+use mlx_rs::Array;
 use mlx_sys::mlx_array;
 
 use crate::error::{Error, Result};
@@ -19,12 +19,5 @@ pub unsafe fn op(
     name: &str,
     call: impl FnOnce(*mut mlx_array, mlx_sys::mlx_stream) -> i32,
 ) -> Result<Array> {
-    let stream = Stream::thread_local_or_default();
-    let mut res = mlx_sys::mlx_array_new();
-    let status = call(&mut res, stream.as_ptr());
-    if status != 0 {
-        mlx_sys::mlx_array_free(res);
-        return Err(Error::Mlx(format!("MLX rejected {name}")));
-    }
-    Ok(Array::from_ptr(res))
+    crate::mlx_c::new_array(name, call).map_err(Error::Mlx)
 }
