@@ -96,11 +96,12 @@ defmodule ExMLX.Build do
     end
   end
 
-  def runtime_dir do
+  @doc "Where an MLX runtime (`mlx-cpu`, `mlx-cuda-13`) is provisioned."
+  def runtime_dir(flavour \\ "mlx-cpu") do
     Path.join([
       Path.dirname(Mix.Project.build_path()),
       "mlx-runtime",
-      "mlx-cpu-#{@mlx_version}"
+      "#{flavour}-#{@mlx_version}"
     ])
   end
 
@@ -217,14 +218,7 @@ defmodule ExMLX.Build do
         {:ok, nil}
 
       target() == :cuda ->
-        dir =
-          Path.join([
-            Path.dirname(Mix.Project.build_path()),
-            "mlx-runtime",
-            "mlx-cuda-13-#{@mlx_version}"
-          ])
-
-        with {:ok, prefix} <- provision(@cuda_wheel, dir, []),
+        with {:ok, prefix} <- provision(@cuda_wheel, runtime_dir("mlx-cuda-13"), []),
              do: {:ok, Path.join(prefix, "lib")}
 
       true ->
@@ -285,20 +279,14 @@ defmodule ExMLX.Build do
   def precompiled_dir, do: Path.join(Path.dirname(Mix.Project.build_path()), "ex_mlx-precompiled")
 
   @doc """
-  Points a library's run-time search path at `lib_dir` (a precompiled NIF
-  at install: it was linked against the MLX runtime of the machine that
-  built it).
+  Points a library's run-time search path at `lib_dir`: a precompiled NIF
+  at install (it was linked against the MLX runtime of the machine that
+  built it), or a NIF built here that runs on the CUDA runtime.
   """
   def link_runtime(library, lib_dir) do
     case System.find_executable("patchelf") do
-      nil ->
-        {:error, "patchelf is needed to link the precompiled NIF to MLX; run bin/setup"}
-
-      patchelf ->
-        case System.cmd(patchelf, ["--set-rpath", lib_dir, library], stderr_to_stdout: true) do
-          {_, 0} -> :ok
-          {out, status} -> {:error, "patchelf failed (exit #{status}): #{out}"}
-        end
+      nil -> {:error, "patchelf is needed to link the NIF to MLX's runtime; run bin/setup"}
+      patchelf -> patchelf(patchelf, ["--set-rpath", lib_dir, library])
     end
   end
 

@@ -546,10 +546,10 @@ if Code.ensure_loaded?(Nx) do
 
     @impl true
     def put_slice(%T{type: type} = out, tensor, starts, slice) do
-      device = scatter_device(device_of(tensor), type)
-      s = starts_ref(starts, device)
-      inputs = [ref_as(tensor, type), s, ref_as(slice, type)]
-      scatter_on(out, device_of(tensor), device, :put_slice, inputs, [])
+      device = device_of(tensor)
+      run_on = scatter_device(device, type)
+      inputs = [ref_as(tensor, type), starts_ref(starts, run_on), ref_as(slice, type)]
+      scatter_on(out, device, run_on, :put_slice, inputs, [])
     end
 
     @impl true

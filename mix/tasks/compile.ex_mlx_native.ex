@@ -110,22 +110,11 @@ defmodule Mix.Tasks.Compile.ExMlxNative do
     end
   end
 
-  defp runtime do
-    case Build.mlx_runtime() do
-      {:ok, runtime} ->
-        {:ok, runtime}
+  defp runtime, do: Build.mlx_runtime() |> or_failed()
+  defp gpu_runtime, do: Build.gpu_runtime() |> or_failed()
 
-      {:error, message} ->
-        failed(message)
-    end
-  end
-
-  defp gpu_runtime do
-    case Build.gpu_runtime() do
-      {:ok, lib_dir} -> {:ok, lib_dir}
-      {:error, message} -> failed(message)
-    end
-  end
+  defp or_failed({:ok, value}), do: {:ok, value}
+  defp or_failed({:error, message}), do: failed(message)
 
   defp build(env, gpu_lib, priv_lib, fingerprint) do
     profile = Build.profile()

@@ -41,7 +41,8 @@ fn mlx_version() -> &'static str {
 /// copy of the environment, so the variable is set here.
 fn load(_env: rustler::Env, load_info: rustler::Term) -> bool {
     let tf32: bool = load_info.decode().unwrap_or(false);
-    if std::env::var_os("MLX_ENABLE_TF32").is_none() {
+    // (unset or empty, as ExMLX.Native's choice treats it)
+    if std::env::var_os("MLX_ENABLE_TF32").is_none_or(|v| v.is_empty()) {
         // (Rust 2021: `set_var` is safe to call; it races only with another
         // thread's getenv, and no thread of this library exists yet)
         std::env::set_var("MLX_ENABLE_TF32", if tf32 { "1" } else { "0" });

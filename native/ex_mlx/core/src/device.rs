@@ -11,8 +11,8 @@ pub enum Kind {
 /// Where a tensor's work runs: a device kind and one of its streams. Stream
 /// 0 is the device's default stream (`:cpu`, `:gpu`); streams made by
 /// `ExMLX.Stream.new/1` are numbered from 1 (`{:gpu, 1}`). Each has a worker
-/// thread of its own (`crate::worker`), so work on independent streams
-/// overlaps.
+/// thread of its own (`crate::worker`), so one stream's work never waits
+/// for another's.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Device {
     kind: Kind,

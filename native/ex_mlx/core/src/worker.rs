@@ -54,13 +54,15 @@ static WORKERS: [OnceCell<std::result::Result<Worker, String>>; 2] =
 static STREAMS: Lazy<Mutex<HashMap<Device, Arc<Worker>>>> =
     Lazy::new(|| Mutex::new(HashMap::new()));
 
-/// The last stream number handed out (per kind; shared, so numbers are unique).
+/// The last stream number handed out (one count for both kinds: a number
+/// names one stream).
 static LAST_STREAM: AtomicU32 = AtomicU32::new(0);
 
-/// A new stream on the device of `kind`'s device (its default stream's
-/// device), with a worker thread of its own: ops on tensors of it run there,
-/// independently of other streams' (on a GPU, MLX's streams run
-/// concurrently). Errors when the device is not available.
+/// A new stream of `device`'s kind, with a worker thread and an MLX stream
+/// of its own: ops on its tensors run there, without waiting for other
+/// streams' (whether the GPU then overlaps their kernels is MLX's to
+/// decide). Errors when the device is not available or [`MAX_STREAMS`] are
+/// made.
 pub fn new_stream(device: Device) -> Result<Device> {
     let mut streams = streams();
     if streams.len() >= MAX_STREAMS {
