@@ -23,11 +23,11 @@ defmodule ExMLX.Native do
   # and each stub reports it.
   @doc false
   def load_nif do
-    tf32? = choose_tf32()
+    load_info = {choose_tf32(), Application.get_env(:ex_mlx, :tune_malloc, true) != false}
 
     case nif_path() do
       {:ok, path} ->
-        case :erlang.load_nif(path, tf32?) do
+        case :erlang.load_nif(path, load_info) do
           :ok ->
             :persistent_term.erase({__MODULE__, :load_error})
             :ok

@@ -69,7 +69,9 @@ defmodule ExMLX.StreamTest do
         send(parent, {:default, ExMLX.add(y, y) |> ExMLX.sum() |> ExMLX.item()})
       end)
 
-      spawn_link(fn -> send(parent, {:stream, ExMLX.add(x, x) |> ExMLX.sum() |> ExMLX.item()}) end)
+      spawn_link(fn ->
+        send(parent, {:stream, ExMLX.add(x, x) |> ExMLX.sum() |> ExMLX.item()})
+      end)
 
       assert_receive {:stream, 40.0}, 10_000
       refute_received {:default, _}

@@ -32,20 +32,27 @@ fn mlx_version() -> &'static str {
     ex_mlx_core::MLX_VERSION
 }
 
-/// Runs when the library is loaded, before any MLX call: `load_info` is
-/// whether float32 matrix products may use TF32 on the GPU (ExMLX.Native
-/// decides it from `config :ex_mlx, tf32:` and the environment).
+/// Runs when the library is loaded, before any MLX call. `load_info` is
+/// `{tf32, tune_malloc}` (ExMLX.Native decides both from the application's
+/// configuration and the environment):
 ///
-/// MLX reads `MLX_ENABLE_TF32` once, at its first such product, with the C
-/// library's `getenv`; Erlang's `os:putenv` changes only the emulator's own
-/// copy of the environment, so the variable is set here.
+/// - `tf32`: whether float32 matrix products may use TF32 on the GPU. MLX
+///   reads `MLX_ENABLE_TF32` once, at its first such product, with the C
+///   library's `getenv`; Erlang's `os:putenv` changes only the emulator's own
+///   copy of the environment, so the variable is set here.
+/// - `tune_malloc`: whether to set glibc's malloc thresholds for MLX's host
+///   buffers (`ex_mlx_core::memory::tune_host_malloc` says why).
 fn load(_env: rustler::Env, load_info: rustler::Term) -> bool {
-    let tf32: bool = load_info.decode().unwrap_or(false);
+    let (tf32, tune_malloc): (bool, bool) = load_info.decode().unwrap_or((false, true));
     // (unset or empty, as ExMLX.Native's choice treats it)
     if std::env::var_os("MLX_ENABLE_TF32").is_none_or(|v| v.is_empty()) {
         // (Rust 2021: `set_var` is safe to call; it races only with another
         // thread's getenv, and no thread of this library exists yet)
         std::env::set_var("MLX_ENABLE_TF32", if tf32 { "1" } else { "0" });
+    }
+    if tune_malloc {
+        // (false where the C library is not glibc: nothing to tune)
+        ex_mlx_core::memory::tune_host_malloc();
     }
     true
 }

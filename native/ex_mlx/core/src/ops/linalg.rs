@@ -193,6 +193,9 @@ pub fn tensordot(a: &Array, b: &Array, axes_a: &[i64], axes_b: &[i64]) -> Result
     }
     let inexact = |d: mlx_rs::Dtype| d.is_float() || d.is_complex();
     if inexact(a.dtype()) || inexact(b.dtype()) {
+        if let Some(product) = matmul_form(a, b, &axes_a, &axes_b)? {
+            return Ok(product);
+        }
         return Ok(ops::tensordot_axes(a, b, &axes_a, &axes_b)?);
     }
     // Integers: move the contracted axes to the end of a / the front of b and
@@ -216,9 +219,138 @@ pub fn tensordot(a: &Array, b: &Array, axes_a: &[i64], axes_b: &[i64]) -> Result
     Ok(integer_matmul(&lhs, &rhs)?.reshape(&out_shape)?)
 }
 
+/// A one-axis contraction as one `matmul` of `a` and `b` or their
+/// transposed views, or `None` when it has no such form. `a` is contracted on
+/// either axis of a matrix or on the last axis of any rank, `b` on either
+/// axis of a matrix or on a vector. MLX's tensordot transposes and reshapes
+/// its operands first, and the reshape copies a transposed one (a weight
+/// matrix, in the `x · Wᵀ` and `xᵀ · dy` products of a gradient); matmul reads
+/// a transposed view in place.
+fn matmul_form(a: &Array, b: &Array, axes_a: &[i32], axes_b: &[i32]) -> Result<Option<Array>> {
+    let (&[i], &[j]) = (axes_a, axes_b) else {
+        return Ok(None);
+    };
+    let (rank_a, rank_b) = (a.ndim() as i32, b.ndim() as i32);
+    if rank_b > 2 || (rank_a > 2 && i != rank_a - 1) {
+        return Ok(None);
+    }
+    let lhs = if rank_a == 2 && i == 0 {
+        ops::swap_axes(a, 0, 1)?
+    } else {
+        a.clone()
+    };
+    let rhs = if rank_b == 2 && j == 1 {
+        ops::swap_axes(b, 0, 1)?
+    } else {
+        b.clone()
+    };
+    Ok(Some(ops::matmul(&lhs, &rhs)?))
+}
+
 /// Einstein summation (`"ij,jk->ik"`).
 pub fn einsum(subscripts: &str, operands: &[Array]) -> Result<Array> {
     Ok(ops::einsum(subscripts, operands)?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Element `index` (row-major) of a tensor of `shape` whose elements
+    /// are `values`.
+    fn at(values: &[f32], shape: &[usize], index: &[usize]) -> f32 {
+        let flat = index.iter().zip(shape).fold(0, |acc, (&i, &n)| acc * n + i);
+        values[flat]
+    }
+
+    /// Every index of `shape`, row-major.
+    fn indices(shape: &[usize]) -> Vec<Vec<usize>> {
+        shape.iter().fold(vec![vec![]], |acc, &n| {
+            acc.iter()
+                .flat_map(|prefix| {
+                    (0..n).map(move |i| {
+                        let mut next = prefix.clone();
+                        next.push(i);
+                        next
+                    })
+                })
+                .collect()
+        })
+    }
+
+    /// The contraction of `a` on `i` with `b` on `j`, summed here element
+    /// by element: the free axes of `a`, then those of `b`.
+    fn contracted(
+        (a, sa): (&[f32], &[usize]),
+        (b, sb): (&[f32], &[usize]),
+        i: usize,
+        j: usize,
+    ) -> (Vec<i32>, Vec<f32>) {
+        let free = |s: &[usize], k: usize| -> Vec<usize> {
+            s.iter()
+                .enumerate()
+                .filter(|&(n, _)| n != k)
+                .map(|(_, &d)| d)
+                .collect()
+        };
+        let (fa, fb) = (free(sa, i), free(sb, j));
+        let shape: Vec<usize> = fa.iter().chain(&fb).copied().collect();
+        let values = indices(&shape)
+            .iter()
+            .map(|index| {
+                (0..sa[i])
+                    .map(|k| {
+                        let mut ia = index[..fa.len()].to_vec();
+                        ia.insert(i, k);
+                        let mut ib = index[fa.len()..].to_vec();
+                        ib.insert(j, k);
+                        at(a, sa, &ia) * at(b, sb, &ib)
+                    })
+                    .sum()
+            })
+            .collect();
+        (shape.iter().map(|&d| d as i32).collect(), values)
+    }
+
+    /// The one-axis contractions that run as a matmul of (transposed)
+    /// views, and a few that take MLX's tensordot, against sums by hand.
+    #[test]
+    fn one_axis_contractions_match_sums_by_hand() {
+        let cases: &[(&[usize], &[usize], usize, usize)] = &[
+            (&[2, 3], &[3, 4], 1, 0),
+            (&[3, 2], &[3, 4], 0, 0),
+            (&[2, 3], &[4, 3], 1, 1),
+            (&[3, 2], &[4, 3], 0, 1),
+            (&[3], &[3, 4], 0, 0),
+            (&[3], &[4, 3], 0, 1),
+            (&[2, 3], &[3], 1, 0),
+            (&[3, 2], &[3], 0, 0),
+            (&[3], &[3], 0, 0),
+            (&[2, 5, 3], &[3, 4], 2, 0),
+            (&[2, 5, 3], &[4, 3], 2, 1),
+            (&[2, 5, 3], &[3], 2, 0),
+            // no matmul form: MLX's tensordot
+            (&[3, 5, 2], &[3, 4], 0, 0),
+            (&[2, 3], &[4, 3, 2], 1, 1),
+            (&[2, 0], &[0, 4], 1, 0),
+        ];
+        for &(sa, sb, i, j) in cases {
+            let numbered = |s: &[usize], offset: f32| -> Vec<f32> {
+                (0..s.iter().product::<usize>())
+                    .map(|v| v as f32 * 0.5 + offset)
+                    .collect()
+            };
+            let (va, vb) = (numbered(sa, 1.0), numbered(sb, -2.0));
+            let dims = |s: &[usize]| s.iter().map(|&d| d as i32).collect::<Vec<_>>();
+            let a = Array::from_slice(&va, &dims(sa));
+            let b = Array::from_slice(&vb, &dims(sb));
+            let out = tensordot(&a, &b, &[i as i64], &[j as i64]).unwrap();
+            let (shape, expected) = contracted((&va, sa), (&vb, sb), i, j);
+            let case = format!("{sa:?} axis {i} · {sb:?} axis {j}");
+            assert_eq!(out.shape(), &shape[..], "{case}");
+            assert_eq!(out.as_slice::<f32>(), &expected[..], "{case}");
+        }
+    }
 }
 
 #[cfg(test)]
