@@ -47,6 +47,20 @@ enum State {
 #[rustler::resource_impl]
 impl Resource for Tensor {}
 
+impl Drop for Tensor {
+    fn drop(&mut self) {
+        let state = std::mem::replace(
+            self.state
+                .get_mut()
+                .unwrap_or_else(|poisoned| poisoned.into_inner()),
+            State::Deallocated,
+        );
+        if let State::Ready { array, .. } = state {
+            ex_mlx_core::worker::release(self.device, array);
+        }
+    }
+}
+
 pub type TensorRef = ResourceArc<Tensor>;
 
 fn ready(array: Array, evaluated: bool) -> State {
