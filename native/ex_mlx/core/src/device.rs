@@ -97,6 +97,28 @@ impl Device {
         status == 0 && available
     }
 
+    /// Whether this thread's MLX stream (a worker's, while it runs a job)
+    /// computes on the CPU.
+    pub fn current_is_cpu() -> bool {
+        let stream = mlx_rs::Stream::thread_local_or_default();
+        let mut kind = mlx_sys::mlx_device_type__MLX_GPU;
+        // SAFETY: `stream` is alive for the calls; the device handle is
+        // created by the first call, read by the second and freed here;
+        // `kind` is a live value the second call writes through.
+        let status = unsafe {
+            let mut device = mlx_sys::mlx_device_new();
+            let status = mlx_sys::mlx_stream_get_device(&mut device, stream.as_ptr());
+            let status = if status == 0 {
+                mlx_sys::mlx_device_get_type(&mut kind, device)
+            } else {
+                status
+            };
+            mlx_sys::mlx_device_free(device);
+            status
+        };
+        status == 0 && kind == mlx_sys::mlx_device_type__MLX_CPU
+    }
+
     /// The default stream of the device named `name` ("cpu" or "gpu").
     pub fn from_name(name: &str) -> Option<Device> {
         Device::ALL.into_iter().find(|d| d.name() == name)

@@ -200,6 +200,7 @@ impl Program {
             visible: vec![true; inputs + constants],
         };
         check_block(&mut main, &mut scope, "", 0)?;
+        keep_boolean_conditions(&mut main, scope.next());
         let loops = has_loops(&main);
         Ok(Program {
             inputs,
@@ -307,6 +308,79 @@ impl Program {
         let mut run = Run { slots, host, stop };
         run.block(&self.main.instructions)?;
         self.main.outputs.iter().map(|&s| run.read(s)).collect()
+    }
+}
+
+/// A comparison read only as `select` conditions keeps MLX's boolean result
+/// instead of being cast to the type it declares (Nx's u8): `select` reads a
+/// condition as a boolean, so the cast and the conversion back were two more
+/// passes over the data (Nx's gradient of `max` and `min` has two such
+/// selects per use). The values the program gives are the same.
+fn keep_boolean_conditions(main: &mut Block, slots: usize) {
+    let mut read_otherwise = vec![false; slots];
+    mark_reads(main, &mut read_otherwise);
+    relax_comparisons(main, &read_otherwise);
+}
+
+/// Marks every slot read other than as a `select` condition.
+fn mark_reads(block: &Block, read_otherwise: &mut [bool]) {
+    fn mark(read_otherwise: &mut [bool], slots: &[usize]) {
+        for &s in slots {
+            read_otherwise[s] = true;
+        }
+    }
+    mark(read_otherwise, &block.outputs);
+    for ins in &block.instructions {
+        match ins {
+            Instruction::Op(call) if call.op == Op::select => {
+                mark(read_otherwise, &call.inputs[1..])
+            }
+            Instruction::Op(call) => mark(read_otherwise, &call.inputs),
+            Instruction::Loop(l) => {
+                mark(read_otherwise, &l.initial);
+                mark_reads(&l.condition, read_otherwise);
+                mark_reads(&l.body, read_otherwise);
+            }
+            Instruction::Branch(b) => {
+                for (pred, body) in &b.clauses {
+                    mark_reads(pred, read_otherwise);
+                    mark_reads(body, read_otherwise);
+                }
+                mark_reads(&b.otherwise, read_otherwise);
+            }
+        }
+    }
+}
+
+fn relax_comparisons(block: &mut Block, read_otherwise: &[bool]) {
+    for ins in &mut block.instructions {
+        match ins {
+            Instruction::Op(call) => {
+                let comparison = matches!(
+                    call.op,
+                    Op::equal
+                        | Op::not_equal
+                        | Op::less
+                        | Op::less_equal
+                        | Op::greater
+                        | Op::greater_equal
+                );
+                if comparison && call.cast == Some(Dtype::Uint8) && !read_otherwise[call.first] {
+                    call.cast = None;
+                }
+            }
+            Instruction::Loop(l) => {
+                relax_comparisons(&mut l.condition, read_otherwise);
+                relax_comparisons(&mut l.body, read_otherwise);
+            }
+            Instruction::Branch(b) => {
+                for (pred, body) in &mut b.clauses {
+                    relax_comparisons(pred, read_otherwise);
+                    relax_comparisons(body, read_otherwise);
+                }
+                relax_comparisons(&mut b.otherwise, read_otherwise);
+            }
+        }
     }
 }
 
@@ -700,6 +774,60 @@ mod tests {
         // (1+10)*1 + (2+10)*2 + (3+10)*3 = 11 + 24 + 39
         assert_eq!(sum, vec![74.0]);
         assert_eq!(plus, vec![11, 12, 13]);
+    }
+
+    // slots 0 (x), 1 (0), 2 (10), 3 (-10); 4 = x > 0 and 5 = x < 0 (u8),
+    // 6 = select(4, 10, -10), 7 = select(5, 10, -10)
+    fn signs(outputs: &[usize]) -> Program {
+        let u8 = Some(Dtype::Uint8);
+        Program::new(
+            1,
+            3,
+            vec![
+                op(Op::greater, &[0, 1], vec![], u8),
+                op(Op::less, &[0, 1], vec![], u8),
+                op(Op::select, &[4, 2, 3], vec![], None),
+                op(Op::select, &[5, 2, 3], vec![], None),
+            ],
+            outputs.to_vec(),
+        )
+        .unwrap()
+    }
+
+    fn casts(program: &Program) -> Vec<Option<Dtype>> {
+        program
+            .main
+            .instructions
+            .iter()
+            .map(|ins| match ins {
+                Instruction::Op(call) => call.cast,
+                _ => unreachable!("straight-line program"),
+            })
+            .collect()
+    }
+
+    #[test]
+    fn comparisons_read_only_by_select_stay_boolean() {
+        let only_selects = signs(&[6, 7]);
+        let u8 = Some(Dtype::Uint8);
+        assert_eq!(casts(&only_selects), vec![None, None, None, None]);
+        // x < 0 is an output too: it keeps its u8
+        let also_output = signs(&[6, 7, 5]);
+        assert_eq!(casts(&also_output), vec![None, u8, None, None]);
+        let out = run_i32(signs(&[6, 7]), vec![vec![-2, 0, 3]], vec![0, 10, -10]);
+        assert_eq!(out, vec![vec![-10, -10, 10], vec![10, -10, -10]]);
+        let flags = run_blocking(Device::Cpu, move || {
+            let x = Array::from_slice(&[-2i32, 0, 3], &[3]);
+            let constants = vec![
+                Array::from_int(0),
+                Array::from_int(10),
+                Array::from_int(-10),
+            ];
+            let out = also_output.run(vec![x], constants)?;
+            Ok((out[2].dtype(), out[2].as_slice::<u8>().to_vec()))
+        })
+        .unwrap();
+        assert_eq!(flags, (Dtype::Uint8, vec![1, 0, 0]));
     }
 
     // while i < 10 { i += 1; acc *= 2 }: slots 0 (i), 1 (acc), 2 (10),

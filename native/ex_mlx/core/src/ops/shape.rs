@@ -1,12 +1,14 @@
 //! Shape operations: reshape, transpose, broadcast, squeeze, expand, flip,
 //! concatenate, stack, select (where), clip, pad.
 
-use mlx_rs::{ops, Array};
+use half::{bf16, f16};
+use mlx_rs::{ops, Array, Dtype};
 
+use super::creation::{scalar_bytes, Scalar};
 use super::{check_axes, check_axis};
 use crate::dtype::display_shape;
 use crate::error::{Error, Result};
-use crate::host::element_count;
+use crate::host::{array_from_bytes, element_count};
 
 pub fn reshape(a: &Array, shape: &[i32]) -> Result<Array> {
     let from = a.size();
@@ -95,12 +97,97 @@ pub fn stack(arrays: &[Array], axis: i64) -> Result<Array> {
 
 /// `condition ? on_true : on_false`, element-wise, with broadcasting.
 pub fn select(condition: &Array, on_true: &Array, on_false: &Array) -> Result<Array> {
-    let condition = if condition.dtype() == mlx_rs::Dtype::Bool {
-        condition.clone()
-    } else {
-        ops::ne(condition, Array::from_int(0))?
+    // A cast to bool is `x != 0` (NaN true, -0.0 false) in one pass over the
+    // condition's own bytes; comparing with an integer zero promoted a u8
+    // condition to i32 first. Complex conditions are compared with zero.
+    let condition = match condition.dtype() {
+        mlx_rs::Dtype::Bool => condition.clone(),
+        mlx_rs::Dtype::Complex64 => ops::ne(condition, Array::from_int(0))?,
+        _ => condition.as_dtype(mlx_rs::Dtype::Bool)?,
     };
+    if let Some(out) = select_between_scalars(&condition, on_true, on_false)? {
+        return Ok(out);
+    }
     Ok(ops::select(&condition, on_true, on_false)?)
+}
+
+/// `condition ? a : b` for evaluated float scalars `a` and `b`, on the CPU,
+/// as `cast(condition) * (a - b) + b` where that is exact: `a - b` is
+/// representable in the type and the arithmetic gives back `a` and `b` bit
+/// for bit (signs of zero included); `None` otherwise. MLX's CPU select is a
+/// branching loop over the elements (several times the time of a multiply,
+/// more when the condition is irregular, as a ReLU's mask is); Nx's
+/// gradients of `max` and `min` select between 1.0 and 0.0 and between 2.0
+/// and 1.0, which become a cast, and a cast and an add.
+fn select_between_scalars(condition: &Array, a: &Array, b: &Array) -> Result<Option<Array>> {
+    let dtype = a.dtype();
+    let small = |x: &Array| x.size() == 1 && x.ndim() <= condition.ndim();
+    if b.dtype() != dtype || !small(a) || !small(b) || !crate::device::Device::current_is_cpu() {
+        return Ok(None);
+    }
+    let (Some(x), Some(y)) = (evaluated_float(a), evaluated_float(b)) else {
+        return Ok(None);
+    };
+    // (`x`, `y` and `step` are values of the type, so these sums and
+    // products are exact in it as in f64, signs of zero following the same
+    // IEEE rules)
+    let step = x - y;
+    let exact = x.is_finite()
+        && y.is_finite()
+        && subtraction_is_exact(x, y, step)
+        && representable(step, dtype)
+        && (1.0 * step + y).to_bits() == x.to_bits()
+        && (0.0 * step + y).to_bits() == y.to_bits();
+    if !exact {
+        return Ok(None);
+    }
+    let mut out = condition.as_dtype(dtype)?;
+    if step != 1.0 {
+        let factor = array_from_bytes(&scalar_bytes(Scalar::Float(step), dtype)?, &[], dtype)?;
+        out = ops::multiply(&out, &factor)?;
+    }
+    // (adding +0.0 changes nothing when the step is positive: 0 * step is +0.0)
+    if !(y.to_bits() == 0 && step > 0.0) {
+        out = ops::add(&out, b)?;
+    }
+    Ok(Some(out))
+}
+
+/// The value of a one-element float array whose data is ready (`None` for
+/// one still to be computed: reading it would wait for MLX mid-graph).
+fn evaluated_float(a: &Array) -> Option<f64> {
+    let mut available = false;
+    // SAFETY: `a` is a live array for the call, which writes one bool.
+    let status = unsafe { mlx_sys::_mlx_array_is_available(&mut available, a.as_ptr()) };
+    if status != 0 || !available {
+        return None;
+    }
+    match a.dtype() {
+        Dtype::Float32 => a.try_as_slice::<f32>().ok()?.first().map(|&v| v as f64),
+        Dtype::Float64 => a.try_as_slice::<f64>().ok()?.first().copied(),
+        Dtype::Float16 => a.try_as_slice::<f16>().ok()?.first().map(|v| v.to_f64()),
+        Dtype::Bfloat16 => a.try_as_slice::<bf16>().ok()?.first().map(|v| v.to_f64()),
+        _ => None,
+    }
+}
+
+/// Whether `step`, f64's `x - y`, is the exact difference (Knuth's TwoSum:
+/// the rounding error of the subtraction is zero).
+fn subtraction_is_exact(x: f64, y: f64, step: f64) -> bool {
+    let back = step - x;
+    let error = (x - (step - back)) + (-y - back);
+    error == 0.0
+}
+
+/// Whether `v` is a value of the float type `dtype`.
+fn representable(v: f64, dtype: Dtype) -> bool {
+    match dtype {
+        Dtype::Float32 => (v as f32) as f64 == v,
+        Dtype::Float64 => true,
+        Dtype::Float16 => f16::from_f64(v).to_f64() == v,
+        Dtype::Bfloat16 => bf16::from_f64(v).to_f64() == v,
+        _ => false,
+    }
 }
 
 /// Clamps `a` into `[min, max]` (arrays broadcast against `a`).
@@ -383,4 +470,130 @@ pub fn interior_pad(a: &Array, interior: &[i64], value: &Array) -> Result<Array>
         out = slice(&merged, &starts, &stops, &vec![1; out.ndim()])?;
     }
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::device::Device;
+    use crate::worker::run_blocking;
+
+    #[test]
+    fn select_takes_on_true_where_the_condition_is_non_zero() {
+        let (from_u8, from_f32, from_i64) = run_blocking(Device::Cpu, || {
+            let on_true = Array::from_slice(&[1i32, 2, 3, 4], &[4]);
+            let on_false = Array::from_int(-1);
+            let c8 = Array::from_slice(&[0u8, 1, 2, 255], &[4]);
+            // NaN and any non-zero value count as true, -0.0 as false (Nx's rule: x != 0)
+            let cf = Array::from_slice(&[-0.0f32, f32::NAN, 0.5, 0.0], &[4]);
+            let ci = Array::from_slice(&[i64::MIN, 0, -1, 1 << 40], &[4]);
+            Ok((
+                select(&c8, &on_true, &on_false)?.as_slice::<i32>().to_vec(),
+                select(&cf, &on_true, &on_false)?.as_slice::<i32>().to_vec(),
+                select(&ci, &on_true, &on_false)?.as_slice::<i32>().to_vec(),
+            ))
+        })
+        .unwrap();
+        assert_eq!(from_u8, vec![-1, 2, 3, 4]);
+        assert_eq!(from_f32, vec![-1, 2, 3, -1]);
+        assert_eq!(from_i64, vec![1, -1, 3, 4]);
+    }
+
+    /// The values of a float array as f64 bit patterns.
+    fn bits(a: &Array) -> Vec<u64> {
+        let wide = a.as_dtype(Dtype::Float64).unwrap();
+        wide.as_slice::<f64>().iter().map(|v| v.to_bits()).collect()
+    }
+
+    #[test]
+    fn selects_between_scalars_give_mlx_s_select_bit_for_bit() {
+        let values = [
+            0.0,
+            -0.0,
+            1.0,
+            -1.0,
+            2.0,
+            0.5,
+            -3.5,
+            1.0e30,
+            1.0e-40,
+            f64::INFINITY,
+            f64::NAN,
+        ];
+        let (checked, fast) = run_blocking(Device::Cpu, move || {
+            let condition = Array::from_slice(&[true, false, true, false, false], &[5]);
+            let mut checked = 0;
+            let mut fast = Vec::new();
+            for dtype in [
+                Dtype::Float32,
+                Dtype::Float16,
+                Dtype::Bfloat16,
+                Dtype::Float64,
+            ] {
+                for &x in &values {
+                    for &y in &values {
+                        let scalar = |v: f64| {
+                            array_from_bytes(&scalar_bytes(Scalar::Float(v), dtype)?, &[], dtype)
+                        };
+                        let (a, b) = (scalar(x)?, scalar(y)?);
+                        mlx_rs::transforms::eval([&a, &b])?;
+                        let ours = select(&condition, &a, &b)?;
+                        let mlx = ops::select(&condition, &a, &b)?;
+                        assert_eq!(ours.dtype(), dtype);
+                        assert_eq!(ours.shape(), &[5]);
+                        assert_eq!(bits(&ours), bits(&mlx), "{x} / {y} as {dtype:?}");
+                        if select_between_scalars(&condition, &a, &b)?.is_some() {
+                            fast.push((dtype, x.to_bits(), y.to_bits()));
+                        }
+                        checked += 1;
+                    }
+                }
+            }
+            Ok((checked, fast))
+        })
+        .unwrap();
+        assert_eq!(checked, 4 * 11 * 11);
+        // Nx's gradients of max and min: 1.0 / 0.0 and 2.0 / 1.0, in every float type
+        for dtype in [
+            Dtype::Float32,
+            Dtype::Float16,
+            Dtype::Bfloat16,
+            Dtype::Float64,
+        ] {
+            for (x, y) in [(1.0f64, 0.0f64), (2.0, 1.0)] {
+                assert!(
+                    fast.contains(&(dtype, x.to_bits(), y.to_bits())),
+                    "{x} / {y} as {dtype:?}"
+                );
+            }
+        }
+        // never where a - b is inexact or a branch is -0.0 against +0.0, infinite or NaN
+        for (_, x, y) in &fast {
+            let (x, y) = (f64::from_bits(*x), f64::from_bits(*y));
+            assert!(x.is_finite() && y.is_finite(), "{x} / {y}");
+            assert!(!(x == 1.0e30 && y.abs() == 1.0), "{x} / {y}");
+            assert!(
+                !(x.to_bits() == (-0.0f64).to_bits() && y.to_bits() == 0),
+                "{x} / {y}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_branch_still_to_be_computed_takes_mlx_s_select() {
+        let fast = run_blocking(Device::Cpu, || {
+            let condition = Array::from_slice(&[true, false], &[2]);
+            let one = Array::from_slice(&[1.0f32], &[]);
+            let zero = Array::from_slice(&[0.0f32], &[]);
+            mlx_rs::transforms::eval([&one, &zero])?;
+            let pending = ops::add(&one, &zero)?;
+            let out = select(&condition, &pending, &zero)?;
+            Ok((
+                select_between_scalars(&condition, &pending, &zero)?.is_some(),
+                out.as_slice::<f32>().to_vec(),
+            ))
+        })
+        .unwrap();
+        assert_eq!(fast, (false, vec![1.0, 0.0]));
+    }
 }
