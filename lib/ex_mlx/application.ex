@@ -13,6 +13,7 @@ defmodule ExMLX.Application do
     end
 
     apply_cache_limit(Application.get_env(:ex_mlx, :cache_limit, :default))
+    apply_collect_after(Application.get_env(:ex_mlx, :collect_after, :default))
 
     children = [
       {DynamicSupervisor, name: ExMLX.MonitorSupervisor, strategy: :one_for_one},
@@ -28,6 +29,23 @@ defmodule ExMLX.Application do
   # 64 MB transfer rows show the difference). ExMLX starts with a larger
   # limit (see `ExMLX.Memory.default_cache_limit/0`); `config :ex_mlx,
   # cache_limit: bytes` sets another, `:mlx` keeps MLX's own.
+  # How many bytes of new tensors pass between garbage-collection hints
+  # (ExMLX.Memory.set_collect_after/1); the library's default until set.
+  defp apply_collect_after(:default), do: :ok
+
+  defp apply_collect_after(bytes) do
+    ExMLX.Memory.set_collect_after(bytes)
+    :ok
+  rescue
+    e in ExMLX.Error ->
+      if e.kind != :not_loaded, do: reraise(e, __STACKTRACE__)
+      :ok
+
+    e in ArgumentError ->
+      Logger.error("config :ex_mlx, collect_after: #{Exception.message(e)}")
+      reraise e, __STACKTRACE__
+  end
+
   defp apply_cache_limit(:mlx), do: :ok
 
   defp apply_cache_limit(setting) do

@@ -18,6 +18,10 @@ defmodule ExMLX.Call do
       {:ok, value} ->
         value
 
+      {:ok, value, :collect} ->
+        collect()
+        value
+
       :ok ->
         receive do
           {^tag, {:ok, value}} -> value
@@ -49,6 +53,12 @@ defmodule ExMLX.Call do
   `ExMLX.Error` raised for arguments it refused.
   """
   def deferred({:deferred, ref, device}), do: {ref, device}
+
+  def deferred({:deferred, ref, device, :collect}) do
+    collect()
+    {ref, device}
+  end
+
   def deferred({:error, reason}), do: raise(ExMLX.Error.from_reason(reason))
 
   @doc "`{shape, type, device}` of a tensor reference, waiting if it is still being computed."
@@ -88,4 +98,9 @@ defmodule ExMLX.Call do
 
   @doc "The most bytes a normal-scheduler NIF copies (HERE_NORMAL_MAX in native/ex_mlx/src/data.rs)."
   def here_max, do: @here_max
+
+  # A reply with `:collect`: the tensors made since the last hint passed
+  # ExMLX.Memory.set_collect_after/1's threshold; collecting the caller's
+  # garbage frees the tensors it dropped (native/ex_mlx/src/collect.rs).
+  defp collect, do: :erlang.garbage_collect()
 end

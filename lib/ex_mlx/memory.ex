@@ -11,7 +11,9 @@ defmodule ExMLX.Memory do
     * `start_monitor/1`, `stop_monitor/1` - sample `stats/0` periodically;
     * `summary/1` - a readable table of samples or profile reports;
     * `set_memory_limit/1`, `set_cache_limit/1`, `clear_cache/0`,
-      `reset_peak/0`, `device_info/1`.
+      `reset_peak/0`, `device_info/1`;
+    * `set_collect_after/1` - how often a process making tensors collects
+      its garbage, so that dropped tensors free their memory.
 
   Figures are bytes. MLX's allocator is process-wide: the figures cover every
   tensor of the VM, not one Elixir process's.
@@ -123,6 +125,28 @@ defmodule ExMLX.Memory do
   """
   @spec set_cache_limit(non_neg_integer()) :: non_neg_integer()
   def set_cache_limit(bytes), do: set_limit(:cache_limit, bytes)
+
+  @doc """
+  Sets how many bytes of new tensors pass between garbage-collection hints
+  (`0`: none); returns the previous threshold.
+
+  A tensor's memory is freed when the garbage collector of the process
+  holding it runs, and the BEAM does not know a tensor's size: a loop that
+  makes large tensors and drops them could keep gigabytes of dead tensors
+  (GPU memory included) until its heap fills up, and meanwhile every new
+  tensor needs fresh memory instead of reusing what the dead ones held. So
+  ExMLX counts the bytes of the tensors it makes; each time they pass this
+  threshold, the process making the next tensor collects its garbage
+  (`:erlang.garbage_collect/0`, a few microseconds for the small heaps of
+  processes that drive MLX). The default is 512 MiB; set another in your
+  config (`config :ex_mlx, collect_after: bytes`, `0` for none).
+
+      iex> previous = ExMLX.Memory.set_collect_after(0)
+      iex> ExMLX.Memory.set_collect_after(previous)
+      0
+  """
+  @spec set_collect_after(non_neg_integer()) :: non_neg_integer()
+  def set_collect_after(bytes), do: set_limit(:collect_after, bytes)
 
   @doc """
   The cache limit ExMLX sets when it starts: a quarter of the memory limit,

@@ -107,8 +107,53 @@ defmodule ExMLX.MemoryTest do
       Memory.start_monitor(0)
     end
 
-    assert {:error, {:argument, "limit: expected :memory_limit or :cache_limit, got: :other"}} =
+    assert_raise ArgumentError, ~r/collect_after must be a non-negative integer/, fn ->
+      Memory.set_collect_after(:never)
+    end
+
+    assert {:error,
+            {:argument,
+             "limit: expected :memory_limit, :cache_limit or :collect_after, got: :other"}} =
              ExMLX.Native.memory_set_limit(:other, 1)
+  end
+
+  # How much active memory a process that makes `count` 1 MB tensors and
+  # drops each one holds at the end: its heap is large enough that it never
+  # collects garbage by itself meanwhile.
+  defp held_after_dropping(count) do
+    parent = self()
+
+    {pid, ref} =
+      :erlang.spawn_opt(
+        fn ->
+          before = Memory.stats().active
+          for _ <- 1..count, do: ExMLX.iota({:u, 8}, {@mb}) |> ExMLX.eval()
+          # (a later call: the worker drops what was released before it)
+          ExMLX.iota({:u, 8}, {1}) |> ExMLX.eval()
+          send(parent, {:held, Memory.stats().active - before})
+        end,
+        [:monitor, min_heap_size: 8_000_000]
+      )
+
+    held = receive do: ({:held, held} -> held)
+    receive do: ({:DOWN, ^ref, :process, ^pid, _} -> :ok)
+    settle()
+    held
+  end
+
+  test "a process that drops large tensors collects them every collect_after bytes" do
+    settle()
+    previous = Memory.set_collect_after(4 * @mb)
+
+    try do
+      # hints: the process collects its garbage every 4 MB of new tensors
+      assert held_after_dropping(64) < 16 * @mb
+      # no hints: all 64 dropped tensors are still there at the end
+      assert Memory.set_collect_after(0) == 4 * @mb
+      assert held_after_dropping(64) >= 64 * @mb
+    after
+      Memory.set_collect_after(previous)
+    end
   end
 
   test "profile reports a peak at least the allocation inside it, and nests" do

@@ -41,7 +41,9 @@ fn memory_clear_cache() -> NifResult<rustler::Atom> {
     Ok(rustler::types::atom::ok())
 }
 
-/// `memory_set_limit(:memory_limit | :cache_limit, bytes)`: the previous limit.
+/// `memory_set_limit(:memory_limit | :cache_limit | :collect_after, bytes)`:
+/// the previous limit (`:collect_after`: the garbage-collection hints'
+/// threshold, `crate::collect`).
 #[rustler::nif]
 fn memory_set_limit(which: Term, bytes: Term) -> NifResult<usize> {
     let bytes: u64 = bytes.decode().map_err(|_| {
@@ -57,10 +59,11 @@ fn memory_set_limit(which: Term, bytes: Term) -> NifResult<usize> {
     match which.atom_to_string().ok().as_deref() {
         Some("memory_limit") => or_error(memory::set_memory_limit(bytes)),
         Some("cache_limit") => or_error(memory::set_cache_limit(bytes)),
+        Some("collect_after") => Ok(ex_mlx_core::collect::set_threshold(bytes as u64) as usize),
         _ => or_error(Err(ex_mlx_core::Error::arg(
             "limit",
             format!(
-                "expected :memory_limit or :cache_limit, got: {}",
+                "expected :memory_limit, :cache_limit or :collect_after, got: {}",
                 crate::term::show(which)
             ),
         ))),

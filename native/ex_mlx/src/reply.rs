@@ -33,7 +33,7 @@ use crate::args::Tag;
 use crate::tensor::{NewTensor, Results, Tensor, TensorRef};
 use crate::term::{error_tuple, DeviceTerm, ErrorTerm};
 
-rustler::atoms! { ok, error, deferred, any }
+rustler::atoms! { ok, error, deferred, any, collect }
 
 /// Where a reply goes: the calling process and the tag it waits for. Built on
 /// the scheduler (it copies the tag), used on a worker thread.
@@ -85,11 +85,25 @@ pub enum Submitted {
     Deferred(TensorRef),
 }
 
+/// `{:ok, value}` and `{:deferred, tensor, device}` get a third or fourth
+/// element, `:collect`, when a garbage-collection hint is due
+/// (`crate::collect`); `ExMLX.Call` then collects the caller's garbage.
 impl Encoder for Submitted {
     fn encode<'a>(&self, env: Env<'a>) -> Term<'a> {
         match self {
             Submitted::Queued => ok().encode(env),
-            Submitted::Done(reply) => reply.0.encode(env),
+            Submitted::Done(reply) => {
+                let term = reply.0.encode(env);
+                match term.decode::<(Atom, Term)>() {
+                    Ok((tag, value)) if tag == ok() && ex_mlx_core::collect::take_hint() => {
+                        (ok(), value, collect()).encode(env)
+                    }
+                    _ => term,
+                }
+            }
+            Submitted::Deferred(t) if ex_mlx_core::collect::take_hint() => {
+                (deferred(), t, DeviceTerm(t.device), collect()).encode(env)
+            }
             Submitted::Deferred(t) => (deferred(), t, DeviceTerm(t.device)).encode(env),
         }
     }

@@ -64,6 +64,7 @@ impl Drop for Tensor {
 pub type TensorRef = ResourceArc<Tensor>;
 
 fn ready(array: Array, evaluated: bool) -> State {
+    ex_mlx_core::collect::allocated(array.nbytes());
     let dtype = array.dtype();
     let shape = array.shape().iter().map(|&d| d as i64).collect();
     State::Ready {

@@ -5,9 +5,11 @@
 //! table), [`device`], [`worker`] (the thread model), [`host`] (bytes in and
 //! out), [`item`], [`memory`], [`wire`], [`ops`] (the op table and the op
 //! families), [`program`] (op-table instructions run in one go), [`distributed`]
-//! (MLX's distributed groups and collectives, and the thread they run on). The NIF
+//! (MLX's distributed groups and collectives, and the thread they run on),
+//! [`collect`] (when to hint a garbage collection). The NIF
 //! crate (`ex_mlx`) turns Elixir terms into calls on these.
 
+pub mod collect;
 pub mod device;
 pub mod distributed;
 pub mod dtype;
