@@ -129,7 +129,11 @@ defmodule Bench.Suite do
       # evaluated by Rust on ExMLX's worker thread, no Elixir per op.
       {"lazy op floor: the same graph built by Rust on the worker, µs/op", "lazy_graph_s_per_op",
        graph,
-       {:samples, fn -> ExMLX.Call.run(&ExMLX.Native.worker_chain_seconds(&1, graph, reps)) end}}
+       {:samples,
+        fn ->
+          ExMLX.Call.run(&ExMLX.Native.worker_chain_seconds(&1, :cpu, graph, reps))
+          |> Enum.map(&elem(&1, 1))
+        end}}
     ]
 
     per_round =

@@ -137,6 +137,14 @@ unless tf32_off? do
 
   row.("lazy dispatch: building the graph only", "µs/op", s * 1.0e6 / 1000)
 
+  # the floor of both: the same graph built and evaluated by Rust on ExMLX's
+  # worker thread, no Elixir per op
+  floor = ExMLX.Call.run(&ExMLX.Native.worker_chain_seconds(&1, :gpu, 1000, 20))
+  build = floor |> Enum.map(&elem(&1, 0)) |> GPU.median()
+  total = floor |> Enum.map(&elem(&1, 1)) |> GPU.median()
+  row.("lazy dispatch floor: the same graph built by Rust on the worker", "µs/op", total * 1.0e3)
+  row.("lazy dispatch floor: building only, by Rust on the worker", "µs/op", build * 1.0e3)
+
   # eager: one op and a read of its scalar
   one = ExMLX.full(1.0, {:f, 32}, {}, device: :gpu) |> ExMLX.eval()
   s = GPU.timed(fn -> ExMLX.add(one, one) |> ExMLX.item() end, 500, 20)

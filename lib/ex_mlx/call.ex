@@ -99,6 +99,18 @@ defmodule ExMLX.Call do
   @doc "The most bytes a normal-scheduler NIF copies (HERE_NORMAL_MAX in native/ex_mlx/src/data.rs)."
   def here_max, do: @here_max
 
+  @doc """
+  An asynchronous NIF's immediate result without its garbage-collection
+  hint (`{:ok, value, :collect}` collects the caller's garbage and becomes
+  `{:ok, value}`), for callers that match the result themselves.
+  """
+  def unhint({:ok, value, :collect}) do
+    collect()
+    {:ok, value}
+  end
+
+  def unhint(result), do: result
+
   # A reply with `:collect`: the tensors made since the last hint passed
   # ExMLX.Memory.set_collect_after/1's threshold; collecting the caller's
   # garbage frees the tensors it dropped (native/ex_mlx/src/collect.rs).

@@ -172,7 +172,7 @@ defmodule ExMLX.Native do
   def memcpy_seconds(_binary, _reps), do: not_loaded()
   # For bench/: seconds of each of `reps` n-add chains built and evaluated
   # on the CPU worker in Rust (replies to `tag`).
-  def worker_chain_seconds(_tag, _n, _reps), do: not_loaded()
+  def worker_chain_seconds(_tag, _device, _n, _reps), do: not_loaded()
 
   # Tensor queries (synchronous), evaluation, one element
   def tensor_info(_tensor), do: not_loaded()

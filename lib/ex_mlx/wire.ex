@@ -86,7 +86,7 @@ defmodule ExMLX.Wire do
       case Call.copy_path(byte_size(frame) - 20, device) do
         :here -> Native.wire_decode_here(frame)
         :dirty -> Native.wire_decode_here_dirty(frame)
-        :worker -> Native.wire_decode(tag, frame, device)
+        :worker -> Native.wire_decode(tag, frame, device) |> Call.unhint()
       end
 
     case result do

@@ -141,6 +141,31 @@ defmodule ExMLX.MemoryTest do
     held
   end
 
+  test "with a hint due on every reply, each way of making a tensor still gives it" do
+    previous = Memory.set_collect_after(1)
+
+    try do
+      # (128 KB: a CPU frame or binary this size goes through the worker)
+      bytes = :binary.copy(<<7>>, 128 * 1024)
+      t = ExMLX.from_binary(bytes, {:u, 8}, {128 * 1024})
+      assert ExMLX.to_binary(t) == bytes
+      assert t |> ExMLX.Wire.encode() |> ExMLX.Wire.decode!() |> ExMLX.to_binary() == bytes
+      small = ExMLX.iota({:s, 32}, {4})
+
+      assert small |> ExMLX.Wire.encode() |> ExMLX.Wire.decode!() |> ExMLX.to_list() == [
+               0,
+               1,
+               2,
+               3
+             ]
+
+      assert ExMLX.add(small, small) |> ExMLX.sum() |> ExMLX.item() == 12
+      assert ExMLX.cumulative_sum(small) |> ExMLX.eval() |> ExMLX.to_list() == [0, 1, 3, 6]
+    after
+      Memory.set_collect_after(previous)
+    end
+  end
+
   test "a process that drops large tensors collects them every collect_after bytes" do
     settle()
     previous = Memory.set_collect_after(4 * @mb)

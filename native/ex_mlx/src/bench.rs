@@ -4,7 +4,7 @@
 use ex_mlx_core::error::Error;
 use rustler::{NifResult, Term};
 
-use crate::args::{names, Bytes, Tag};
+use crate::args::{names, Bytes, DeviceArg, Tag};
 use crate::term::{decode_int_in, error_tuple};
 
 /// The most bytes one call copies (the time is bounded: it runs on a dirty
@@ -37,13 +37,15 @@ fn memcpy_seconds(binary: Bytes<names::Source>, reps: Term) -> NifResult<Vec<f64
     Ok(samples)
 }
 
-/// `worker_chain_seconds(tag, n, reps)`: on the CPU worker, without Elixir,
-/// `reps` times: build `n` chained adds of 0-d f32 arrays and evaluate them;
-/// replies the seconds each took. The lazy-op benchmark's floor in this VM.
+/// `worker_chain_seconds(tag, device, n, reps)`: on `device`'s worker,
+/// without Elixir, `reps` times: build `n` chained adds of 0-d f32 arrays and
+/// evaluate them; replies `{build, total}` seconds for each. The lazy-op
+/// benchmark's floor in this VM: what MLX takes on ExMLX's worker thread.
 #[rustler::nif]
 fn worker_chain_seconds<'a>(
     env: rustler::Env<'a>,
     tag: Tag<'a>,
+    device: DeviceArg,
     n: Term<'a>,
     reps: Term<'a>,
 ) -> crate::reply::AsyncResult {
@@ -52,8 +54,8 @@ fn worker_chain_seconds<'a>(
     crate::reply::submit(
         env,
         tag,
-        ex_mlx_core::device::Device::Cpu,
-        move || -> ex_mlx_core::Result<Vec<f64>> {
+        device.0,
+        move || -> ex_mlx_core::Result<Vec<(f64, f64)>> {
             let one = mlx_rs::Array::from_f32(1.0);
             one.eval()?;
             let mut samples = Vec::with_capacity(reps);
@@ -63,8 +65,9 @@ fn worker_chain_seconds<'a>(
                 for _ in 0..n {
                     acc = mlx_rs::ops::add(&acc, &one)?;
                 }
+                let built = start.elapsed().as_secs_f64();
                 acc.eval()?;
-                samples.push(start.elapsed().as_secs_f64());
+                samples.push((built, start.elapsed().as_secs_f64()));
             }
             Ok(samples)
         },
