@@ -71,7 +71,7 @@ if Code.ensure_loaded?(Nx) do
       templates = Enum.map(vars, &Composite.traverse(&1, fn t -> template(t) end))
       # (named hooks given at the call decide which hooks inside loops run)
       hooked = opts |> Keyword.get(:hooks, %{}) |> Map.keys() |> Enum.sort()
-      cache_key = {key, device, fuse, templates, hooked}
+      cache_key = {function_key(key), device, fuse, templates, hooked}
 
       fn args_list ->
         Enum.map(args_list, fn args ->
@@ -84,6 +84,32 @@ if Code.ensure_loaded?(Nx) do
     end
 
     defp device(opts), do: Keyword.get(opts, :device, ExMLX.default_device())
+
+    # The function as a cache key: a closure that captured defn expressions
+    # (Nx.Defn.Graph.run jits `fn _ -> expr end`) stands for its code and its
+    # captured values, those expressions by their ids. An expression is a
+    # graph whose shared nodes the key must not walk as a tree: hashing or
+    # comparing the closure itself visits a node once per path to it, 2^45
+    # times for 45 doublings of one tensor.
+    defp function_key(fun) when is_function(fun) do
+      with {:type, :local} <- Function.info(fun, :type),
+           {:env, env} <- Function.info(fun, :env),
+           true <- Enum.any?(env, &match?(%Nx.Tensor{data: %Nx.Defn.Expr{}}, &1)) do
+        {:module, module} = Function.info(fun, :module)
+        {:new_uniq, uniq} = Function.info(fun, :new_uniq)
+        {:new_index, index} = Function.info(fun, :new_index)
+        {:closure, module, uniq, index, Enum.map(env, &captured_key/1)}
+      else
+        _ -> fun
+      end
+    end
+
+    defp function_key(key), do: key
+
+    defp captured_key(%Nx.Tensor{data: %Nx.Defn.Expr{id: id}} = t),
+      do: {:expr, id, template(t)}
+
+    defp captured_key(other), do: other
 
     defp fuse?(opts) do
       case Keyword.get(opts, :fuse, false) do

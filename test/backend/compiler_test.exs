@@ -254,6 +254,19 @@ if Code.ensure_loaded?(Nx) do
       assert Nx.to_number(t) == 1
     end
 
+    test "a closure that captured a heavily shared expression compiles (keyed by its ids)" do
+      # 45 doublings of x: one node each, 2^45 paths from the result to x
+      x = Nx.tensor([1.0, 2.0])
+      doubling = fn x -> Enum.reduce(1..45, x, fn _, acc -> Nx.add(acc, acc) end) end
+      expr = Nx.Defn.debug_expr(doubling).(x)
+
+      # as Nx.Defn.Graph.run jits a stage: a closure returning the expression
+      # (run in this process: sending the expression to another would copy
+      # it path by path)
+      result = Nx.Defn.jit_apply(fn _ -> expr end, [{x}], compiler: ExMLX.Compiler)
+      assert Nx.to_flat_list(result) == [2.0 ** 45, 2.0 ** 46]
+    end
+
     test "fuse: true runs a straight-line program through MLX's compile, same results" do
       x = Nx.iota({1000}, type: {:f, 32}) |> Nx.divide(1000)
       fused = Nx.Defn.jit(&Funs.softmax/1, compiler: ExMLX.Compiler, fuse: true)

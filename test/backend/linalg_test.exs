@@ -68,6 +68,16 @@ if Code.ensure_loaded?(Nx) do
         # the same through transform_a: :transpose of the lower triangle
         assert flat(Nx.LinAlg.triangular_solve(a, b, transform_a: :transpose)) ==
                  f32_list([v0, v1, v2, v3])
+
+        # and with a vector on the right of a: v·a = b is aᵀ·v = b
+        assert flat(Nx.LinAlg.triangular_solve(a, b, left_side: false)) ==
+                 f32_list([v0, v1, v2, v3])
+
+        # batched: the same vector twice
+        batch = Nx.stack([a, a])
+
+        assert flat(Nx.LinAlg.triangular_solve(batch, Nx.stack([b, b]), left_side: false)) ==
+                 f32_list([v0, v1, v2, v3, v0, v1, v2, v3])
       end
 
       test "a triangular solve in f16 rounds the f64 solution directly to f16" do
