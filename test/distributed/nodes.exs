@@ -6,6 +6,11 @@
 # line: per tensor its shape, type, device and bytes.
 rank = String.to_integer(System.fetch_env!("MLX_RANK"))
 {_, 0} = System.cmd("epmd", ["-daemon"])
+
+# `epmd -daemon` returns before epmd listens (and when both ranks start one,
+# one of them exits): wait until it answers, then start distribution
+epmd_up? = fn -> match?({_, 0}, System.cmd("epmd", ["-names"], stderr_to_stdout: true)) end
+true = Enum.any?(1..100, fn _ -> epmd_up?.() || (Process.sleep(100) && false) end)
 {:ok, _} = Node.start(:"ex_mlx_rank#{rank}_#{System.fetch_env!("EX_MLX_TEST_RUN")}", :shortnames)
 Node.set_cookie(:ex_mlx_test)
 [_, host] = node() |> Atom.to_string() |> String.split("@")
