@@ -377,6 +377,22 @@ defmodule ExMLX.OpsSliceTest do
     assert ExMLX.put_slice(t, [5, 5], block) |> ExMLX.to_list() == [0, 1, 2, 3, -1, -2, 6, -3, -4]
   end
 
+  # Starts that are already computed (made from host values) are clamped on
+  # the host and the slice is a static one; starts still to be computed (the
+  # result of an op) are clamped by MLX ops: both give Nx's clamped blocks.
+  test "starts computed by an op slice and write the same clamped blocks", %{t: t} do
+    computed = fn starts -> ExMLX.add(s64(starts), s64([0, 0])) end
+    assert ExMLX.dynamic_slice(t, computed.([1, 1]), [2, 2]) |> ExMLX.to_list() == [4, 5, 7, 8]
+    assert ExMLX.dynamic_slice(t, computed.([2, 2]), [2, 2]) |> ExMLX.to_list() == [4, 5, 7, 8]
+    assert ExMLX.dynamic_slice(t, computed.([-5, 0]), [1, 3]) |> ExMLX.to_list() == [0, 1, 2]
+
+    block = ExMLX.reshape(s32([-1, -2, -3, -4]), {2, 2})
+    written = ExMLX.put_slice(t, computed.([5, 5]), block)
+    assert ExMLX.to_list(written) == [0, 1, 2, 3, -1, -2, 6, -3, -4]
+    written = ExMLX.put_slice(t, computed.([-1, 1]), block)
+    assert ExMLX.to_list(written) == [0, -1, -2, 3, -3, -4, 6, 7, 8]
+  end
+
   test "interior padding, then negative edges", %{t: t} do
     row = ExMLX.slice(t, [0, 0], [1, 3])
     nine = ExMLX.full(9, {:s, 32}, {})

@@ -9,6 +9,7 @@ use super::{check_axes, check_axis};
 use crate::dtype::display_shape;
 use crate::error::{Error, Result};
 use crate::host::{array_from_bytes, element_count};
+use crate::item::Number;
 
 pub fn reshape(a: &Array, shape: &[i32]) -> Result<Array> {
     let from = a.size();
@@ -156,10 +157,7 @@ fn select_between_scalars(condition: &Array, a: &Array, b: &Array) -> Result<Opt
 /// The value of a one-element float array whose data is ready (`None` for
 /// one still to be computed: reading it would wait for MLX mid-graph).
 fn evaluated_float(a: &Array) -> Option<f64> {
-    let mut available = false;
-    // SAFETY: `a` is a live array for the call, which writes one bool.
-    let status = unsafe { mlx_sys::_mlx_array_is_available(&mut available, a.as_ptr()) };
-    if status != 0 || !available {
+    if !is_available(a) {
         return None;
     }
     match a.dtype() {
@@ -311,7 +309,8 @@ pub fn pad_general(a: &Array, config: &[(i64, i64, i64)], value: &Array) -> Resu
 
 /// Clamps `starts` (an integer vector, one per axis) so a block of `sizes`
 /// fits inside `shape`, as Nx does for dynamic slices.
-fn clamp_starts(starts: &Array, shape: &[i32], sizes: &[i32]) -> Result<Array> {
+/// Checks that `starts` holds one integer start per axis of `shape`.
+fn check_starts(starts: &Array, shape: &[i32]) -> Result<()> {
     if starts.ndim() != 1 || starts.shape()[0] as usize != shape.len() {
         return Err(Error::arg(
             "starts",
@@ -325,6 +324,44 @@ fn clamp_starts(starts: &Array, shape: &[i32], sizes: &[i32]) -> Result<Array> {
     if starts.dtype().is_float() || starts.dtype().is_complex() {
         return Err(Error::Type("starts: start indices must be integers".into()));
     }
+    Ok(())
+}
+
+/// The starts clamped so that a block of `sizes` fits in `shape` (Nx's
+/// rule), as numbers, when `starts` is already computed (made from host
+/// values, as a program's counters are): then a slice needs no MLX ops to
+/// clamp them and can be a static one. `None` when they are still to be
+/// computed (reading them would evaluate mid-graph).
+fn known_starts(starts: &Array, shape: &[i32], sizes: &[i32]) -> Option<Vec<i32>> {
+    if !is_available(starts) {
+        return None;
+    }
+    let buffer = crate::host::HostBuffer::in_place(starts).ok()??;
+    let width = crate::dtype::size_of(starts.dtype());
+    let values = buffer.bytes().chunks_exact(width).map(|b| {
+        match crate::item::read(b, starts.dtype()).ok()? {
+            Number::Int(i) => Some(i as i128),
+            Number::UInt(u) => Some(u as i128),
+            _ => None,
+        }
+    });
+    values
+        .zip(shape.iter().zip(sizes))
+        .map(|(v, (&d, &s))| Some(v?.clamp(0, (d - s) as i128) as i32))
+        .collect()
+}
+
+/// Whether `a`'s data is computed (reading it evaluates nothing).
+fn is_available(a: &Array) -> bool {
+    let mut available = false;
+    // SAFETY: `a` is a live array for the call, which writes one bool.
+    let status = unsafe { mlx_sys::_mlx_array_is_available(&mut available, a.as_ptr()) };
+    status == 0 && available
+}
+
+/// `starts` (checked) clamped by MLX ops so that a block of `sizes` fits in
+/// `shape`, as int32.
+fn clamp_starts(starts: &Array, shape: &[i32], sizes: &[i32]) -> Result<Array> {
     // Clamped in 64 bits (u64 for u64 starts, i64 otherwise: both hold every
     // start and every limit), then narrowed to i32: the clamped values fit,
     // while narrowing first would wrap a start past i32's range.
@@ -363,6 +400,27 @@ pub fn dynamic_slice(a: &Array, starts: &Array, sizes: &[i32]) -> Result<Array> 
     }
     if a.ndim() == 0 {
         return Ok(a.clone());
+    }
+    check_starts(starts, a.shape())?;
+    if let Some(start) = known_starts(starts, a.shape(), sizes) {
+        let stop: Vec<i32> = start.iter().zip(sizes).map(|(s, n)| s + n).collect();
+        let strides = vec![1; start.len()];
+        // SAFETY: one mlx-c call; the array and the three slices outlive it.
+        return unsafe {
+            super::raw::op("slice", |res, s| {
+                mlx_sys::mlx_slice(
+                    res,
+                    a.as_ptr(),
+                    start.as_ptr(),
+                    start.len(),
+                    stop.as_ptr(),
+                    stop.len(),
+                    strides.as_ptr(),
+                    strides.len(),
+                    s,
+                )
+            })
+        };
     }
     let starts = clamp_starts(starts, a.shape(), sizes)?;
     let axes: Vec<i32> = (0..a.ndim() as i32).collect();
@@ -406,8 +464,34 @@ pub fn put_slice(a: &Array, starts: &Array, update: &Array) -> Result<Array> {
     if a.ndim() == 0 {
         return Ok(update.as_dtype(a.dtype())?);
     }
-    let starts = clamp_starts(starts, a.shape(), update.shape())?;
+    check_starts(starts, a.shape())?;
     let update = update.as_dtype(a.dtype())?;
+    if let Some(start) = known_starts(starts, a.shape(), update.shape()) {
+        let stop: Vec<i32> = start
+            .iter()
+            .zip(update.shape())
+            .map(|(s, n)| s + n)
+            .collect();
+        let strides = vec![1; start.len()];
+        // SAFETY: one mlx-c call; the arrays and the three slices outlive it.
+        return unsafe {
+            super::raw::op("put_slice", |res, s| {
+                mlx_sys::mlx_slice_update(
+                    res,
+                    a.as_ptr(),
+                    update.as_ptr(),
+                    start.as_ptr(),
+                    start.len(),
+                    stop.as_ptr(),
+                    stop.len(),
+                    strides.as_ptr(),
+                    strides.len(),
+                    s,
+                )
+            })
+        };
+    }
+    let starts = clamp_starts(starts, a.shape(), update.shape())?;
     let axes: Vec<i32> = (0..a.ndim() as i32).collect();
     // SAFETY: one mlx-c call; arrays and the axes slice outlive it.
     unsafe {
