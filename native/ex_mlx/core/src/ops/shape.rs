@@ -327,12 +327,16 @@ fn check_starts(starts: &Array, shape: &[i32]) -> Result<()> {
     Ok(())
 }
 
-/// The starts clamped so that a block of `sizes` fits in `shape` (Nx's
-/// rule), as numbers, when `starts` is already computed (made from host
-/// values, as a program's counters are): then a slice needs no MLX ops to
-/// clamp them and can be a static one. `None` when they are still to be
-/// computed (reading them would evaluate mid-graph).
-fn known_starts(starts: &Array, shape: &[i32], sizes: &[i32]) -> Option<Vec<i32>> {
+/// Start, stop and strides of a block, as MLX's static slices take them.
+type StaticBlock = (Vec<i32>, Vec<i32>, Vec<i32>);
+
+/// A block of `sizes` at `starts` as MLX's static slices take it (start,
+/// stop and strides, the starts clamped so that it fits in `shape`: Nx's
+/// rule), when `starts` is already computed (made from host values, as a
+/// program's counters are): then a slice needs no MLX ops to clamp them.
+/// `None` when they are still to be computed (reading them would evaluate
+/// mid-graph).
+fn known_block(starts: &Array, shape: &[i32], sizes: &[i32]) -> Option<StaticBlock> {
     if !is_available(starts) {
         return None;
     }
@@ -345,10 +349,13 @@ fn known_starts(starts: &Array, shape: &[i32], sizes: &[i32]) -> Option<Vec<i32>
             _ => None,
         }
     });
-    values
+    let start: Vec<i32> = values
         .zip(shape.iter().zip(sizes))
         .map(|(v, (&d, &s))| Some(v?.clamp(0, (d - s) as i128) as i32))
-        .collect()
+        .collect::<Option<_>>()?;
+    let stop = start.iter().zip(sizes).map(|(s, n)| s + n).collect();
+    let strides = vec![1; start.len()];
+    Some((start, stop, strides))
 }
 
 /// Whether `a`'s data is computed (reading it evaluates nothing).
@@ -402,9 +409,7 @@ pub fn dynamic_slice(a: &Array, starts: &Array, sizes: &[i32]) -> Result<Array> 
         return Ok(a.clone());
     }
     check_starts(starts, a.shape())?;
-    if let Some(start) = known_starts(starts, a.shape(), sizes) {
-        let stop: Vec<i32> = start.iter().zip(sizes).map(|(s, n)| s + n).collect();
-        let strides = vec![1; start.len()];
+    if let Some((start, stop, strides)) = known_block(starts, a.shape(), sizes) {
         // SAFETY: one mlx-c call; the array and the three slices outlive it.
         return unsafe {
             super::raw::op("slice", |res, s| {
@@ -466,13 +471,7 @@ pub fn put_slice(a: &Array, starts: &Array, update: &Array) -> Result<Array> {
     }
     check_starts(starts, a.shape())?;
     let update = update.as_dtype(a.dtype())?;
-    if let Some(start) = known_starts(starts, a.shape(), update.shape()) {
-        let stop: Vec<i32> = start
-            .iter()
-            .zip(update.shape())
-            .map(|(s, n)| s + n)
-            .collect();
-        let strides = vec![1; start.len()];
+    if let Some((start, stop, strides)) = known_block(starts, a.shape(), update.shape()) {
         // SAFETY: one mlx-c call; the arrays and the three slices outlive it.
         return unsafe {
             super::raw::op("put_slice", |res, s| {
