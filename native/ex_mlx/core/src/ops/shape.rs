@@ -307,8 +307,6 @@ pub fn pad_general(a: &Array, config: &[(i64, i64, i64)], value: &Array) -> Resu
     pad(&inner, &edges, value)
 }
 
-/// Clamps `starts` (an integer vector, one per axis) so a block of `sizes`
-/// fits inside `shape`, as Nx does for dynamic slices.
 /// Checks that `starts` holds one integer start per axis of `shape`.
 fn check_starts(starts: &Array, shape: &[i32]) -> Result<()> {
     if starts.ndim() != 1 || starts.shape()[0] as usize != shape.len() {
@@ -366,8 +364,8 @@ fn is_available(a: &Array) -> bool {
     status == 0 && available
 }
 
-/// `starts` (checked) clamped by MLX ops so that a block of `sizes` fits in
-/// `shape`, as int32.
+/// Clamps `starts` (checked: an integer vector, one per axis) by MLX ops so a
+/// block of `sizes` fits inside `shape`, as Nx does for dynamic slices; int32.
 fn clamp_starts(starts: &Array, shape: &[i32], sizes: &[i32]) -> Result<Array> {
     // Clamped in 64 bits (u64 for u64 starts, i64 otherwise: both hold every
     // start and every limit), then narrowed to i32: the clamped values fit,
