@@ -1032,23 +1032,23 @@ if Code.ensure_loaded?(Nx) do
             {conj_ref(ra), lower}
         end
 
-      cond do
-        left_side ->
-          ra |> nx_solve(rb, if(lower, do: :lower, else: :upper), type, device_of(a)) |> wrap(out)
+      if left_side do
+        ra |> nx_solve(rb, if(lower, do: :lower, else: :upper), type, device_of(a)) |> wrap(out)
+      else
+        at = op(:transpose, [ra], [swap])
+        kind = if lower, do: :upper, else: :lower
+        rb_rank = tuple_size(b.shape)
 
-        # a vector b (one axis fewer than a): x·a = b  <=>  aᵀ·x = b
-        tuple_size(b.shape) < rank ->
-          at = op(:transpose, [ra], [swap])
-          at |> nx_solve(rb, if(lower, do: :upper, else: :lower), type, device_of(a)) |> wrap(out)
-
-        # x·a = b  <=>  aᵀ·xᵀ = bᵀ
-        true ->
-          rb_rank = tuple_size(b.shape)
+        if rb_rank < rank do
+          # a vector b (one axis fewer than a): x·a = b  <=>  aᵀ·x = b
+          at |> nx_solve(rb, kind, type, device_of(a)) |> wrap(out)
+        else
+          # x·a = b  <=>  aᵀ·xᵀ = bᵀ
           b_swap = Enum.to_list(0..(rb_rank - 3)//1) ++ [rb_rank - 1, rb_rank - 2]
-          at = op(:transpose, [ra], [swap])
           bt = op(:transpose, [rb], [b_swap])
-          xt = nx_solve(at, bt, if(lower, do: :upper, else: :lower), type, device_of(a))
+          xt = nx_solve(at, bt, kind, type, device_of(a))
           defer(out, :transpose, [xt], [b_swap])
+        end
       end
     end
 

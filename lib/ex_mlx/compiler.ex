@@ -92,15 +92,14 @@ if Code.ensure_loaded?(Nx) do
     # comparing the closure itself visits a node once per path to it, 2^45
     # times for 45 doublings of one tensor.
     defp function_key(fun) when is_function(fun) do
-      with {:type, :local} <- Function.info(fun, :type),
-           {:env, env} <- Function.info(fun, :env),
-           true <- Enum.any?(env, &match?(%Nx.Tensor{data: %Nx.Defn.Expr{}}, &1)) do
-        {:module, module} = Function.info(fun, :module)
-        {:new_uniq, uniq} = Function.info(fun, :new_uniq)
-        {:new_index, index} = Function.info(fun, :new_index)
-        {:closure, module, uniq, index, Enum.map(env, &captured_key/1)}
+      info = Function.info(fun)
+
+      if info[:type] == :local and
+           Enum.any?(info[:env], &match?(%Nx.Tensor{data: %Nx.Defn.Expr{}}, &1)) do
+        captured = Enum.map(info[:env], &captured_key/1)
+        {:closure, info[:module], info[:new_uniq], info[:new_index], captured}
       else
-        _ -> fun
+        fun
       end
     end
 
