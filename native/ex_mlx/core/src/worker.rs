@@ -428,6 +428,77 @@ mod tests {
         assert!(start.elapsed() >= limit);
     }
 
+    /// `cargo test -- --ignored --nocapture time_gpu_streams` on a GPU
+    /// build: 1,000 chained adds of 16 f32 built and evaluated on the GPU,
+    /// on the test's thread and on a thread of its own, with MLX's default
+    /// GPU stream and with a new one, and on the `:gpu` worker, so the
+    /// lazy-dispatch figure of bench/gpu can be split into MLX's share and
+    /// ExMLX's (bench/README.md, session 9). A measurement, not a check.
+    #[test]
+    #[ignore]
+    fn time_gpu_streams() {
+        use mlx_rs::{Array, Stream};
+        if !Device::Gpu.is_available() {
+            println!("no GPU in this MLX build");
+            return;
+        }
+        fn chain(reps: usize) -> (f64, f64) {
+            let x = Array::from_slice(&[1.0f32; 16], &[16]);
+            x.eval().unwrap();
+            let mut samples = Vec::new();
+            for _ in 0..reps + 3 {
+                let start = std::time::Instant::now();
+                let mut acc = x.clone();
+                for _ in 0..1000 {
+                    acc = mlx_rs::ops::add(&acc, &x).unwrap();
+                }
+                let built = start.elapsed().as_secs_f64();
+                acc.eval().unwrap();
+                samples.push((built, start.elapsed().as_secs_f64()));
+            }
+            samples.drain(..3);
+            let median = |mut v: Vec<f64>| {
+                v.sort_by(f64::total_cmp);
+                v[v.len() / 2] * 1e3
+            };
+            (
+                median(samples.iter().map(|s| s.0).collect()),
+                median(samples.iter().map(|s| s.1).collect()),
+            )
+        }
+        let report = |label: &str, (build, total): (f64, f64)| {
+            println!("{label}: build {build:.2} µs/op, total {total:.2} µs/op")
+        };
+        let new_gpu_stream = || Stream::new_with_device(&mlx_rs::Device::gpu());
+        for round in 0..2 {
+            println!("round {round}");
+            report(
+                "this thread, default GPU stream",
+                mlx_rs::with_stream(&Stream::gpu(), || chain(20)),
+            );
+            report(
+                "this thread, new GPU stream",
+                mlx_rs::with_stream(&new_gpu_stream(), || chain(20)),
+            );
+            report(
+                "own thread, default GPU stream",
+                thread::spawn(|| mlx_rs::with_stream(&Stream::gpu(), || chain(20)))
+                    .join()
+                    .unwrap(),
+            );
+            report(
+                "own thread, new GPU stream",
+                thread::spawn(move || mlx_rs::with_stream(&new_gpu_stream(), || chain(20)))
+                    .join()
+                    .unwrap(),
+            );
+            report(
+                "the :gpu worker",
+                run_blocking(Device::Gpu, || Ok(chain(20))).unwrap(),
+            );
+        }
+    }
+
     #[test]
     fn a_panic_becomes_an_error_and_the_worker_lives_on() {
         let err = run_blocking::<(), _>(Device::Cpu, || panic!("boom")).unwrap_err();
