@@ -547,9 +547,8 @@ if Code.ensure_loaded?(Nx) do
     @impl true
     def put_slice(%T{type: type} = out, tensor, starts, slice) do
       device = device_of(tensor)
-      run_on = scatter_device(device, type)
-      inputs = [ref_as(tensor, type), starts_ref(starts, run_on), ref_as(slice, type)]
-      scatter_on(out, device, run_on, :put_slice, inputs, [])
+      inputs = [ref_as(tensor, type), starts_ref(starts, device), ref_as(slice, type)]
+      defer(out, :put_slice, inputs, [])
     end
 
     @impl true
@@ -857,14 +856,19 @@ if Code.ensure_loaded?(Nx) do
       axes = Keyword.fetch!(opts, :axes)
       device = device_of(tensor)
       inputs = [ref_as(tensor, type), ref(indices), ref_as(updates, type)]
-      scatter_on(out, device, scatter_device(device, type), :scatter, inputs, [axes, add?])
+      run_on = scatter_device(device, type, add?)
+      scatter_on(out, device, run_on, :scatter, inputs, [axes, add?])
     end
 
-    # MLX 0.32's CUDA scatter (indexed_put/add, put_slice) has no kernels for
-    # 64-bit integers and complex64 ("GPU scatter does not yet support
-    # int64"): those run on the CPU, their result handed back to the GPU.
-    defp scatter_device(:gpu, type) when type in [{:s, 64}, {:u, 64}, {:c, 64}], do: :cpu
-    defp scatter_device(device, _type), do: device
+    # MLX 0.32's CUDA scatter has no kernels for 64-bit integers and
+    # complex64 ("GPU scatter does not yet support int64"). Writes
+    # (indexed_put, put_slice) of them run there all the same, as writes of
+    # u32 pairs (ops/convert.rs); sums (indexed_add) run on the CPU, their
+    # result handed back to the GPU.
+    defp scatter_device(:gpu, type, true = _add?) when type in [{:s, 64}, {:u, 64}, {:c, 64}],
+      do: :cpu
+
+    defp scatter_device(device, _type, _add?), do: device
 
     defp scatter_on(out, device, device, name, inputs, params),
       do: defer(out, name, inputs, params)

@@ -17,6 +17,31 @@ pub fn as_type(a: &Array, dtype: Dtype) -> Result<Array> {
     Ok(a.as_dtype(dtype)?)
 }
 
+/// Whether an overwrite of `dtype` elements (a scatter, a slice update) on
+/// this thread's stream must go through [`as_u32_pairs`]: MLX 0.32's CUDA
+/// backend has no scatter kernels for 8-byte integers and complex64 ("GPU
+/// scatter does not yet support int64", seen on an H100), while it has them
+/// for u32. Writing the elements' bytes as pairs of u32 is the same write,
+/// bit for bit; sums (a scatter-add) are not, and go to the CPU instead
+/// (ExMLX.Backend).
+pub fn overwrite_as_u32_pairs(dtype: Dtype) -> bool {
+    matches!(dtype, Dtype::Int64 | Dtype::Uint64 | Dtype::Complex64)
+        && !crate::device::Device::current_is_cpu()
+}
+
+/// The bytes of `a` (8-byte elements) as u32 pairs: shape `a.shape ++ [2]`.
+pub fn as_u32_pairs(a: &Array) -> Result<Array> {
+    let mut shape = a.shape().to_vec();
+    shape.push(1);
+    Ok(a.reshape(&shape)?.view_dtype(Dtype::Uint32)?)
+}
+
+/// The inverse of [`as_u32_pairs`]: u32 pairs read back as `dtype`, in
+/// `shape`.
+pub fn from_u32_pairs(pairs: &Array, dtype: Dtype, shape: &[i32]) -> Result<Array> {
+    Ok(pairs.view_dtype(dtype)?.reshape(shape)?)
+}
+
 /// Reinterprets the bytes of `a` as `dtype`, which must have the same size.
 pub fn bitcast(a: &Array, dtype: Dtype) -> Result<Array> {
     if size_of(dtype) != size_of(a.dtype()) {

@@ -107,12 +107,25 @@ pub fn scatter(
     axes: &[i64],
     add: bool,
 ) -> Result<Array> {
+    let pairs = !add && super::convert::overwrite_as_u32_pairs(a.dtype());
+    scatter_in(a, indices, updates, axes, add, pairs)
+}
+
+/// [`scatter`], writing 8-byte elements as u32 pairs when `pairs`.
+fn scatter_in(
+    a: &Array,
+    indices: &Array,
+    updates: &Array,
+    axes: &[i64],
+    add: bool,
+    pairs: bool,
+) -> Result<Array> {
     check_indices("indices", indices)?;
-    let axes = check_axes("axes", axes, a.ndim())?;
+    let checked = check_axes("axes", axes, a.ndim())?;
     if indices.ndim() == 0 {
         return Err(Error::arg("indices", "must have rank 1 or more"));
     }
-    let (merged, perm, strides) = merge_axes(a, &axes)?;
+    let (merged, perm, strides) = merge_axes(a, &checked)?;
     let linear = linear_index(indices, &strides)?.reshape(&[-1])?;
     let n = linear.shape()[0];
     // updates: one slice per index row, over the axes that were not indexed.
@@ -128,6 +141,20 @@ pub fn scatter(
             ),
         )
     })?;
+    if pairs {
+        // the same write, of each element's bytes as two u32 (a last axis
+        // of length 2 that no index names)
+        let written = scatter_in(
+            &super::convert::as_u32_pairs(a)?,
+            indices,
+            &super::convert::as_u32_pairs(&updates)?,
+            axes,
+            false,
+            false,
+        )?;
+        return super::convert::from_u32_pairs(&written, a.dtype(), a.shape());
+    }
+    let axes = checked;
     // scatter_single wants updates shaped [n, 1, rest...] for axis 0.
     let mut expanded = vec![n, 1];
     expanded.extend(&merged.shape()[1..]);
@@ -146,4 +173,63 @@ pub fn scatter(
         inverse[p as usize] = i as i32;
     }
     Ok(ops::transpose_axes(&moved, &inverse)?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::device::Device;
+    use crate::worker::run_blocking;
+
+    #[test]
+    fn scatter_writes_eight_byte_elements_as_u32_pairs_bit_for_bit() {
+        // (the pair form is what MLX's CUDA backend runs for these types;
+        // here it is forced on the CPU and checked against a write done by
+        // hand on the host)
+        let values: Vec<i64> = vec![i64::MIN, -1, 0, 1 << 40, i64::MAX, 7];
+        let updates: Vec<i64> = vec![1 << 62, -3, i64::MIN + 5];
+        // a 3×2 tensor; rows 2 and 0 of axis 0 get a whole row each, then
+        // one element at [1, 1]
+        let mut rows = values.clone();
+        rows[4..6].copy_from_slice(&updates[0..2]);
+        rows[0..2].copy_from_slice(&[updates[2], updates[2]]);
+        let mut element = values.clone();
+        element[3] = updates[1];
+        let got = run_blocking(Device::Cpu, move || {
+            let mut got = Vec::new();
+            for pairs in [true, false] {
+                let a = Array::from_slice(&values, &[3, 2]);
+                let rows_at = Array::from_slice(&[2i32, 0], &[2, 1]);
+                let row_updates =
+                    Array::from_slice(&[updates[0], updates[1], updates[2], updates[2]], &[2, 2]);
+                let at = Array::from_slice(&[1i32, 1], &[1, 2]);
+                let one = Array::from_slice(&[updates[1]], &[1]);
+                for dtype in [Dtype::Int64, Dtype::Uint64, Dtype::Complex64] {
+                    let cast = |x: &Array| super::super::convert::bitcast(x, dtype);
+                    let read = |x: Array| -> Result<Vec<i64>> {
+                        assert_eq!(x.dtype(), dtype);
+                        let back = super::super::convert::bitcast(&x, Dtype::Int64)?;
+                        Ok(back.as_slice::<i64>().to_vec())
+                    };
+                    let by_rows = scatter_in(
+                        &cast(&a)?,
+                        &rows_at,
+                        &cast(&row_updates)?,
+                        &[0],
+                        false,
+                        pairs,
+                    )?;
+                    let by_element =
+                        scatter_in(&cast(&a)?, &at, &cast(&one)?, &[0, 1], false, pairs)?;
+                    got.push((pairs, dtype, read(by_rows)?, read(by_element)?));
+                }
+            }
+            Ok(got)
+        })
+        .unwrap();
+        for (pairs, dtype, by_rows, by_element) in got {
+            assert_eq!(by_rows, rows, "rows, pairs: {pairs}, {dtype:?}");
+            assert_eq!(by_element, element, "element, pairs: {pairs}, {dtype:?}");
+        }
+    }
 }

@@ -446,6 +446,16 @@ pub fn dynamic_slice(a: &Array, starts: &Array, sizes: &[i32]) -> Result<Array> 
 
 /// `a` with `update` written at `starts` (clamped to fit), Nx's put_slice.
 pub fn put_slice(a: &Array, starts: &Array, update: &Array) -> Result<Array> {
+    put_slice_in(
+        a,
+        starts,
+        update,
+        super::convert::overwrite_as_u32_pairs(a.dtype()),
+    )
+}
+
+/// [`put_slice`], writing 8-byte elements as u32 pairs when `pairs`.
+fn put_slice_in(a: &Array, starts: &Array, update: &Array, pairs: bool) -> Result<Array> {
     if update.ndim() != a.ndim() {
         return Err(Error::arg(
             "update",
@@ -469,9 +479,53 @@ pub fn put_slice(a: &Array, starts: &Array, update: &Array) -> Result<Array> {
     }
     check_starts(starts, a.shape())?;
     let update = update.as_dtype(a.dtype())?;
-    if let Some((start, stop, strides)) = known_block(starts, a.shape(), update.shape()) {
+    let block = match known_block(starts, a.shape(), update.shape()) {
+        Some(block) => Block::Known(block),
+        None => Block::Computed(clamp_starts(starts, a.shape(), update.shape())?),
+    };
+    if pairs {
+        // the same write, of each element's bytes as two u32
+        let pairs = write_block(
+            &super::convert::as_u32_pairs(a)?,
+            &super::convert::as_u32_pairs(&update)?,
+            block.with_pair_axis()?,
+        )?;
+        return super::convert::from_u32_pairs(&pairs, a.dtype(), a.shape());
+    }
+    write_block(a, &update, block)
+}
+
+/// Where [`put_slice`] writes: a block known on the host, or clamped starts
+/// computed by MLX (int32, one per axis).
+enum Block {
+    Known(StaticBlock),
+    Computed(Array),
+}
+
+impl Block {
+    /// The same block in an array with one more axis, of length 2, written
+    /// whole ([`super::convert::as_u32_pairs`]).
+    fn with_pair_axis(self) -> Result<Block> {
+        Ok(match self {
+            Block::Known((mut start, mut stop, mut strides)) => {
+                start.push(0);
+                stop.push(2);
+                strides.push(1);
+                Block::Known((start, stop, strides))
+            }
+            Block::Computed(starts) => {
+                let zero = Array::from_slice(&[0i32], &[1]);
+                Block::Computed(ops::concatenate(&[starts, zero], 0)?)
+            }
+        })
+    }
+}
+
+/// `a` with `update` written at `block`.
+fn write_block(a: &Array, update: &Array, block: Block) -> Result<Array> {
+    match block {
         // SAFETY: one mlx-c call; the arrays and the three slices outlive it.
-        return unsafe {
+        Block::Known((start, stop, strides)) => unsafe {
             super::raw::op("put_slice", |res, s| {
                 mlx_sys::mlx_slice_update(
                     res,
@@ -486,23 +540,24 @@ pub fn put_slice(a: &Array, starts: &Array, update: &Array) -> Result<Array> {
                     s,
                 )
             })
-        };
-    }
-    let starts = clamp_starts(starts, a.shape(), update.shape())?;
-    let axes: Vec<i32> = (0..a.ndim() as i32).collect();
-    // SAFETY: one mlx-c call; arrays and the axes slice outlive it.
-    unsafe {
-        super::raw::op("put_slice", |res, s| {
-            mlx_sys::mlx_slice_update_dynamic(
-                res,
-                a.as_ptr(),
-                update.as_ptr(),
-                starts.as_ptr(),
-                axes.as_ptr(),
-                axes.len(),
-                s,
-            )
-        })
+        },
+        Block::Computed(starts) => {
+            let axes: Vec<i32> = (0..a.ndim() as i32).collect();
+            // SAFETY: one mlx-c call; arrays and the axes slice outlive it.
+            unsafe {
+                super::raw::op("put_slice", |res, s| {
+                    mlx_sys::mlx_slice_update_dynamic(
+                        res,
+                        a.as_ptr(),
+                        update.as_ptr(),
+                        starts.as_ptr(),
+                        axes.as_ptr(),
+                        axes.len(),
+                        s,
+                    )
+                })
+            }
+        }
     }
 }
 
@@ -578,6 +633,61 @@ mod tests {
         assert_eq!(from_u8, vec![-1, 2, 3, 4]);
         assert_eq!(from_f32, vec![-1, 2, 3, -1]);
         assert_eq!(from_i64, vec![1, -1, 3, 4]);
+    }
+
+    #[test]
+    fn put_slice_writes_eight_byte_elements_as_u32_pairs_bit_for_bit() {
+        // (the pair form is what MLX's CUDA backend runs for these types;
+        // here it is forced on the CPU and checked against a write done by
+        // hand on the host, for known and for computed starts)
+        let values: Vec<i64> = vec![i64::MIN, -1, 0, 1 << 40, i64::MAX, 7, -(1 << 33), 12];
+        let update: Vec<i64> = vec![-5, 1 << 62, i64::MIN + 1];
+        // a 2×4 tensor, a 1×3 block at [1, 0] and at [1, 5] (clamped to [1, 1])
+        let expected = {
+            let (values, update) = (values.clone(), update.clone());
+            move |start: usize| {
+                let mut out = values.clone();
+                out[4 + start..4 + start + 3].copy_from_slice(&update);
+                out
+            }
+        };
+        let results = run_blocking(Device::Cpu, move || {
+            let mut results = Vec::new();
+            for (col, pairs, computed) in [
+                (0, true, false),
+                (0, true, true),
+                (5, true, false),
+                (5, true, true),
+                (0, false, false),
+            ] {
+                let a = Array::from_slice(&values, &[2, 4]);
+                let u = Array::from_slice(&update, &[1, 3]);
+                let starts = Array::from_slice(&[1i64, col], &[2]);
+                let starts = if computed {
+                    ops::add(&starts, Array::from_slice(&[0i64, 0], &[2]))?
+                } else {
+                    starts.eval()?;
+                    starts
+                };
+                let out = put_slice_in(&a, &starts, &u, pairs)?;
+                assert_eq!((out.dtype(), out.shape()), (Dtype::Int64, &[2, 4][..]));
+                results.push((col, out.as_slice::<i64>().to_vec()));
+                // u64 and complex64: the same bytes
+                for dtype in [Dtype::Uint64, Dtype::Complex64] {
+                    let cast = |x: &Array| super::super::convert::bitcast(x, dtype);
+                    let out = put_slice_in(&cast(&a)?, &starts, &cast(&u)?, pairs)?;
+                    assert_eq!(out.dtype(), dtype);
+                    let back = super::super::convert::bitcast(&out, Dtype::Int64)?;
+                    results.push((col, back.as_slice::<i64>().to_vec()));
+                }
+            }
+            Ok(results)
+        })
+        .unwrap();
+        for (col, got) in results {
+            let start = if col == 0 { 0 } else { 1 };
+            assert_eq!(got, expected(start), "block at [1, {col}]");
+        }
     }
 
     /// The values of a float array as f64 bit patterns.
