@@ -11,6 +11,10 @@
 #                                       and bench/gpu/reference.py (Python mlx
 #                                       on the same libmlx, PyTorch) in
 #                                       alternating rounds; OUT_DIR/gpu.md
+#   bench/gpu/run.sh models OUT_DIR     the Bumblebee model rows
+#                                       (integration/bench/models.exs with
+#                                       --device gpu, PyTorch on CUDA);
+#                                       OUT_DIR/models.md
 #   bench/gpu/run.sh elixir ARGS...     runs elixir with the app on the code
 #                                       path and MLX's CUDA runtime (probes)
 set -euo pipefail
@@ -33,6 +37,13 @@ cuda_env() {
   export PATH=/usr/lib/erlang/bin:$elixir_bin:$PATH LANG=C.UTF-8
 }
 
+# The Python that has PyTorch (the machine's), else python3
+python_with_torch() {
+  local py
+  py=$(ls /opt/*/.venv/bin/python3 2>/dev/null | head -1)
+  echo "${py:-python3}"
+}
+
 # -pa for each staged application (ExMLX, and Nx's when staged)
 code_paths() {
   for ebin in "$work"/lib/*/ebin; do printf -- '-pa\n%s\n' "$ebin"; done
@@ -51,6 +62,17 @@ case "$1" in
     if [[ -f $work/app.tar.gz ]]; then
       rm -rf "$work/lib" && mkdir -p "$work/lib" && tar -C "$work/lib" -xzf "$work/app.tar.gz"
       rm -f "$work/app.tar.gz"
+    fi
+    # the integration project's applications, beside the app's (stage.sh)
+    if [[ -f $work/integration.tar.gz ]]; then
+      mkdir -p "$work/lib" && tar -C "$work/lib" -xzf "$work/integration.tar.gz"
+      rm -f "$work/integration.tar.gz"
+    fi
+    # transformers for the GPU machine's PyTorch, installed beside it
+    if [[ -f $work/transformers.tar && ! -d $work/pylib ]]; then
+      tar -C "$work" -xf "$work/transformers.tar"
+      "$(python_with_torch)" -m pip install --quiet --no-index --find-links "$work/wheels" \
+        --target "$work/pylib" transformers
     fi
     if [[ -f $work/mlx-cuda.part-aa && -f $work/mlx-cuda.part-ab && ! -d $work/mlx-cuda ]]; then
       cat "$work"/mlx-cuda.part-a* > "$work/mlx-cuda.whl"
@@ -77,8 +99,7 @@ case "$1" in
     out=$2
     mkdir -p "$out"
     cuda_env
-    py=$(ls /opt/*/.venv/bin/python3 2>/dev/null | head -1)
-    py=${py:-python3}
+    py=$(python_with_torch)
     rounds=${BENCH_ROUNDS:-2}
     files=()
     for r in $(seq "$rounds"); do
@@ -103,13 +124,23 @@ case "$1" in
     fi
     cat "$out/gpu.md"
     ;;
+  models)
+    out=$2
+    mkdir -p "$out"
+    cuda_env
+    # (no Mix here: the script names the integration project's folder and
+    # the interpreter itself; the models are made there by bench_models.py)
+    EXMLX_INTEGRATION_ROOT="$PWD/integration" INTEGRATION_PYTHON="$(python_with_torch)" \
+      PYTHONPATH="$work/pylib" elixir $(code_paths) integration/bench/models.exs \
+      --device gpu --out "$out/models.md"
+    ;;
   elixir)
     shift
     cuda_env
     exec elixir $(code_paths) "$@"
     ;;
   *)
-    echo "usage: $0 unpack STAGE_DIR | suite OUT_DIR | bench OUT_DIR | elixir ARGS..." >&2
+    echo "usage: $0 unpack STAGE_DIR | suite OUT_DIR | bench OUT_DIR | models OUT_DIR | elixir ARGS..." >&2
     exit 2
     ;;
 esac

@@ -8,6 +8,12 @@
 #                     halves: one run of the GPU machine carries 64 MiB at most
 #   mlx-python.whl    Python mlx's bindings (the `mlx` wheel, 0.7 MB) for the
 #                     reference rows of bench/gpu/run.sh bench
+# With the integration project built with Bumblebee (BUMBLEBEE_PATH set and
+# integration/_build/test compiled), for bench/gpu/run.sh models:
+#   integration.tar.gz  its applications the app does not hold (Bumblebee,
+#                       Axon, tokenizers and the rest, ex_mlx_integration)
+#   transformers.tar    the `transformers` wheel and those it needs, for
+#                       Python 3.12 (PyTorch's side of the models' rows)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 
@@ -64,5 +70,31 @@ if [[ $elixir_home != /usr/lib/elixir && $elixir_home != /usr ]]; then
   tar -C "$elixir_home" -cJf "$out/elixir.tar.xz" bin $(cd "$elixir_home" && ls -d lib/*/ebin)
 else
   rm -f "$out/elixir.tar.xz"
+fi
+# The Bumblebee model rows (run.sh models): the integration project's
+# applications beside the app's, and transformers for the GPU machine's
+# PyTorch (which has torch and nothing of Hugging Face's)
+integration_lib=integration/_build/test/lib
+if [[ -n ${BUMBLEBEE_PATH:-} && -d $integration_lib/bumblebee/ebin ]]; then
+  have=$(cd "$build/lib" && ls)
+  extra=$(cd "$integration_lib" && for app in *; do
+    grep -qx "$app" <<<"$have" && continue
+    for dir in ebin priv; do [[ -d $app/$dir ]] && echo "$app/$dir"; done
+  done; true)
+  echo "==> packing the integration applications: $(echo "$extra" | grep ebin | tr '\n' ' ')"
+  (cd "$integration_lib" && tar -chzf - $extra) > "$out/integration.tar.gz"
+  if [[ ! -f $out/transformers.tar ]]; then
+    # (the version integration/bin/setup installs)
+    version=$(grep -o 'transformers==[0-9.]*' integration/bin/setup)
+    echo "==> downloading $version and what it needs (Python 3.12 wheels)"
+    rm -rf "$out/wheels" && mkdir -p "$out/wheels"
+    python3 -m pip download --quiet --only-binary=:all: --python-version 3.12 \
+      --implementation cp --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 \
+      --platform manylinux2014_x86_64 --platform any "$version" -d "$out/wheels"
+    tar -C "$out" -cf "$out/transformers.tar" wheels
+    rm -rf "$out/wheels"
+  fi
+else
+  rm -f "$out/integration.tar.gz"
 fi
 ls -l "$out"

@@ -4,16 +4,32 @@
 # a batch of 1 × 128 tokens) and GPT-2's greedy generation of 32 tokens
 # after a 16-token prompt (tokens/s). Writes ../bench/results/models.md.
 #
-#   mix run bench/models.exs [--quick]
+#   mix run bench/models.exs [--quick] [--device gpu] [--out FILE]
+#
+# `--device gpu`: ExMLX on :gpu and PyTorch on CUDA, without the
+# BinaryBackend run (bench/gpu/run.sh models runs it so, from a bundle, with
+# no Mix: this script uses none); `--out`: where the table goes.
 alias ExMLX.Integration
 
-quick = "--quick" in System.argv()
+# (started here as well as by Mix: bench/gpu/run.sh runs this script without it)
+{:ok, _} = Application.ensure_all_started([:ex_mlx, :bumblebee])
+
+{opts, _, _} =
+  OptionParser.parse(System.argv(), strict: [quick: :boolean, device: :string, out: :string])
+
+quick = Keyword.get(opts, :quick, false)
+gpu? = Keyword.get(opts, :device, "cpu") == "gpu"
 reps = if quick, do: 3, else: 15
 dir = Integration.data_path("bench_models")
 File.mkdir_p!(dir)
+mlx = if gpu?, do: {ExMLX.Backend, device: :gpu}, else: ExMLX.Backend
 
 IO.puts("PyTorch (scripts/bench_models.py)...")
-torch = Integration.python!("bench_models.py", [dir | if(quick, do: ["--quick"], else: [])])
+
+torch_args =
+  [dir] ++ if(quick, do: ["--quick"], else: []) ++ if(gpu?, do: ["--device", "cuda"], else: [])
+
+torch = Integration.python!("bench_models.py", torch_args)
 torch = torch |> String.split("\n", trim: true) |> List.last() |> Jason.decode!()
 
 # (a first, untimed run compiles the program; Nx's Evaluator has nothing to
@@ -38,6 +54,7 @@ forward = fn name, backend, compiler, reps ->
     {:ok, model} = Bumblebee.load_model({:local, Path.join(dir, name)}, backend: backend)
     inputs = Map.new(inputs, fn {k, v} -> {k, Nx.backend_copy(v, backend)} end)
     run = Nx.Defn.jit(&Axon.predict(model.model, &1, &2), compiler: compiler)
+
     median.(
       fn -> run.(model.params, inputs).logits |> Nx.backend_transfer(Nx.BinaryBackend) end,
       reps,
@@ -69,16 +86,17 @@ generate = fn backend, compiler, reps ->
 end
 
 IO.puts("ExMLX...")
+
 ours = %{
-  gpt2: forward.("gpt2", ExMLX.Backend, ExMLX.Compiler, reps),
-  bert: forward.("bert", ExMLX.Backend, ExMLX.Compiler, reps),
-  generate: generate.(ExMLX.Backend, ExMLX.Compiler, max(1, div(reps, 3)))
+  gpt2: forward.("gpt2", mlx, ExMLX.Compiler, reps),
+  bert: forward.("bert", mlx, ExMLX.Compiler, reps),
+  generate: generate.(mlx, ExMLX.Compiler, max(1, div(reps, 3)))
 }
 
 # (about 3 minutes a forward pass on 2 cores: GPT-2's only, one run, and
-# not in a quick run)
+# not in a quick run nor beside a GPU)
 binary =
-  if quick do
+  if quick or gpu? do
     %{}
   else
     IO.puts("Nx.BinaryBackend (GPT-2's forward pass)...")
@@ -99,24 +117,33 @@ rows = [
   "| GPT-2 greedy generation, 32 tokens (tokens/s) | #{rate.(ours.generate)} | #{rate.(torch["gpt2_generate_s"])} | #{ratio.(ours.generate, torch["gpt2_generate_s"])} | — |"
 ]
 
+where = if gpu?, do: "on #{torch["gpu"]} (ExMLX on :gpu, PyTorch on CUDA)", else: "on the CPU"
+torch_setting = if gpu?, do: "", else: " with #{torch["threads"]} threads"
+
+binary_note =
+  if gpu?,
+    do: "",
+    else: "\nNx.BinaryBackend with Nx's Evaluator, one run of GPT-2's forward pass, for scale."
+
 table =
   """
   # Bumblebee models: ExMLX beside PyTorch
 
   GPT-2 and BERT, random-initialized, hidden size 256, 4 layers, 4 heads, vocabulary 2,048
   (integration/scripts/bench_models.py), loaded with Bumblebee; medians of #{reps} runs
-  (generation: #{max(1, div(reps, 3))}) on the CPU. ExMLX runs them with ExMLX.Compiler; PyTorch
-  #{torch["torch"]} with #{torch["threads"]} threads, eval mode, no gradients (its generation uses
-  transformers' key/value cache, as Bumblebee's does); Nx.BinaryBackend with Nx's Evaluator, one
-  run of GPT-2's forward pass, for scale. Ratio: ExMLX time / PyTorch time, tokens/s included
-  (below 1: ExMLX is faster).#{if quick, do: " Quick run: no speed claims.", else: ""}
+  (generation: #{max(1, div(reps, 3))}) #{where}. ExMLX runs them with ExMLX.Compiler; PyTorch
+  #{torch["torch"]}#{torch_setting}, eval mode, no gradients (its generation uses
+  transformers' key/value cache, as Bumblebee's does).#{binary_note} Ratio: ExMLX time / PyTorch
+  time, tokens/s included (below 1: ExMLX is faster).#{if quick, do: " Quick run: no speed claims.", else: ""}
 
   | row | ExMLX | PyTorch | ratio | Nx.BinaryBackend |
   |---|---:|---:|---:|---:|
   #{Enum.join(rows, "\n")}
   """
 
-out = Path.expand("../../bench/results/models.md", __DIR__)
+out =
+  Keyword.get_lazy(opts, :out, fn -> Path.expand("../../bench/results/models.md", __DIR__) end)
+
 File.write!(out, table)
 IO.puts(table)
 IO.puts("written to #{Path.relative_to_cwd(out)}")

@@ -1,11 +1,12 @@
 """PyTorch's side of the Bumblebee model benchmark (bench/models.exs).
 
-    python3 scripts/bench_models.py OUT_DIR [--quick]
+    python3 scripts/bench_models.py OUT_DIR [--quick] [--device cuda]
 
 Creates two random-initialized models of a small but not tiny size in
 OUT_DIR (once): GPT-2 (causal LM) and BERT (masked LM), hidden size 256,
 4 layers, 4 heads, vocabulary 2,048. Times, on the CPU with torch's default
-threads, in eval mode without gradients:
+threads (or on the GPU with `--device cuda`, each call ending with
+`torch.cuda.synchronize()`), in eval mode without gradients:
 
 * the forward pass of a batch of 1 × 128 tokens (both models);
 * greedy generation of 32 tokens after a 16-token prompt (GPT-2, with its
@@ -59,20 +60,27 @@ def models(out):
     return made
 
 
-def median_time(fun, reps):
-    return timed(fun, reps, warmup=1)["median"]
+def median_time(fun, reps, device):
+    def call():
+        fun()
+        if device == "cuda":
+            torch.cuda.synchronize()
+
+    return timed(call, reps, warmup=1)["median"]
 
 
-def main(out, quick):
+def main(out, quick, device):
     reps = 3 if quick else 15
-    made = models(out)
-    ids = (torch.arange(128) * 7 % SIZE["vocab"]).unsqueeze(0)
+    made = {name: model.to(device) for name, model in models(out).items()}
+    ids = (torch.arange(128) * 7 % SIZE["vocab"]).unsqueeze(0).to(device)
     prompt = ids[:, :16]
-    result = {"torch": torch.__version__, "threads": torch.get_num_threads()}
+    result = {"torch": torch.__version__, "threads": torch.get_num_threads(), "device": device}
+    if device == "cuda":
+        result["gpu"] = torch.cuda.get_device_name()
     with torch.no_grad():
         for name, model in made.items():
             result[f"{name}_forward_s"] = median_time(
-                lambda: model(input_ids=ids, attention_mask=torch.ones_like(ids)), reps
+                lambda: model(input_ids=ids, attention_mask=torch.ones_like(ids)), reps, device
             )
         gpt2 = made["gpt2"]
         result["gpt2_generate_s"] = median_time(
@@ -85,9 +93,12 @@ def main(out, quick):
                 pad_token_id=0,
             ),
             max(1, reps // 3),
+            device,
         )
     print(json.dumps(result))
 
 
 if __name__ == "__main__":
-    main(sys.argv[1], "--quick" in sys.argv[2:])
+    flags = sys.argv[2:]
+    device = flags[flags.index("--device") + 1] if "--device" in flags else "cpu"
+    main(sys.argv[1], "--quick" in flags, device)

@@ -7,13 +7,22 @@ defmodule ExMLX.Integration do
 
   @root Path.expand("../..", __DIR__)
 
-  @doc "The integration project's folder."
+  @doc """
+  The integration project's folder: where it was compiled, or
+  `EXMLX_INTEGRATION_ROOT` when set (a build run elsewhere, as
+  `bench/gpu/run.sh models` runs it on a GPU machine).
+  """
   @spec root() :: Path.t()
-  def root, do: @root
+  def root do
+    case System.get_env("EXMLX_INTEGRATION_ROOT") do
+      root when is_binary(root) and root != "" -> root
+      _ -> @root
+    end
+  end
 
   @doc "Generated data (`data/`, not committed): `path` inside it."
   @spec data_path(Path.t()) :: Path.t()
-  def data_path(path), do: Path.join([@root, "data", path])
+  def data_path(path), do: Path.join([root(), "data", path])
 
   @doc """
   Runs `scripts/<script>` with `args` unless `output` exists already; returns
@@ -39,11 +48,11 @@ defmodule ExMLX.Integration do
     {python, env} =
       case System.get_env("INTEGRATION_PYTHON") do
         python when is_binary(python) and python != "" -> {python, []}
-        _ -> {"python3", [{"PYTHONPATH", Path.join([@root, "_build", "python"])}]}
+        _ -> {"python3", [{"PYTHONPATH", Path.join([root(), "_build", "python"])}]}
       end
 
     {output, status} =
-      System.cmd(python, [Path.join([@root, "scripts", script]) | args],
+      System.cmd(python, [Path.join([root(), "scripts", script]) | args],
         env: env,
         stderr_to_stdout: true
       )
