@@ -119,20 +119,27 @@ if Code.ensure_loaded?(Nx) do
 
     # MLX's compile builds a CPU program's fused kernels as C++ with `g++` at
     # run time, and fails when there is none (a bare server, a GPU host):
-    # then the program runs unfused, said once.
+    # then the program runs unfused, said once. `g++` is looked for once per
+    # VM: a search of PATH took about 100 µs, on every call of a jitted
+    # function.
     defp can_fuse?(:cpu) do
-      found? = System.find_executable("g++") != nil
+      case :persistent_term.get({__MODULE__, :gxx_found}, nil) do
+        nil ->
+          found? = System.find_executable("g++") != nil
+          :persistent_term.put({__MODULE__, :gxx_found}, found?)
 
-      if not found? and :persistent_term.get({__MODULE__, :no_gxx_said}, false) == false do
-        :persistent_term.put({__MODULE__, :no_gxx_said}, true)
+          if not found? do
+            Logger.warning(
+              "ExMLX.Compiler: fuse: true on the cpu device needs g++ (MLX builds fused " <>
+                "kernels with it at run time); none is on PATH, so programs run unfused"
+            )
+          end
 
-        Logger.warning(
-          "ExMLX.Compiler: fuse: true on the cpu device needs g++ (MLX builds fused " <>
-            "kernels with it at run time); none is on PATH, so programs run unfused"
-        )
+          found?
+
+        found? ->
+          found?
       end
-
-      found?
     end
 
     defp can_fuse?(_device), do: true
