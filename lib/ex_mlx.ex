@@ -430,7 +430,7 @@ defmodule ExMLX do
         [a, b] = inputs
         quote(do: binary_op(unquote(name), unquote(a), unquote(b)))
       else
-        quote(do: run_op(unquote(name), unquote(refs), unquote(params), unquote(:cpu in flags)))
+        quote(do: run_op(unquote(name), unquote(refs), unquote(params)))
       end
 
     @doc (if options == [] do
@@ -453,31 +453,15 @@ defmodule ExMLX do
   @doc "The element-wise binary operations, each a function of this module."
   def binary_ops, do: unquote(OpTable.names(:binary))
 
-  # Runs op `name` on `inputs` (tensors) and wraps its result(s). An op
-  # MLX runs on the CPU only (`cpu` flag) gets CPU copies of tensors on
-  # other devices; its results go back to the first input's device.
-  defp run_op(name, inputs, params, cpu?) do
-    device =
-      case inputs do
-        [%Tensor{device: device} | _] -> device
-        [] -> :cpu
-      end
-
-    inputs = if cpu? and device != :cpu, do: Enum.map(inputs, &transfer(&1, :cpu)), else: inputs
-
-    result =
-      case Op.run(name, Enum.map(inputs, & &1.ref), params) do
-        many when is_list(many) -> many |> Enum.map(&Tensor.wrap/1) |> List.to_tuple()
-        one -> Tensor.wrap(one)
-      end
-
-    if cpu? and device != :cpu, do: to_device(result, device), else: result
+  # Runs op `name` on `inputs` (tensors) and wraps its result(s), on the
+  # inputs' device. (An op MLX runs on the CPU only, `cpu` flag, runs on a
+  # CPU stream of a GPU's worker for GPU tensors: ops/table.rs, `Op::apply`.)
+  defp run_op(name, inputs, params) do
+    case Op.run(name, Enum.map(inputs, & &1.ref), params) do
+      many when is_list(many) -> many |> Enum.map(&Tensor.wrap/1) |> List.to_tuple()
+      one -> Tensor.wrap(one)
+    end
   end
-
-  defp to_device(%Tensor{} = t, device), do: transfer(t, device)
-
-  defp to_device(tuple, device) when is_tuple(tuple),
-    do: tuple |> Tuple.to_list() |> Enum.map(&transfer(&1, device)) |> List.to_tuple()
 
   # Element-wise binary ops return at once where their result's shape and
   # type follow from the inputs' (ExMLX.Prediction): the worker builds the

@@ -854,28 +854,11 @@ if Code.ensure_loaded?(Nx) do
 
     defp scatter(%T{type: type} = out, tensor, indices, updates, opts, add?) do
       axes = Keyword.fetch!(opts, :axes)
-      device = device_of(tensor)
       inputs = [ref_as(tensor, type), ref(indices), ref_as(updates, type)]
-      run_on = scatter_device(device, type, add?)
-      scatter_on(out, device, run_on, :scatter, inputs, [axes, add?])
-    end
-
-    # MLX 0.32's CUDA scatter has no kernels for 64-bit integers and
-    # complex64 ("GPU scatter does not yet support int64"). Writes
-    # (indexed_put, put_slice) of them run there all the same, as writes of
-    # u32 pairs (ops/convert.rs); sums (indexed_add) run on the CPU, their
-    # result handed back to the GPU.
-    defp scatter_device(:gpu, type, true = _add?) when type in [{:s, 64}, {:u, 64}, {:c, 64}],
-      do: :cpu
-
-    defp scatter_device(device, _type, _add?), do: device
-
-    defp scatter_on(out, device, device, name, inputs, params),
-      do: defer(out, name, inputs, params)
-
-    defp scatter_on(out, device, run_on, name, inputs, params) do
-      inputs = Enum.map(inputs, &transfer_ref(&1, run_on))
-      name |> op(inputs, params, storage_type(out.type)) |> transfer_ref(device) |> wrap(out)
+      # (MLX 0.32's CUDA scatter has no kernels for 64-bit integers and
+      # complex64: the worker writes them as u32 pairs, and adds them on its
+      # CPU stream; ops/indexing.rs)
+      defer(out, :scatter, inputs, [axes, add?])
     end
 
     # -------------------------------------------------------------------------
@@ -1037,7 +1020,7 @@ if Code.ensure_loaded?(Nx) do
         end
 
       if left_side do
-        ra |> nx_solve(rb, if(lower, do: :lower, else: :upper), type, device_of(a)) |> wrap(out)
+        ra |> nx_solve(rb, if(lower, do: :lower, else: :upper), type) |> wrap(out)
       else
         at = op(:transpose, [ra], [swap])
         kind = if lower, do: :upper, else: :lower
@@ -1045,41 +1028,29 @@ if Code.ensure_loaded?(Nx) do
 
         if rb_rank < rank do
           # a vector b (one axis fewer than a): x·a = b  <=>  aᵀ·x = b
-          at |> nx_solve(rb, kind, type, device_of(a)) |> wrap(out)
+          at |> nx_solve(rb, kind, type) |> wrap(out)
         else
           # x·a = b  <=>  aᵀ·xᵀ = bᵀ
           b_swap = Enum.to_list(0..(rb_rank - 3)//1) ++ [rb_rank - 1, rb_rank - 2]
           bt = op(:transpose, [rb], [b_swap])
-          xt = nx_solve(at, bt, kind, type, device_of(a))
+          xt = nx_solve(at, bt, kind, type)
           defer(out, :transpose, [xt], [b_swap])
         end
       end
     end
 
     # x with a·x = b (b a batch of matrices, or of vectors), computed on the
-    # CPU (MLX's linear algebra runs there only) and rounded once to `type`
-    # (the op nx_solve); the result is on `device`.
+    # CPU (MLX's linear algebra runs there only: on a GPU's worker, on its CPU
+    # stream) and rounded once to `type` (the op nx_solve).
     # A singular `a` raises ArgumentError, as in Nx.
-    defp nx_solve(ra, rb, kind, type, device) do
-      [ra, rb] = Enum.map([ra, rb], &to_cpu(&1, device))
+    defp nx_solve(ra, rb, kind, type) do
       [x] = run_op(:nx_solve, [ra, rb], [kind, storage_type(type)])
-      from_cpu(x, device)
+      x
     rescue
       e in ExMLX.Error ->
         if e.kind == :argument,
           do: raise(ArgumentError, e.message),
           else: reraise(e, __STACKTRACE__)
-    end
-
-    defp to_cpu(r, :cpu), do: r
-    defp to_cpu(r, _device), do: transfer_ref(r, :cpu)
-
-    defp from_cpu(r, :cpu), do: r
-    defp from_cpu(r, device), do: transfer_ref(r, device)
-
-    defp transfer_ref(r, device) do
-      {ref, _shape, _type, _device} = Op.transfer(r, device)
-      ref
     end
 
     defp conj_ref(r), do: op(:conjugate, [r], [])
@@ -1171,7 +1142,7 @@ if Code.ensure_loaded?(Nx) do
           {q_out, r_out} = output
           complete = struct.mode == :complete
 
-          [q, r] = on_cpu(t, :nx_qr, [complete, struct.eps, storage_type(q_out.type)])
+          [q, r] = run_op(:nx_qr, [ref(t)], [complete, struct.eps, storage_type(q_out.type)])
 
           {wrap(q, q_out), wrap(r, r_out)}
 
@@ -1196,7 +1167,7 @@ if Code.ensure_loaded?(Nx) do
           {wrap(u, u_out), wrap(s, s_out), wrap(vt, vt_out)}
 
         {Nx.Block.LinAlg.Solve, [a, b]} ->
-          ref(a) |> nx_solve(ref(b), nil, output.type, device_of(a)) |> wrap(output)
+          ref(a) |> nx_solve(ref(b), nil, output.type) |> wrap(output)
 
         {Nx.Block.LinAlg.Determinant, [t]} ->
           [det] = nx_linalg(:determinant, t, output.type)
@@ -1217,19 +1188,11 @@ if Code.ensure_loaded?(Nx) do
 
     # ExMLX's factorisations for Nx, with Nx's definitions and conventions
     # (QR's Householder signs, eigenvalues by decreasing magnitude, vector
-    # signs), computed on the CPU (MLX's linear algebra runs there only) and
-    # rounded once to `type` (the nx_* ops of the op table). The result
-    # references are on the tensor's device.
+    # signs), computed on the CPU (MLX's linear algebra runs there only: on a
+    # GPU's worker, on its CPU stream) and rounded once to `type` (the nx_*
+    # ops of the op table). The result references are on the tensor's device.
     defp nx_linalg(op, t, type),
-      do: on_cpu(t, :"nx_#{op}", [storage_type(type)])
-
-    # Runs op `name` on a CPU copy of `t` and brings the result references
-    # back to `t`'s device.
-    defp on_cpu(t, name, params) do
-      device = device_of(t)
-      r = to_cpu(ref(t), device)
-      name |> run_op([r], params) |> Enum.map(&from_cpu(&1, device))
-    end
+      do: run_op(:"nx_#{op}", [ref(t)], [storage_type(type)])
 
     defp keep_block(r, shape) do
       stops = Tuple.to_list(shape)

@@ -112,6 +112,22 @@ if Code.ensure_loaded?(Nx) do
 
       defn(identity(x), do: x)
 
+      # linear algebra (which MLX runs on the CPU only) and writes and sums
+      # of 64-bit integers (which MLX's CUDA scatter cannot do)
+      defn cpu_only_and_wide_writes(a, b, ids) do
+        {q, r} = Nx.LinAlg.qr(a)
+        at = Nx.tensor([3], type: :s64)
+        wide = Nx.tensor([-7, 1_099_511_627_776], type: :s64)
+
+        {q, r, Nx.LinAlg.solve(a, b), Nx.put_slice(ids, [1], wide),
+         Nx.indexed_put(ids, Nx.new_axis(at, 1), Nx.tensor([-1_125_899_906_842_624], type: :s64)),
+         Nx.indexed_add(
+           ids,
+           Nx.tensor([[0], [0], [2]]),
+           Nx.tensor([5, 6, 1_099_511_627_776], type: :s64)
+         )}
+      end
+
       defn(transposed_product(a, b), do: Nx.transpose(Nx.dot(a, [0], b, [0])))
     end
 
@@ -166,6 +182,42 @@ if Code.ensure_loaded?(Nx) do
       assert Nx.to_flat_list(constant) == [1.0, 2.0]
       assert Nx.to_flat_list(plus) == [4.0, 5.0]
       assert %ExMLX.Backend{} = constant.data
+    end
+
+    test "linear algebra and 64-bit integer writes and sums run inside the program" do
+      # On a GPU (the suite's default device there) MLX runs the factorisations
+      # on the CPU only and has no 64-bit integer scatter: the worker runs
+      # them on its CPU stream or as u32 pairs, with no transfer, so the
+      # function stays compiled (no Evaluator fallback) and matches Nx.
+      a = Nx.tensor([[4.0, 1.0, 2.0], [1.0, 3.0, 0.5], [2.0, 0.5, 5.0]])
+      b = Nx.tensor([1.0, 2.0, 3.0])
+      ids = Nx.tensor([1, 2, 3, 4], type: :s64)
+      args = Enum.map([a, b, ids], &Nx.backend_copy(&1, ExMLX.Backend))
+
+      {got, log} =
+        ExUnit.CaptureLog.with_log([level: :debug], fn ->
+          Nx.with_default_backend(ExMLX.Backend, fn ->
+            compiled(&Funs.cpu_only_and_wide_writes/3, args)
+          end)
+        end)
+
+      refute log =~ "running on Nx.Defn.Evaluator"
+      {q, r, x, put, indexed_put, indexed_add} = got
+
+      {bq, br, bx, bput, bindexed_put, bindexed_add} =
+        binary(&Funs.cpu_only_and_wide_writes/3, [a, b, ids])
+
+      for {ours, theirs} <- [{q, bq}, {r, br}, {x, bx}], do: assert_all_close(ours, theirs)
+      assert Nx.to_flat_list(put) == [1, -7, 1_099_511_627_776, 4]
+      assert Nx.to_flat_list(indexed_put) == [1, 2, 3, -1_125_899_906_842_624]
+      assert Nx.to_flat_list(indexed_add) == [12, 2, 1_099_511_627_779, 4]
+
+      for {ours, theirs} <- [
+            {put, bput},
+            {indexed_put, bindexed_put},
+            {indexed_add, bindexed_add}
+          ],
+          do: assert(Nx.to_flat_list(ours) == Nx.to_flat_list(theirs))
     end
 
     test "gradients compile (they are ordinary graphs)" do

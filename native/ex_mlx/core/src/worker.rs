@@ -49,6 +49,20 @@ struct Worker {
 thread_local! {
     /// Whether this thread is a worker (see [`release`]).
     static ON_WORKER: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+    /// A CPU stream of this thread, for a GPU worker's CPU-only ops
+    /// ([`on_cpu_stream`]), made on first use.
+    static CPU_STREAM: std::cell::OnceCell<mlx_rs::Stream> = const { std::cell::OnceCell::new() };
+}
+
+/// Runs `work` with a CPU stream of this thread as the default stream: for
+/// the ops MLX runs on the CPU only, on a GPU's worker. The stream is this
+/// thread's own (MLX binds a stream to the thread that made it, so the
+/// worker evaluates its work as it evaluates the rest), made once.
+pub fn on_cpu_stream<T>(work: impl FnOnce() -> T) -> T {
+    CPU_STREAM.with(|stream| {
+        let stream = stream.get_or_init(|| mlx_rs::Stream::new_with_device(&mlx_rs::Device::cpu()));
+        mlx_rs::with_stream(stream, work)
+    })
 }
 
 /// The default streams' workers (`:cpu`, `:gpu`), started on first use.

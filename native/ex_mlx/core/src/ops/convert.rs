@@ -22,8 +22,8 @@ pub fn as_type(a: &Array, dtype: Dtype) -> Result<Array> {
 /// backend has no scatter kernels for 8-byte integers and complex64 ("GPU
 /// scatter does not yet support int64", seen on an H100), while it has them
 /// for u32. Writing the elements' bytes as pairs of u32 is the same write,
-/// bit for bit; sums (a scatter-add) are not, and go to the CPU instead
-/// (ExMLX.Backend).
+/// bit for bit; sums (a scatter-add) are not, and run on a CPU stream
+/// instead (`indexing::scatter`).
 pub fn overwrite_as_u32_pairs(dtype: Dtype) -> bool {
     matches!(dtype, Dtype::Int64 | Dtype::Uint64 | Dtype::Complex64)
         && !crate::device::Device::current_is_cpu()

@@ -29,7 +29,8 @@
 //!   results (returned as a tuple);
 //! * flags: `[view]` (the result shares its input's buffer, so allocates
 //!   nothing to check against the memory limit), `[cpu]` (MLX runs it on the
-//!   CPU only: Elixir moves other devices' tensors there and back), `[nx]`
+//!   CPU only: on a GPU's worker it runs on that thread's CPU stream, see
+//!   [`Op::apply`]), `[nx]`
 //!   (for ExMLX.Backend and ExMLX.FFT only: no function of `ExMLX`),
 //!   `[custom]` (the `ExMLX` function is written by hand in lib/ex_mlx.ex,
 //!   its arguments being arranged otherwise);
@@ -248,9 +249,8 @@ macro_rules! op_table {
                 match self { $($(Op::$name => &[$($(stringify!($flag),)*)?],)*)* }
             }
 
-            /// Runs the op: `inputs` as [`Op::inputs`] says, `params` of
-            /// the kinds [`Op::params`] says (decoded by the caller).
-            pub fn apply(self, inputs: &[Array], params: Vec<Param>) -> Result<Outputs> {
+            /// [`Op::apply`] on this thread's stream.
+            fn apply_on_stream(self, inputs: &[Array], params: Vec<Param>) -> Result<Outputs> {
                 check_arity(self, inputs, &params)?;
                 #[allow(unused_mut, unused_variables)]
                 let mut params = params.into_iter();
@@ -335,6 +335,21 @@ impl Op {
 
     pub fn has_flag(self, flag: &str) -> bool {
         self.flags().contains(&flag)
+    }
+
+    /// Runs the op: `inputs` as [`Op::inputs`] says, `params` of the kinds
+    /// [`Op::params`] says (decoded by the caller). An op MLX runs on the
+    /// CPU only (`[cpu]`) runs on a CPU stream of this thread when the
+    /// thread's stream is a GPU's ([`crate::worker::on_cpu_stream`]): MLX
+    /// orders it after the GPU work it reads, and its result is an array the
+    /// GPU reads in turn, so a GPU tensor needs no transfer for it (and a
+    /// compiled program on the GPU can hold it).
+    pub fn apply(self, inputs: &[Array], params: Vec<Param>) -> Result<Outputs> {
+        if self.has_flag("cpu") && !crate::device::Device::current_is_cpu() {
+            crate::worker::on_cpu_stream(|| self.apply_on_stream(inputs, params))
+        } else {
+            self.apply_on_stream(inputs, params)
+        }
     }
 }
 
