@@ -6,8 +6,10 @@ alias ExMLX.Distributed, as: D
 
 [bytes, reps] = Enum.map(System.argv(), &String.to_integer/1)
 g = D.init(backend: :ring, strict: true, timeout: 600_000)
-x = ExMLX.full(1.0, {:f, 32}, {div(bytes, 4)}) |> ExMLX.eval()
-tiny = ExMLX.full(1.0, {:f, 32}, {g.size}) |> ExMLX.eval()
+# (on the CPU, as the Python reference's collectives run, whatever the
+# machine's default device)
+x = ExMLX.full(1.0, {:f, 32}, {div(bytes, 4)}, device: :cpu) |> ExMLX.eval()
+tiny = ExMLX.full(1.0, {:f, 32}, {g.size}, device: :cpu) |> ExMLX.eval()
 
 samples =
   for i <- 1..(reps + 2), reduce: [] do

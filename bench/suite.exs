@@ -9,6 +9,11 @@ defmodule Bench.Suite do
 
   def main(args) do
     quick = "--quick" in args
+    # Every row here is the CPU's, beside CPU references (Python mlx on its
+    # CPU device, numpy): on a machine with a GPU, ExMLX's default device
+    # would be the GPU. The GPU's rows are bench/gpu's (bin/bench runs them
+    # where there is a GPU).
+    Application.put_env(:ex_mlx, :default_device, :cpu)
     cfg = config(quick)
     # versions, and the dispatch figures the Nx section compares with
     python = python_reference(quick, ["--dispatch-only"])

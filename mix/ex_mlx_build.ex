@@ -12,6 +12,8 @@ defmodule ExMLX.Build do
   # MLX's CUDA build (CUDA 13), whose dependencies are NVIDIA's runtime
   # wheels: cuBLAS, cuFFT, NVRTC, cudart, cuDNN, NCCL, nvJitLink
   @cuda_wheel "mlx-cuda-13==#{@mlx_version}"
+  # PyTorch beside bin/bench's GPU rows (integration/bin/setup installs the same)
+  @bench_torch "torch==2.15.0"
 
   @crate_rel "native/ex_mlx"
   @lib_name "ex_mlx"
@@ -318,6 +320,75 @@ defmodule ExMLX.Build do
 
         {:error, message} ->
           {:error, message}
+      end
+    end
+  end
+
+  @doc """
+  Python mlx for bin/bench's GPU rows, on the same CUDA libmlx as ExMLX's
+  (`_build/bench-python-gpu`, made once): the `mlx` wheel's bindings, with
+  `mlx/lib` and `nvidia/` linked to the CUDA runtime `mix compile` provisions
+  on a CUDA machine (`runtime_dir("mlx-cuda-13")`). `{:ok, dir}` (a
+  PYTHONPATH) or `{:error, reason}`.
+  """
+  def bench_python_gpu do
+    dir = Path.join(Path.dirname(Mix.Project.build_path()), "bench-python-gpu")
+    runtime = runtime_dir("mlx-cuda-13")
+
+    cond do
+      File.exists?(Path.join(dir, ".ready")) ->
+        {:ok, dir}
+
+      not File.exists?(Path.join(runtime, ".ready")) ->
+        {:error,
+         "no CUDA runtime in #{runtime} (bin/setup provisions it where nvidia-smi lists a GPU)"}
+
+      true ->
+        File.rm_rf!(dir)
+        python = System.find_executable("python3") || "python3"
+
+        args =
+          ~w(-m pip install --quiet --disable-pip-version-check --no-deps --target) ++
+            [dir, "mlx==#{@mlx_version}"]
+
+        case System.cmd(python, args, stderr_to_stdout: true) do
+          {_, 0} ->
+            File.ln_s!(Path.join(runtime, "mlx/lib"), Path.join(dir, "mlx/lib"))
+            File.ln_s!(Path.join(runtime, "nvidia"), Path.join(dir, "nvidia"))
+            File.write!(Path.join(dir, ".ready"), "mlx==#{@mlx_version}\n")
+            {:ok, dir}
+
+          {out, status} ->
+            {:error, "pip install failed (#{status}): #{out}"}
+        end
+    end
+  end
+
+  @doc """
+  PyTorch for bin/bench's GPU rows (`_build/bench-torch`, installed once
+  with pip and its CUDA dependencies, a few GB): `{:ok, dir}` (a PYTHONPATH)
+  or `{:error, reason}`. The version is the integration project's.
+  """
+  def bench_torch do
+    dir = Path.join(Path.dirname(Mix.Project.build_path()), "bench-torch")
+
+    if File.exists?(Path.join(dir, ".ready")) do
+      {:ok, dir}
+    else
+      File.rm_rf!(dir)
+      python = System.find_executable("python3") || "python3"
+      Mix.shell().info("==> installing #{@bench_torch} for the GPU rows into #{dir}")
+
+      args =
+        ~w(-m pip install --quiet --disable-pip-version-check --target) ++ [dir, @bench_torch]
+
+      case System.cmd(python, args, stderr_to_stdout: true) do
+        {_, 0} ->
+          File.write!(Path.join(dir, ".ready"), @bench_torch <> "\n")
+          {:ok, dir}
+
+        {out, status} ->
+          {:error, "pip install failed (#{status}): #{out}"}
       end
     end
   end

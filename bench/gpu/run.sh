@@ -96,33 +96,12 @@ case "$1" in
     cat "$out/gpu.txt" "$out/summary.txt"
     ;;
   bench)
-    out=$2
-    mkdir -p "$out"
     cuda_env
-    py=$(python_with_torch)
-    rounds=${BENCH_ROUNDS:-2}
-    files=()
-    for r in $(seq "$rounds"); do
-      for mode in "" tf32-off; do
-        echo "==> round $r ${mode:-(TF32 on)}: ExMLX, Python mlx, PyTorch"
-        MLX_ENABLE_TF32=$([[ $mode == tf32-off ]] && echo 0 || echo 1) \
-          elixir $(code_paths) bench/gpu/bench.exs "$out/exmlx.$r$mode.tsv" $mode
-        MLX_ENABLE_TF32=$([[ $mode == tf32-off ]] && echo 0 || echo 1) PYTHONPATH="$work/mlx-cuda" \
-          "$py" bench/gpu/reference.py mlx "$out/mlx.$r$mode.tsv" $mode
-        "$py" bench/gpu/reference.py torch "$out/torch.$r$mode.tsv" $mode
-        files+=("$out/exmlx.$r$mode.tsv" "$out/mlx.$r$mode.tsv" "$out/torch.$r$mode.tsv")
-      done
-    done
-    gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)
-    "$py" bench/gpu/report.py "$gpu" "$rounds" "${files[@]}" > "$out/gpu.md"
-    # defn programs (needs Nx in the stage): ExMLX.Compiler beside Python mlx
-    if ls "$work"/lib/nx/ebin >/dev/null 2>&1; then
-      echo "==> defn programs: ExMLX.Compiler, the Evaluator, Python mlx"
-      PYTHONPATH="$work/mlx-cuda" "$py" bench/defn_reference.py --gpu > "$out/defn_py.json"
-      elixir $(code_paths) bench/gpu/defn.exs "$out/defn.md" "$out/defn_py.json" > /dev/null
-      printf '\n' >> "$out/gpu.md" && cat "$out/defn.md" >> "$out/gpu.md"
-    fi
-    cat "$out/gpu.md"
+    # (the runner bin/bench uses too, given this bundle's ways to run things)
+    EXMLX_SCRIPT="elixir $(code_paths | tr '\n' ' ')" \
+      EXMLX_NX=$(ls "$work"/lib/nx/ebin >/dev/null 2>&1 && echo 1 || echo 0) \
+      MLX_PYTHONPATH="$work/mlx-cuda" TORCH_PYTHON="$(python_with_torch)" \
+      bench/gpu/rows.sh "$2"
     ;;
   models)
     out=$2
