@@ -93,7 +93,10 @@ if Code.ensure_loaded?(Nx) do
       {elem(tuple, i), cache}
     end
 
-    defp eval_apply(:hook, %T{data: %Expr{args: args}}, state, cache) do
+    # (Nx after 0.13.1 names the node `io_call`, with the same arguments and
+    # meaning)
+    defp eval_apply(hook, %T{data: %Expr{args: args}}, state, cache)
+         when hook in [:hook, :io_call] do
       [tensor_expr, spec, template, _ref] = args
 
       cond do
