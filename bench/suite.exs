@@ -18,17 +18,44 @@ defmodule Bench.Suite do
     # versions, and the dispatch figures the Nx section compares with
     python = python_reference(quick, ["--dispatch-only"])
 
-    sections = [
-      dispatch(cfg, python),
-      under_load(cfg),
-      matmul(cfg, python),
-      transfers(cfg),
-      fairness(cfg),
-      nx_section(cfg, python),
-      defn_section(cfg, quick),
-      distributed_section(quick)
+    all = [
+      dispatch: fn -> dispatch(cfg, python) end,
+      under_load: fn -> under_load(cfg) end,
+      matmul: fn -> matmul(cfg, python) end,
+      transfers: fn -> transfers(cfg) end,
+      fairness: fn -> fairness(cfg) end,
+      nx: fn -> nx_section(cfg, python) end,
+      defn: fn -> defn_section(cfg, quick) end,
+      distributed: fn -> distributed_section(quick) end
     ]
 
+    case only(args, Keyword.keys(all)) do
+      nil ->
+        sections = Enum.map(all, fn {_name, section} -> section.() end)
+        write(sections, quick, python)
+
+      name ->
+        # one section, printed only: bench/results keeps the last full run
+        IO.puts(render([Keyword.fetch!(all, name).()], quick, python))
+    end
+  end
+
+  # `--only NAME`: one section (a name of `main`'s list).
+  defp only(args, names) do
+    case Enum.drop_while(args, &(&1 != "--only")) do
+      ["--only", name | _] ->
+        Enum.find(names, &(Atom.to_string(&1) == name)) ||
+          raise ArgumentError, "--only takes one of #{Enum.join(names, ", ")}, got: #{name}"
+
+      ["--only"] ->
+        raise ArgumentError, "--only takes a section name"
+
+      [] ->
+        nil
+    end
+  end
+
+  defp write(sections, quick, python) do
     markdown = render(sections, quick, python)
 
     json =
