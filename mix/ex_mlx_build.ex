@@ -297,31 +297,11 @@ defmodule ExMLX.Build do
   OpenBLAS like ExMLX's runtime) for the benchmarks' reference; installed once.
   """
   def bench_python do
-    dir = Path.join(Path.dirname(Mix.Project.build_path()), "bench-python")
-    ready = Path.join(dir, ".ready")
+    requirements = ["mlx==#{@mlx_version}", "mlx-cpu==#{@mlx_version}"]
 
-    if File.exists?(ready) do
-      {:ok, dir}
-    else
-      File.rm_rf!(dir)
-      python = System.find_executable("python3") || "python3"
-
-      args =
-        ~w(-m pip install --quiet --disable-pip-version-check --no-deps --target) ++
-          [dir, "mlx==#{@mlx_version}", "mlx-cpu==#{@mlx_version}"]
-
-      with {_, 0} <- System.cmd(python, args, stderr_to_stdout: true),
-           :ok <- relink_blas(Path.join(dir, "mlx/lib/libmlx.so")) do
-        File.write!(ready, "mlx==#{@mlx_version}\n")
-        {:ok, dir}
-      else
-        {out, status} when is_integer(status) ->
-          {:error, "pip install failed (#{status}): #{out}"}
-
-        {:error, message} ->
-          {:error, message}
-      end
-    end
+    pip_once("bench-python", requirements, ["--no-deps"], fn dir ->
+      relink_blas(Path.join(dir, "mlx/lib/libmlx.so"))
+    end)
   end
 
   @doc """
@@ -332,35 +312,16 @@ defmodule ExMLX.Build do
   PYTHONPATH) or `{:error, reason}`.
   """
   def bench_python_gpu do
-    dir = Path.join(Path.dirname(Mix.Project.build_path()), "bench-python-gpu")
     runtime = runtime_dir("mlx-cuda-13")
 
-    cond do
-      File.exists?(Path.join(dir, ".ready")) ->
-        {:ok, dir}
-
-      not File.exists?(Path.join(runtime, ".ready")) ->
-        {:error,
-         "no CUDA runtime in #{runtime} (bin/setup provisions it where nvidia-smi lists a GPU)"}
-
-      true ->
-        File.rm_rf!(dir)
-        python = System.find_executable("python3") || "python3"
-
-        args =
-          ~w(-m pip install --quiet --disable-pip-version-check --no-deps --target) ++
-            [dir, "mlx==#{@mlx_version}"]
-
-        case System.cmd(python, args, stderr_to_stdout: true) do
-          {_, 0} ->
-            File.ln_s!(Path.join(runtime, "mlx/lib"), Path.join(dir, "mlx/lib"))
-            File.ln_s!(Path.join(runtime, "nvidia"), Path.join(dir, "nvidia"))
-            File.write!(Path.join(dir, ".ready"), "mlx==#{@mlx_version}\n")
-            {:ok, dir}
-
-          {out, status} ->
-            {:error, "pip install failed (#{status}): #{out}"}
-        end
+    if File.exists?(Path.join(runtime, ".ready")) do
+      pip_once("bench-python-gpu", ["mlx==#{@mlx_version}"], ["--no-deps"], fn dir ->
+        File.ln_s!(Path.join(runtime, "mlx/lib"), Path.join(dir, "mlx/lib"))
+        File.ln_s!(Path.join(runtime, "nvidia"), Path.join(dir, "nvidia"))
+      end)
+    else
+      {:error,
+       "no CUDA runtime in #{runtime} (bin/setup provisions it where nvidia-smi lists a GPU)"}
     end
   end
 
@@ -370,25 +331,37 @@ defmodule ExMLX.Build do
   or `{:error, reason}`. The version is the integration project's.
   """
   def bench_torch do
-    dir = Path.join(Path.dirname(Mix.Project.build_path()), "bench-torch")
+    pip_once("bench-torch", [@bench_torch], [], fn _dir -> :ok end)
+  end
 
-    if File.exists?(Path.join(dir, ".ready")) do
+  # Installs `requirements` with pip into `_build/<name>` once (a `.ready`
+  # file marks it done), then `finish.(dir)` completes the folder (`:ok` or
+  # `{:error, reason}`); `{:ok, dir}` or `{:error, reason}`.
+  defp pip_once(name, requirements, pip_flags, finish) do
+    dir = Path.join(Path.dirname(Mix.Project.build_path()), name)
+    ready = Path.join(dir, ".ready")
+
+    if File.exists?(ready) do
       {:ok, dir}
     else
       File.rm_rf!(dir)
       python = System.find_executable("python3") || "python3"
-      Mix.shell().info("==> installing #{@bench_torch} for the GPU rows into #{dir}")
+      Mix.shell().info("==> installing #{Enum.join(requirements, ", ")} into #{dir}")
 
       args =
-        ~w(-m pip install --quiet --disable-pip-version-check --target) ++ [dir, @bench_torch]
+        ~w(-m pip install --quiet --disable-pip-version-check) ++
+          pip_flags ++ ["--target", dir | requirements]
 
-      case System.cmd(python, args, stderr_to_stdout: true) do
-        {_, 0} ->
-          File.write!(Path.join(dir, ".ready"), @bench_torch <> "\n")
-          {:ok, dir}
-
-        {out, status} ->
+      with {_, 0} <- System.cmd(python, args, stderr_to_stdout: true),
+           :ok <- finish.(dir) do
+        File.write!(ready, Enum.join(requirements, "\n") <> "\n")
+        {:ok, dir}
+      else
+        {out, status} when is_integer(status) ->
           {:error, "pip install failed (#{status}): #{out}"}
+
+        {:error, message} ->
+          {:error, message}
       end
     end
   end

@@ -107,13 +107,13 @@ pub fn scatter(
     axes: &[i64],
     add: bool,
 ) -> Result<Array> {
-    if add && super::convert::overwrite_as_u32_pairs(a.dtype()) {
+    let pairs = super::convert::overwrite_as_u32_pairs(a.dtype());
+    if add && pairs {
         // a sum of 8-byte elements, which MLX's CUDA scatter cannot do and
         // u32 pairs cannot carry: on a CPU stream of this thread (as the
         // ops MLX runs on the CPU only, `Op::apply`)
         return crate::worker::on_cpu_stream(|| scatter_in(a, indices, updates, axes, true, false));
     }
-    let pairs = !add && super::convert::overwrite_as_u32_pairs(a.dtype());
     scatter_in(a, indices, updates, axes, add, pairs)
 }
 
