@@ -407,9 +407,9 @@ pub fn dynamic_slice(a: &Array, starts: &Array, sizes: &[i32]) -> Result<Array> 
         return Ok(a.clone());
     }
     check_starts(starts, a.shape())?;
-    if let Some((start, stop, strides)) = known_block(starts, a.shape(), sizes) {
+    match Block::locate(starts, a.shape(), sizes)? {
         // SAFETY: one mlx-c call; the array and the three slices outlive it.
-        return unsafe {
+        Block::Known((start, stop, strides)) => unsafe {
             super::raw::op("slice", |res, s| {
                 mlx_sys::mlx_slice(
                     res,
@@ -423,24 +423,25 @@ pub fn dynamic_slice(a: &Array, starts: &Array, sizes: &[i32]) -> Result<Array> 
                     s,
                 )
             })
-        };
-    }
-    let starts = clamp_starts(starts, a.shape(), sizes)?;
-    let axes: Vec<i32> = (0..a.ndim() as i32).collect();
-    // SAFETY: one mlx-c call; arrays and the axes/sizes slices outlive it.
-    unsafe {
-        super::raw::op("slice", |res, s| {
-            mlx_sys::mlx_slice_dynamic(
-                res,
-                a.as_ptr(),
-                starts.as_ptr(),
-                axes.as_ptr(),
-                axes.len(),
-                sizes.as_ptr(),
-                sizes.len(),
-                s,
-            )
-        })
+        },
+        Block::Computed(starts) => {
+            let axes: Vec<i32> = (0..a.ndim() as i32).collect();
+            // SAFETY: one mlx-c call; arrays and the axes/sizes slices outlive it.
+            unsafe {
+                super::raw::op("slice", |res, s| {
+                    mlx_sys::mlx_slice_dynamic(
+                        res,
+                        a.as_ptr(),
+                        starts.as_ptr(),
+                        axes.as_ptr(),
+                        axes.len(),
+                        sizes.as_ptr(),
+                        sizes.len(),
+                        s,
+                    )
+                })
+            }
+        }
     }
 }
 
@@ -479,10 +480,7 @@ fn put_slice_in(a: &Array, starts: &Array, update: &Array, pairs: bool) -> Resul
     }
     check_starts(starts, a.shape())?;
     let update = update.as_dtype(a.dtype())?;
-    let block = match known_block(starts, a.shape(), update.shape()) {
-        Some(block) => Block::Known(block),
-        None => Block::Computed(clamp_starts(starts, a.shape(), update.shape())?),
-    };
+    let block = Block::locate(starts, a.shape(), update.shape())?;
     if pairs {
         // the same write, of each element's bytes as two u32
         let pairs = write_block(
@@ -495,14 +493,24 @@ fn put_slice_in(a: &Array, starts: &Array, update: &Array, pairs: bool) -> Resul
     write_block(a, &update, block)
 }
 
-/// Where [`put_slice`] writes: a block known on the host, or clamped starts
-/// computed by MLX (int32, one per axis).
+/// Where [`dynamic_slice`] reads and [`put_slice`] writes: a block known on
+/// the host, or clamped starts computed by MLX (int32, one per axis).
 enum Block {
     Known(StaticBlock),
     Computed(Array),
 }
 
 impl Block {
+    /// The block of `sizes` at `starts` in an array of `shape` (starts
+    /// clamped so that it fits, Nx's rule): known when the starts are
+    /// ([`known_block`]), else computed.
+    fn locate(starts: &Array, shape: &[i32], sizes: &[i32]) -> Result<Block> {
+        Ok(match known_block(starts, shape, sizes) {
+            Some(block) => Block::Known(block),
+            None => Block::Computed(clamp_starts(starts, shape, sizes)?),
+        })
+    }
+
     /// The same block in an array with one more axis, of length 2, written
     /// whole ([`super::convert::as_u32_pairs`]).
     fn with_pair_axis(self) -> Result<Block> {
