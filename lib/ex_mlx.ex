@@ -239,6 +239,46 @@ defmodule ExMLX do
   def device_available?(device), do: device |> Native.device_available() |> Call.value()
 
   @doc """
+  Whether the workers of `device`'s kind evaluate ahead of reads.
+
+  An ExMLX op returns before its result is computed: MLX evaluates a graph of
+  ops when a result is read. With evaluation ahead on, a worker that has
+  nothing queued starts evaluating the newest result it has built (MLX's
+  `async_eval`: launched, not waited for), so the device computes while the
+  caller goes on building, and a later read finds the work done or under way.
+  Results and errors are the same either way; the difference is a result
+  nobody reads is computed all the same. On by default for `:gpu`, where
+  launching kernels while the caller builds the next ops pays; see
+  `set_evaluate_ahead/2` and `config :ex_mlx, evaluate_ahead:`.
+
+      iex> is_boolean(ExMLX.evaluate_ahead?(:cpu))
+      true
+  """
+  @spec evaluate_ahead?(device()) :: boolean()
+  def evaluate_ahead?(device), do: device |> Native.device_evaluate_ahead(nil) |> Call.value()
+
+  @doc """
+  Turns evaluation ahead of reads (see `evaluate_ahead?/1`) on or off for the
+  workers of `device`'s kind; returns the previous setting. It applies to
+  every stream of that kind, from the next op on.
+
+  At start, `config :ex_mlx, evaluate_ahead: [cpu: boolean, gpu: boolean]`
+  sets it (kinds not named keep their default).
+
+      iex> previous = ExMLX.set_evaluate_ahead(:cpu, true)
+      iex> ExMLX.evaluate_ahead?(:cpu)
+      true
+      iex> ExMLX.set_evaluate_ahead(:cpu, previous)
+      true
+  """
+  @spec set_evaluate_ahead(device(), boolean()) :: boolean()
+  def set_evaluate_ahead(device, on) when is_boolean(on),
+    do: device |> Native.device_evaluate_ahead(on) |> Call.value()
+
+  def set_evaluate_ahead(_device, on),
+    do: raise(ArgumentError, "expected true or false for evaluation ahead, got: #{inspect(on)}")
+
+  @doc """
   Whether float32 matrix products (and complex64 ones on CUDA) may run in
   TF32 on the GPU: about 3 decimal digits instead of float32's 7, several
   times faster on GPUs with tensor cores.

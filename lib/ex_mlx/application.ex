@@ -14,6 +14,7 @@ defmodule ExMLX.Application do
 
     apply_cache_limit(Application.get_env(:ex_mlx, :cache_limit, :default))
     apply_collect_after(Application.get_env(:ex_mlx, :collect_after, :default))
+    apply_evaluate_ahead(Application.get_env(:ex_mlx, :evaluate_ahead, []))
 
     children = [
       {DynamicSupervisor, name: ExMLX.MonitorSupervisor, strategy: :one_for_one},
@@ -44,6 +45,24 @@ defmodule ExMLX.Application do
     e in ArgumentError ->
       Logger.error("config :ex_mlx, collect_after: #{Exception.message(e)}")
       reraise e, __STACKTRACE__
+  end
+
+  # Evaluation ahead of reads per device kind (ExMLX.set_evaluate_ahead/2):
+  # `config :ex_mlx, evaluate_ahead: [cpu: boolean, gpu: boolean]`.
+  defp apply_evaluate_ahead(settings) do
+    unless Keyword.keyword?(settings) and
+             Enum.all?(settings, fn {k, v} -> k in [:cpu, :gpu] and is_boolean(v) end) do
+      raise ArgumentError,
+            "config :ex_mlx, evaluate_ahead: expected a keyword list of " <>
+              "cpu: boolean and gpu: boolean, got: #{inspect(settings)}"
+    end
+
+    for {kind, on} <- settings, do: ExMLX.set_evaluate_ahead(kind, on)
+    :ok
+  rescue
+    e in ExMLX.Error ->
+      if e.kind != :not_loaded, do: reraise(e, __STACKTRACE__)
+      :ok
   end
 
   defp apply_cache_limit(:mlx), do: :ok

@@ -185,6 +185,9 @@ defmodule ExMLX.Native do
   # Devices
   def transfer(_tag, _tensor, _device), do: not_loaded()
   def device_available(_device), do: not_loaded()
+  # Whether the device's workers evaluate ahead of reads (before the call);
+  # true/false sets it, nil leaves it.
+  def device_evaluate_ahead(_device, _setting), do: not_loaded()
   # Streams (ExMLX.Stream): a new one on a device's kind, {kind, n};
   # waiting for what was queued on one.
   def stream_new(_device), do: not_loaded()

@@ -199,6 +199,7 @@ defmodule ExMLX.Reliability.BadInputTest do
     :rand.seed(:exsss, {@seed, @seed, @seed})
     memory_limit = ExMLX.Memory.set_memory_limit(@memory_limit)
     cache_limit = ExMLX.Memory.stats().cache_limit
+    ahead = for kind <- [:cpu, :gpu], do: {kind, ExMLX.evaluate_ahead?(kind)}
 
     on_exit(fn ->
       ExMLX.Memory.set_memory_limit(memory_limit)
@@ -219,6 +220,9 @@ defmodule ExMLX.Reliability.BadInputTest do
           ExMLX.Memory.set_memory_limit(@memory_limit)
           ExMLX.Memory.set_cache_limit(cache_limit)
         end
+
+        if name == :set_evaluate_ahead,
+          do: for({kind, on} <- ahead, do: ExMLX.set_evaluate_ahead(kind, on))
 
         # Fresh tensors now and then (random calls deallocate some).
         pool =

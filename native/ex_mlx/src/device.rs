@@ -1,12 +1,12 @@
 //! NIFs about devices: whether one is available, and moving a tensor to one.
 
 use ex_mlx_core::worker;
-use rustler::Env;
+use rustler::{Env, Term};
 
 use crate::args::{DeviceArg, Tag, Tensor};
 use crate::reply::{submit, AsyncResult, Replier, Submitted};
 use crate::tensor::NewTensor;
-use crate::term::{error_tuple, DeviceTerm};
+use crate::term::{error_tuple, show, DeviceTerm};
 
 /// `transfer(tag, t, device)`: `t` on `device`. The array is evaluated on its
 /// own device's worker first, then handed over (the device's worker is
@@ -45,6 +45,25 @@ fn transfer<'a>(env: Env<'a>, tag: Tag<'a>, t: Tensor, device: DeviceArg) -> Asy
 #[rustler::nif]
 fn device_available(device: DeviceArg) -> bool {
     device.0.is_available()
+}
+
+/// `device_evaluate_ahead(device, setting)`: whether workers of `device`'s
+/// kind evaluate ahead of reads (`ex_mlx_core::ahead`) before this call;
+/// `setting` is `true`, `false`, or `nil` to leave it as it is.
+#[rustler::nif]
+fn device_evaluate_ahead(device: DeviceArg, setting: Term) -> Result<bool, rustler::Error> {
+    let setting: Option<bool> = setting.decode().map_err(|_| {
+        error_tuple(ex_mlx_core::Error::arg(
+            "setting",
+            format!("expected true, false or nil, got: {}", show(setting)),
+        ))
+    })?;
+    let kind = device.0.kind();
+    let before = ex_mlx_core::ahead::enabled(kind);
+    if let Some(on) = setting {
+        ex_mlx_core::ahead::set_enabled(kind, on);
+    }
+    Ok(before)
 }
 
 /// `stream_new(device)`: a new stream on `device`'s kind, with a worker

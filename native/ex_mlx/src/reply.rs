@@ -279,6 +279,9 @@ where
                 let result = worker::run_caught(work)
                     .and_then(into_array)
                     .and_then(|array| expected.apply(array));
+                if let Ok(array) = &result {
+                    ex_mlx_core::ahead::note(array);
+                }
                 target.fill(result);
             }),
         )?;

@@ -2,13 +2,15 @@
 //!
 //! Modules, one concern each: [`error`] (the error enum), [`mlx_c`] (calls
 //! through mlx-c with MLX's error messages), [`dtype`] (the type
-//! table), [`device`], [`worker`] (the thread model), [`host`] (bytes in and
+//! table), [`device`], [`worker`] (the thread model), [`ahead`] (evaluation
+//! ahead of reads on an idle worker), [`host`] (bytes in and
 //! out), [`item`], [`memory`], [`wire`], [`ops`] (the op table and the op
 //! families), [`program`] (op-table instructions run in one go), [`distributed`]
 //! (MLX's distributed groups and collectives, and the thread they run on),
 //! [`collect`] (when to hint a garbage collection). The NIF
 //! crate (`ex_mlx`) turns Elixir terms into calls on these.
 
+pub mod ahead;
 pub mod collect;
 pub mod device;
 pub mod distributed;

@@ -32,6 +32,7 @@ use std::thread;
 
 use once_cell::sync::{Lazy, OnceCell};
 
+use crate::ahead;
 use crate::device::{Device, Kind};
 use crate::error::{Error, Result};
 
@@ -140,11 +141,16 @@ fn start(device: Device) -> std::result::Result<Worker, String> {
         })
         .spawn(move || {
             ON_WORKER.with(|w| w.set(true));
+            ahead::bind(device.kind());
             let stream = mlx_rs::Stream::new_with_device(&device.to_mlx());
             mlx_rs::with_stream(&stream, || {
                 while let Some(job) = next_job(&jobs) {
                     job();
-                    done.fetch_sub(1, Ordering::AcqRel);
+                    // nothing queued: start evaluating what was built
+                    // (crate::ahead), once a batch of results is waiting
+                    if done.fetch_sub(1, Ordering::AcqRel) == 1 {
+                        ahead::evaluate(ahead::BATCH);
+                    }
                 }
             });
         })
@@ -197,20 +203,26 @@ pub fn poll_until(limit: std::time::Duration, mut ready: impl FnMut() -> bool) -
 const SPIN_BETWEEN_YIELDS: std::time::Duration = std::time::Duration::from_micros(2);
 
 /// The next job, polling for [`POLL`] before blocking; `None` when every
-/// sender is gone.
+/// sender is gone. Before it blocks, it starts evaluating whatever results
+/// were built and not read (crate::ahead), however few.
 fn next_job(jobs: &mpsc::Receiver<Job>) -> Option<Job> {
     let mut next = None;
-    poll_until(POLL, || match jobs.try_recv() {
-        Ok(job) => {
-            next = Some(Some(job));
-            true
-        }
-        Err(mpsc::TryRecvError::Disconnected) => {
-            next = Some(None);
-            true
-        }
-        Err(mpsc::TryRecvError::Empty) => false,
-    });
+    let mut poll = || {
+        poll_until(POLL, || match jobs.try_recv() {
+            Ok(job) => {
+                next = Some(Some(job));
+                true
+            }
+            Err(mpsc::TryRecvError::Disconnected) => {
+                next = Some(None);
+                true
+            }
+            Err(mpsc::TryRecvError::Empty) => false,
+        })
+    };
+    if !poll() && ahead::evaluate(1) {
+        poll();
+    }
     next.unwrap_or_else(|| jobs.recv().ok())
 }
 
@@ -518,5 +530,68 @@ mod tests {
         let err = run_blocking::<(), _>(Device::Cpu, || panic!("boom")).unwrap_err();
         assert_eq!(err.to_string(), "panic in the MLX worker: boom");
         assert_eq!(run_blocking(Device::Cpu, || Ok(7)).unwrap(), 7);
+    }
+
+    /// Evaluation ahead of reads (crate::ahead), on workers of their own.
+    mod ahead {
+        use super::*;
+        use crate::ahead::{enabled, evaluate, is_available, note, set_enabled};
+        use mlx_rs::Array;
+
+        // Each test uses a stream of its own: a worker of its own, whose
+        // thread's record no other test touches. The setting is global: the
+        // tests that change it run one at a time.
+        static SETTING: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+        fn setting() -> std::sync::MutexGuard<'static, ()> {
+            SETTING.lock().unwrap_or_else(|p| p.into_inner())
+        }
+
+        #[test]
+        fn an_idle_worker_starts_evaluating_the_newest_result() {
+            let _one_at_a_time = setting();
+            let was = enabled(Kind::Cpu);
+            set_enabled(Kind::Cpu, true);
+            let stream = new_stream(Device::Cpu).unwrap();
+            let (before, after, value) = run_blocking(stream, || {
+                let a = Array::from_slice(&[1.0f32, 2.0, 3.0], &[3]);
+                let b = mlx_rs::ops::add(&a, &a)?;
+                let c = mlx_rs::ops::multiply(&b, &b)?;
+                note(&b);
+                note(&c);
+                let before = is_available(&c);
+                // fewer results than asked for: nothing happens
+                assert!(!evaluate(3));
+                assert!(evaluate(2));
+                crate::worker::synchronize_own_stream()?;
+                Ok((before, is_available(&c), c.as_slice::<f32>().to_vec()))
+            })
+            .unwrap();
+            set_enabled(Kind::Cpu, was);
+            assert_eq!((before, after), (false, true));
+            assert_eq!(value, vec![4.0, 16.0, 36.0]);
+        }
+
+        #[test]
+        fn nothing_is_recorded_while_off_nor_off_a_worker() {
+            let _one_at_a_time = setting();
+            let stream = new_stream(Device::Cpu).unwrap();
+            let evaluated = run_blocking(stream, || {
+                let a = Array::from_slice(&[1.0f32], &[1]);
+                let b = mlx_rs::ops::add(&a, &a)?;
+                let was = enabled(Kind::Cpu);
+                set_enabled(Kind::Cpu, false);
+                note(&b);
+                let evaluated = evaluate(1) || is_available(&b);
+                set_enabled(Kind::Cpu, was);
+                Ok(evaluated)
+            })
+            .unwrap();
+            assert!(!evaluated);
+            // this thread is no worker: no device kind, nothing kept
+            let a = Array::from_slice(&[1.0f32], &[1]);
+            note(&a);
+            assert!(!evaluate(1));
+        }
     }
 }

@@ -6,6 +6,7 @@ use mlx_rs::{ops, Array, Dtype};
 
 use super::creation::{scalar_bytes, Scalar};
 use super::{check_axes, check_axis};
+use crate::ahead::is_available;
 use crate::dtype::display_shape;
 use crate::error::{Error, Result};
 use crate::host::{array_from_bytes, element_count};
@@ -354,14 +355,6 @@ fn known_block(starts: &Array, shape: &[i32], sizes: &[i32]) -> Option<StaticBlo
     let stop = start.iter().zip(sizes).map(|(s, n)| s + n).collect();
     let strides = vec![1; start.len()];
     Some((start, stop, strides))
-}
-
-/// Whether `a`'s data is computed (reading it evaluates nothing).
-fn is_available(a: &Array) -> bool {
-    let mut available = false;
-    // SAFETY: `a` is a live array for the call, which writes one bool.
-    let status = unsafe { mlx_sys::_mlx_array_is_available(&mut available, a.as_ptr()) };
-    status == 0 && available
 }
 
 /// Clamps `starts` (checked: an integer vector, one per axis) by MLX ops so a
