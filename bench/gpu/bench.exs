@@ -127,8 +127,46 @@ unless tf32_off? do
 
   row.("lazy dispatch: 1,000 adds, then eval", "µs/op", s * 1.0e6 / 1000)
 
+  # a lazy chain of work the GPU takes time over: 100 adds on 1M f32, then
+  # one evaluation (with evaluation ahead of reads, ExMLX.set_evaluate_ahead/2,
+  # the GPU computes while the chain is still being built)
+  one = ExMLX.full(1.0, {:f, 32}, {}, device: :gpu) |> ExMLX.eval()
+  big = GPU.matrix(1000, {:f, 32}) |> ExMLX.reshape({1_000_000})
+
+  s =
+    GPU.timed(
+      fn -> Enum.reduce(1..100, big, fn _, acc -> ExMLX.add(acc, one) end) |> ExMLX.eval() end,
+      20
+    )
+
+  row.("lazy chain: 100 adds on 1M f32, then eval", "µs/op", s * 1.0e6 / 100)
+
+  # the same two chains with evaluation ahead off: MLX evaluates only when
+  # the result is read, as Python mlx does
+  ahead = ExMLX.set_evaluate_ahead(:gpu, false)
+
+  s =
+    GPU.timed(
+      fn -> Enum.reduce(1..100, big, fn _, acc -> ExMLX.add(acc, one) end) |> ExMLX.eval() end,
+      20
+    )
+
+  row.(
+    "lazy chain: 100 adds on 1M f32, then eval (evaluation ahead off)",
+    "µs/op",
+    s * 1.0e6 / 100
+  )
+
+  s =
+    GPU.timed(
+      fn -> Enum.reduce(1..1000, x, fn _, acc -> ExMLX.add(acc, x) end) |> ExMLX.eval() end,
+      20
+    )
+
+  row.("lazy dispatch: 1,000 adds, then eval (evaluation ahead off)", "µs/op", s * 1.0e6 / 1000)
+
   # the graph only: 1,000 adds built on the worker (reading the last one's
-  # shape waits for that), nothing evaluated
+  # shape waits for that), nothing evaluated (evaluation ahead still off)
   s =
     GPU.timed(
       fn -> Enum.reduce(1..1000, x, fn _, acc -> ExMLX.add(acc, x) end) |> ExMLX.shape() end,
@@ -136,6 +174,7 @@ unless tf32_off? do
     )
 
   row.("lazy dispatch: building the graph only", "µs/op", s * 1.0e6 / 1000)
+  ExMLX.set_evaluate_ahead(:gpu, ahead)
 
   # the floor of both: the same graph built and evaluated by Rust on ExMLX's
   # worker thread, no Elixir per op
@@ -146,7 +185,6 @@ unless tf32_off? do
   row.("lazy dispatch floor: building only, by Rust on the worker", "µs/op", build * 1.0e3)
 
   # eager: one op and a read of its scalar
-  one = ExMLX.full(1.0, {:f, 32}, {}, device: :gpu) |> ExMLX.eval()
   s = GPU.timed(fn -> ExMLX.add(one, one) |> ExMLX.item() end, 500, 20)
   row.("eager: add + item", "µs", s * 1.0e6)
 

@@ -47,6 +47,12 @@ if impl == "mlx":
             acc = acc + x
         mx.eval(acc)
 
+    def chain_big(x, one):
+        acc = x
+        for _ in range(100):
+            acc = acc + one
+        mx.eval(acc)
+
     def scalar():
         one = mx.array(1.0, dtype=mx.float32)
         mx.eval(one)
@@ -95,6 +101,12 @@ else:
         acc = x
         for _ in range(1000):
             acc = acc + x
+        sync()
+
+    def chain_big(x, one):
+        acc = x
+        for _ in range(100):
+            acc = acc + one
         sync()
 
     def scalar():
@@ -153,6 +165,10 @@ if not tf32_off:
     x = matrix(4, types["f32"]).reshape(16)
     s = timed(lambda: lazy_chain(x), 20, 3)["median"]
     row("lazy dispatch: 1,000 adds, then eval", "µs/op", s * 1e6 / 1000)
+    one = scalar()
+    big = matrix(1000, types["f32"]).reshape(1000000)
+    s = timed(lambda: chain_big(big, one), 20, 3)["median"]
+    row("lazy chain: 100 adds on 1M f32, then eval", "µs/op", s * 1e6 / 100)
     if impl == "mlx":
 
         def build_only(x):

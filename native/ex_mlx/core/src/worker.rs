@@ -146,11 +146,11 @@ fn start(device: Device) -> std::result::Result<Worker, String> {
             mlx_rs::with_stream(&stream, || {
                 while let Some(job) = next_job(&jobs) {
                     job();
-                    // nothing queued: start evaluating what was built
-                    // (crate::ahead), once a batch of results is waiting
-                    if done.fetch_sub(1, Ordering::AcqRel) == 1 {
-                        ahead::evaluate(ahead::BATCH);
-                    }
+                    done.fetch_sub(1, Ordering::AcqRel);
+                    // start evaluating what was built (crate::ahead) once a
+                    // batch of results is waiting, queued jobs or not: the
+                    // caller may issue ops as fast as they are built
+                    ahead::evaluate(ahead::BATCH);
                 }
             });
         })
