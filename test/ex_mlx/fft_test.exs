@@ -67,7 +67,7 @@ defmodule ExMLX.FFTTest do
       end)
 
     File.write!(Path.join(dir, "cases"), manifest)
-    {out, status} = System.cmd("python3", [@script, dir], stderr_to_stdout: true)
+    {out, status} = ExMLX.TestHelpers.python(@script, [dir])
     assert status == 0, out
 
     lines = String.split(out, "\n", trim: true)

@@ -202,7 +202,7 @@ defmodule ExMLX.WireTest do
 
       path = Path.join(dir, "ours.safetensors")
       :ok = Wire.write_bundle(path, tensors)
-      {out, 0} = System.cmd("python3", [@script, "read", path], stderr_to_stdout: true)
+      {out, 0} = ExMLX.TestHelpers.python(@script, ["read", path])
 
       lines = String.split(out, "\n", trim: true)
       assert length(lines) == map_size(tensors)
@@ -218,7 +218,7 @@ defmodule ExMLX.WireTest do
     @tag :tmp_dir
     test "files Python writes load in ExMLX with the values Python wrote", %{tmp_dir: dir} do
       path = Path.join(dir, "theirs.safetensors")
-      {_, 0} = System.cmd("python3", [@script, "write", path], stderr_to_stdout: true)
+      {_, 0} = ExMLX.TestHelpers.python(@script, ["write", path])
       # (Python's file holds an F64 tensor: on the CPU, see device_for/1)
       {:ok, tensors} = Wire.read_bundle(path, device: device_for({:f, 64}))
 

@@ -17,6 +17,23 @@ defmodule ExMLX.TestHelpers do
   def device_for({:f, 64}), do: :cpu
   def device_for(_type), do: ExMLX.default_device()
 
+  @doc """
+  Runs `python3 script args...` as `System.cmd/3` does (output and exit
+  status), with the packages bin/setup installed into `_build/test-python`
+  on the module path when it did (a Python that refuses installs into itself,
+  PEP 668, gets them there).
+  """
+  def python(script, args) do
+    packages = Path.expand("_build/test-python")
+
+    env =
+      if File.dir?(packages),
+        do: [{"PYTHONPATH", Enum.join([packages | List.wrap(System.get_env("PYTHONPATH"))], ":")}],
+        else: []
+
+    System.cmd("python3", [script | args], stderr_to_stdout: true, env: env)
+  end
+
   def s32(list), do: signed(list, 32)
   def s64(list), do: signed(list, 64)
 
