@@ -1,7 +1,7 @@
-//! Evaluation ahead of reads: a worker with nothing queued starts evaluating
-//! the results of the deferred ops it has built, so that the device computes
-//! while the caller goes on building (or does other work) instead of only
-//! once a result is read.
+//! Evaluation ahead of reads: a worker starts evaluating the results of the
+//! deferred ops it has built before anything reads them, so that the device
+//! computes while the caller goes on building (or does other work) instead
+//! of only once a result is read.
 //!
 //! A deferred op (every `ExMLX.Backend` op) returns before the worker has built
 //! its node; MLX evaluates nothing until a result is read. A caller that builds
