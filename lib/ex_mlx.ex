@@ -466,11 +466,13 @@ defmodule ExMLX do
         else: quote(do: unquote(opts_var) = opts!(unquote(opts_var), unquote(option_defaults)))
 
     body =
-      if entry.family == :binary do
-        [a, b] = inputs
-        quote(do: binary_op(unquote(name), unquote(a), unquote(b)))
-      else
-        quote(do: run_op(unquote(name), unquote(refs), unquote(params)))
+      cond do
+        entry.family == :binary or name == :matmul ->
+          [a, b] = inputs
+          quote(do: binary_op(unquote(name), unquote(a), unquote(b)))
+
+        true ->
+          quote(do: run_op(unquote(name), unquote(refs), unquote(params)))
       end
 
     @doc (if options == [] do
@@ -503,17 +505,20 @@ defmodule ExMLX do
     end
   end
 
-  # Element-wise binary ops return at once where their result's shape and
-  # type follow from the inputs' (ExMLX.Prediction): the worker builds the
-  # graph node in the background and only reading data waits. An error MLX
-  # raises there (say, running out of memory) surfaces where the result is
-  # used. Elsewhere they wait for the worker's answer, so MLX's own error
-  # (shapes that do not broadcast, say) is raised at the call.
+  # Element-wise binary ops and `matmul` return at once where their result's
+  # shape and type follow from the inputs' (ExMLX.Prediction): the worker
+  # builds the graph node in the background and only reading data waits. An
+  # error MLX raises there (say, running out of memory) surfaces where the
+  # result is used. Elsewhere they wait for the worker's answer, so MLX's own
+  # error (shapes that do not broadcast, say) is raised at the call.
   defp binary_op(op, a, b) do
     %Tensor{ref: ra} = tensor!(a, :a)
     %Tensor{ref: rb} = tensor!(b, :b)
 
-    case ExMLX.Prediction.binary(op, a, b) do
+    prediction =
+      if op == :matmul, do: ExMLX.Prediction.matmul(a, b), else: ExMLX.Prediction.binary(op, a, b)
+
+    case prediction do
       {:ok, shape, type} ->
         {ref, device} = Op.defer_exact(op, [ra, rb], [], type, shape)
         %Tensor{ref: ref, shape: shape, type: type, device: device}

@@ -1,9 +1,9 @@
 defmodule ExMLX.Prediction do
   @moduledoc false
-  # The shape and type of element-wise arithmetic results, predicted by
-  # MLX's own rules so that `ExMLX.add/2` and its kin can return at once and
-  # let the worker build the graph in the background (deferred mode, see
-  # ExMLX.Call.defer_exact/3). The worker checks every prediction against
+  # The shape and type of element-wise arithmetic and matrix product
+  # results, predicted by MLX's own rules so that `ExMLX.add/2`, its kin and
+  # `ExMLX.matmul/2` can return at once and let the worker build the graph
+  # in the background (deferred mode, see ExMLX.Call.defer_exact/3). The worker checks every prediction against
   # what MLX produced; a wrong one is an `:internal` error, never a silent
   # cast.
   #
@@ -36,6 +36,35 @@ defmodule ExMLX.Prediction do
   end
 
   def binary(_op, _a, _b), do: :unknown
+
+  @doc """
+  `{:ok, shape, type}` for `matmul(a, b)` where MLX's own matrix product
+  computes it: an operand of a floating or complex type (integers are
+  multiplied exactly by ExMLX, on its own path), both of rank 2 or more,
+  equal contracted sizes and batch axes that broadcast. The type is MLX's
+  promotion of the two (the one element-wise addition gives); the shape is
+  the broadcast batch axes, then the rows of `a` and the columns of `b`.
+  Else `:unknown`.
+  """
+  def matmul(%{shape: sa, type: ta, device: da}, %{shape: sb, type: tb, device: db})
+      when da == db and tuple_size(sa) >= 2 and tuple_size(sb) >= 2 do
+    {batch_a, [m, k]} = sa |> Tuple.to_list() |> Enum.split(-2)
+    {batch_b, [k_b, n]} = sb |> Tuple.to_list() |> Enum.split(-2)
+
+    with true <- inexact?(ta) or inexact?(tb),
+         true <- k == k_b,
+         %{^ta => %{^tb => type}} <- types(:add),
+         {:ok, batch} <- broadcast(List.to_tuple(batch_a), List.to_tuple(batch_b)) do
+      {:ok, List.to_tuple(Tuple.to_list(batch) ++ [m, n]), type}
+    else
+      _ -> :unknown
+    end
+  end
+
+  def matmul(_a, _b), do: :unknown
+
+  defp inexact?({kind, _}), do: kind in [:f, :bf, :c]
+  defp inexact?(_type), do: false
 
   @doc "NumPy's broadcasting of two shapes (tuples)."
   def broadcast(a, a), do: {:ok, a}

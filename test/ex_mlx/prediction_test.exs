@@ -1,6 +1,6 @@
 defmodule ExMLX.PredictionTest do
-  # add, subtract, multiply, max and min return before MLX has built their
-  # result, with a predicted shape and type the worker then checks.
+  # add, subtract, multiply, max, min and matmul return before MLX has built
+  # their result, with a predicted shape and type the worker then checks.
   use ExUnit.Case, async: true
 
   alias ExMLX.{Call, Prediction}
@@ -44,6 +44,84 @@ defmodule ExMLX.PredictionTest do
           assert {got.shape, got.type} == {{2, 4, 3}, expected.type}, "#{op} #{inspect({ta, tb})}"
           assert ExMLX.to_binary(got) == ExMLX.to_binary(expected)
       end
+    end
+  end
+
+  test "matmul: every type pair and shape pair, the prediction is what MLX produces" do
+    shapes = [
+      {{2, 3}, {3, 4}},
+      {{5, 2, 3}, {3, 4}},
+      {{2, 1, 2, 3}, {4, 3, 2}},
+      {{0, 3}, {3, 2}},
+      {{2, 3}, {4, 2}},
+      {{3}, {3, 2}},
+      {{2, 3}, {3}},
+      {{2, 2, 3}, {3, 3, 1}}
+    ]
+
+    for ta <- types(), tb <- types(), {sa, sb} <- shapes do
+      on = [device: if({:f, 64} in [ta, tb], do: :cpu, else: ExMLX.default_device())]
+      a = ExMLX.iota(ta, sa, on)
+      b = ExMLX.iota(tb, sb, on)
+
+      # the synchronous path: the op's own answer, or its error
+      expected =
+        try do
+          ExMLX.Op.run(:matmul, [a.ref, b.ref], []) |> ExMLX.Tensor.wrap()
+        rescue
+          e in ExMLX.Error -> e
+        end
+
+      case {Prediction.matmul(a, b), expected} do
+        {:unknown, _} ->
+          :ok
+
+        {{:ok, shape, type}, %ExMLX.Tensor{} = t} ->
+          assert {shape, type} == {t.shape, t.type}, inspect({ta, tb, sa, sb})
+          got = ExMLX.matmul(a, b)
+          assert {got.shape, got.type} == {shape, type}
+          assert ExMLX.to_binary(got) == ExMLX.to_binary(t), inspect({ta, tb, sa, sb})
+
+        {prediction, %ExMLX.Error{} = e} ->
+          flunk(
+            "#{inspect({ta, tb, sa, sb})}: predicted #{inspect(prediction)}, MLX: #{e.message}"
+          )
+      end
+    end
+
+    # what is predicted: MLX's own products of floating or complex operands
+    f32 = ExMLX.iota({:f, 32}, {2, 3})
+    assert Prediction.matmul(f32, ExMLX.iota({:s, 32}, {4, 3, 5})) == {:ok, {4, 2, 5}, {:f, 32}}
+
+    assert Prediction.matmul(ExMLX.iota({:s, 32}, {2, 3}), ExMLX.iota({:s, 32}, {3, 2})) ==
+             :unknown
+
+    assert Prediction.matmul(f32, ExMLX.iota({:f, 32}, {3})) == :unknown
+  end
+
+  test "matmul returns while the worker is busy, and contracted sizes that differ raise at the call" do
+    # (on the CPU, whose default worker the test hook holds)
+    a = ExMLX.iota({:f, 32}, {2, 3}, device: :cpu) |> ExMLX.eval()
+    b = ExMLX.iota({:f, 32}, {3, 2}, device: :cpu) |> ExMLX.eval()
+    # (the first call reads MLX's type rules on the worker: done before the hold)
+    assert ExMLX.to_list(ExMLX.matmul(a, b)) == [10.0, 13.0, 28.0, 40.0]
+    hold = make_ref()
+    :ok = ExMLX.Native.hold_worker_for_test(hold)
+
+    product =
+      try do
+        ExMLX.matmul(a, b)
+      after
+        ExMLX.Native.release_worker_for_test()
+      end
+
+    assert_receive {^hold, {:ok, true}}, 10_000
+    assert {product.shape, product.type} == {{2, 2}, {:f, 32}}
+    # [[0, 1, 2], [3, 4, 5]] by [[0, 1], [2, 3], [4, 5]], by hand
+    assert ExMLX.to_list(product) == [10.0, 13.0, 28.0, 40.0]
+
+    assert_raise ExMLX.Error, ~r/contracted dimensions 3 and 2 differ/, fn ->
+      ExMLX.matmul(a, a)
     end
   end
 
