@@ -384,8 +384,8 @@ defmodule ExMLX do
   # positional (with their defaults), then a keyword list of the others;
   # its `///` lines are the documentation. Ops flagged `nx` are for
   # ExMLX.Backend and ExMLX.FFT only; those flagged `custom` are written by
-  # hand below. Element-wise binary ops return at once when their result
-  # can be predicted (binary_op/3).
+  # hand below. Element-wise ops and `matmul` return at once when their
+  # result can be predicted (binary_op/3, unary_op/2).
 
   kind_types = %{
     Int: quote(do: integer()),
@@ -471,6 +471,10 @@ defmodule ExMLX do
           [a, b] = inputs
           quote(do: binary_op(unquote(name), unquote(a), unquote(b)))
 
+        entry.family == :unary ->
+          [a] = inputs
+          quote(do: unary_op(unquote(name), unquote(a)))
+
         true ->
           quote(do: run_op(unquote(name), unquote(refs), unquote(params)))
       end
@@ -505,7 +509,7 @@ defmodule ExMLX do
     end
   end
 
-  # Element-wise binary ops and `matmul` return at once where their result's
+  # Element-wise ops and `matmul` return at once where their result's
   # shape and type follow from the inputs' (ExMLX.Prediction): the worker
   # builds the graph node in the background and only reading data waits. An
   # error MLX raises there (say, running out of memory) surfaces where the
@@ -525,6 +529,19 @@ defmodule ExMLX do
 
       :unknown ->
         Op.run(op, [ra, rb], []) |> Tensor.wrap()
+    end
+  end
+
+  defp unary_op(op, a) do
+    %Tensor{ref: ref} = tensor!(a, :tensor)
+
+    case ExMLX.Prediction.unary(op, a) do
+      {:ok, shape, type} ->
+        {ref, device} = Op.defer_exact(op, [ref], [], type, shape)
+        %Tensor{ref: ref, shape: shape, type: type, device: device}
+
+      :unknown ->
+        Op.run(op, [ref], []) |> Tensor.wrap()
     end
   end
 

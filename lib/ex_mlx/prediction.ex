@@ -1,7 +1,7 @@
 defmodule ExMLX.Prediction do
   @moduledoc false
-  # The shape and type of element-wise arithmetic and matrix product
-  # results, predicted by MLX's own rules so that `ExMLX.add/2`, its kin and
+  # The shape and type of element-wise and matrix product results, predicted
+  # by MLX's own rules so that `ExMLX.add/2`, `ExMLX.sin/1`, their kin and
   # `ExMLX.matmul/2` can return at once and let the worker build the graph
   # in the background (deferred mode, see ExMLX.Call.defer_exact/3). The worker checks every prediction against
   # what MLX produced; a wrong one is an `:internal` error, never a silent
@@ -36,6 +36,19 @@ defmodule ExMLX.Prediction do
   end
 
   def binary(_op, _a, _b), do: :unknown
+
+  @doc """
+  `{:ok, shape, type}` for the element-wise unary `op(a)`: `a`'s shape and the
+  type MLX gives for `a`'s (read from MLX like the binary ops' types), or
+  `:unknown` for a type MLX refuses for `op` (its error is then raised at the
+  call).
+  """
+  def unary(op, %{shape: shape, type: type}) do
+    case types(op) do
+      %{^type => result} -> {:ok, shape, result}
+      _ -> :unknown
+    end
+  end
 
   @doc """
   `{:ok, shape, type}` for `matmul(a, b)` where MLX's own matrix product
@@ -86,9 +99,10 @@ defmodule ExMLX.Prediction do
     end
   end
 
-  # type_a => type_b => result type, for the pairs MLX accepts. (Nested
-  # maps of 14 keys each are flat maps, looked up without hashing: this is
-  # on the path of every element-wise binary op.)
+  # For a binary op, type_a => type_b => result type, for the pairs MLX
+  # accepts; for a unary op, type => result type. (Maps of 14 keys are flat
+  # maps, looked up without hashing: this is on the path of every
+  # element-wise op.)
   defp types(op) do
     key = {__MODULE__, op}
 
@@ -105,18 +119,32 @@ defmodule ExMLX.Prediction do
 
   defp read_types(op) do
     zeros = Map.new(@types, fn t -> {t, Op.run(:full, [], [0, t, {}, :cpu])} end)
+    result_type = fn inputs -> inputs |> then(&Op.run(op, &1, [])) |> elem(2) end
 
-    for ta <- @types, tb <- @types, reduce: %{} do
-      table ->
-        {a, _, _, _} = zeros[ta]
-        {b, _, _, _} = zeros[tb]
+    if op in ExMLX.unary_ops() do
+      for t <- @types, reduce: %{} do
+        table ->
+          {z, _, _, _} = zeros[t]
 
-        try do
-          {_, _, type, _} = Op.run(op, [a, b], [])
-          Map.update(table, ta, %{tb => type}, &Map.put(&1, tb, type))
-        rescue
-          ExMLX.Error -> table
-        end
+          try do
+            Map.put(table, t, result_type.([z]))
+          rescue
+            ExMLX.Error -> table
+          end
+      end
+    else
+      for ta <- @types, tb <- @types, reduce: %{} do
+        table ->
+          {a, _, _, _} = zeros[ta]
+          {b, _, _, _} = zeros[tb]
+
+          try do
+            type = result_type.([a, b])
+            Map.update(table, ta, %{tb => type}, &Map.put(&1, tb, type))
+          rescue
+            ExMLX.Error -> table
+          end
+      end
     end
   end
 end

@@ -1,6 +1,6 @@
 defmodule ExMLX.PredictionTest do
-  # add, subtract, multiply, max, min and matmul return before MLX has built
-  # their result, with a predicted shape and type the worker then checks.
+  # The element-wise ops and matmul return before MLX has built their
+  # result, with a predicted shape and type the worker then checks.
   use ExUnit.Case, async: true
 
   alias ExMLX.{Call, Prediction}
@@ -43,6 +43,38 @@ defmodule ExMLX.PredictionTest do
         %ExMLX.Tensor{} ->
           assert {got.shape, got.type} == {{2, 4, 3}, expected.type}, "#{op} #{inspect({ta, tb})}"
           assert ExMLX.to_binary(got) == ExMLX.to_binary(expected)
+      end
+    end
+  end
+
+  test "every unary op and type: the prediction is what MLX produces, values included" do
+    for op <- ExMLX.unary_ops(), t <- types() do
+      on = [device: if(t == {:f, 64}, do: :cpu, else: ExMLX.default_device())]
+      a = ExMLX.iota(t, {2, 3}, on)
+
+      expected =
+        try do
+          ExMLX.Op.run(op, [a.ref], []) |> ExMLX.Tensor.wrap()
+        rescue
+          e in ExMLX.Error -> e
+        end
+
+      got =
+        try do
+          apply(ExMLX, op, [a]) |> ExMLX.eval()
+        rescue
+          e in ExMLX.Error -> e
+        end
+
+      case expected do
+        %ExMLX.Error{message: message} ->
+          assert Prediction.unary(op, a) == :unknown, "#{op} #{inspect(t)}"
+          assert %ExMLX.Error{message: ^message} = got
+
+        %ExMLX.Tensor{} ->
+          assert Prediction.unary(op, a) == {:ok, {2, 3}, expected.type}, "#{op} #{inspect(t)}"
+          assert {got.shape, got.type} == {{2, 3}, expected.type}, "#{op} #{inspect(t)}"
+          assert ExMLX.to_binary(got) == ExMLX.to_binary(expected), "#{op} #{inspect(t)}"
       end
     end
   end
