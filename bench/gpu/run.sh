@@ -6,7 +6,8 @@
 #                                       separate runs) into /tmp/exmlx-gpu
 #   bench/gpu/run.sh suite OUT_DIR      runs the ExUnit suite with
 #                                       default_device: :gpu; log and summary
-#                                       into OUT_DIR
+#                                       into OUT_DIR (EXMLX_SUITE_FILES, a
+#                                       wildcard of test files: those only)
 #   bench/gpu/run.sh bench OUT_DIR      the GPU rows: bench/gpu/bench.exs (ExMLX)
 #                                       and bench/gpu/reference.py (Python mlx
 #                                       on the same libmlx, PyTorch) in
