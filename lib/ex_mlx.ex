@@ -29,8 +29,9 @@ defmodule ExMLX do
   Arguments are checked when a function is called; a bad one raises
   `ExMLX.Error` (or `ArgumentError`) there. Most operations then wait for
   the worker to build the result's graph node, so MLX's own errors are raised
-  at the call too. The element-wise binary operations (`binary_ops/0`:
-  `add/2`, `multiply/2`, `less/2`, ...) do not wait: the shape and type of
+  at the call too. The element-wise operations (`unary_ops/0`: `sin/1`,
+  `exp/1`, ...; `binary_ops/0`: `add/2`, `multiply/2`, `less/2`, ...) and
+  `matmul/2` of floating-point operands do not wait: the shape and type of
   their result follow from the inputs' (broadcasting, MLX's type promotion),
   so they return at once and the worker catches up in the background. An error MLX raises for them (such as
   `:out_of_memory`) is raised where the result is used: `eval/1`,
