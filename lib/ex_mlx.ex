@@ -476,6 +476,10 @@ defmodule ExMLX do
           [a] = inputs
           quote(do: unary_op(unquote(name), unquote(a)))
 
+        name in ExMLX.Prediction.reductions() ->
+          [a] = inputs
+          quote(do: reduction_op(unquote(name), unquote(a), unquote(params)))
+
         true ->
           quote(do: run_op(unquote(name), unquote(refs), unquote(params)))
       end
@@ -533,16 +537,21 @@ defmodule ExMLX do
     end
   end
 
-  defp unary_op(op, a) do
+  defp unary_op(op, a), do: one_input_op(op, a, [], &ExMLX.Prediction.unary(op, &1))
+
+  defp reduction_op(op, a, params),
+    do: one_input_op(op, a, params, &ExMLX.Prediction.reduce(op, &1, params))
+
+  defp one_input_op(op, a, params, predict) do
     %Tensor{ref: ref} = tensor!(a, :tensor)
 
-    case ExMLX.Prediction.unary(op, a) do
+    case predict.(a) do
       {:ok, shape, type} ->
-        {ref, device} = Op.defer_exact(op, [ref], [], type, shape)
+        {ref, device} = Op.defer_exact(op, [ref], params, type, shape)
         %Tensor{ref: ref, shape: shape, type: type, device: device}
 
       :unknown ->
-        Op.run(op, [ref], []) |> Tensor.wrap()
+        Op.run(op, [ref], params) |> Tensor.wrap()
     end
   end
 

@@ -50,6 +50,99 @@ defmodule ExMLX.Prediction do
     end
   end
 
+  @reductions [:sum, :product, :all, :any, :mean, :reduce_min, :reduce_max]
+  @arg_reductions [:argmax, :argmin]
+  @cumulative [:cumulative_sum, :cumulative_product, :cumulative_min, :cumulative_max]
+
+  @doc "The reductions `reduce/3` predicts."
+  def reductions, do: @reductions ++ @arg_reductions ++ @cumulative
+
+  @doc """
+  `{:ok, shape, type}` for the reduction `op(a, params...)` (`reductions/0`,
+  with the op table's parameters: `[axes, keep_dims]`, `[axis, keep_dims]`
+  for argmax and argmin, `[axis, reverse]` for the cumulative ones), where
+  ExMLX's rules give it: the axes valid and distinct (all of them when
+  `nil`; argmax and argmin without an axis look at the flattened tensor),
+  the reduced ones dropped or kept at size 1; the type MLX gives for `a`'s
+  (read from MLX). `:unknown` for anything the op refuses (axes out of range
+  or repeated, the minimum, maximum or arg-index of no elements, a type MLX
+  refuses: its error is then raised at the call) and for a reduction over no
+  axis (MLX keeps the input's type there).
+  """
+  def reduce(op, %{shape: shape, type: type}, [axes, keep])
+      when op in @reductions and is_boolean(keep) do
+    empty? = Tuple.product(shape) == 0
+
+    with {:ok, [_ | _] = axes} <- axes(axes, tuple_size(shape)),
+         false <- op in [:reduce_min, :reduce_max] and empty?,
+         %{^type => result} <- types(op) do
+      {:ok, reduced(shape, axes, keep), result}
+    else
+      _ -> :unknown
+    end
+  end
+
+  def reduce(op, %{shape: shape, type: type}, [axis, keep])
+      when op in @arg_reductions and is_boolean(keep) and (is_integer(axis) or is_nil(axis)) do
+    with false <- Tuple.product(shape) == 0,
+         {:ok, out} <- arg_shape(shape, axis, keep),
+         %{^type => result} <- types(op) do
+      {:ok, out, result}
+    else
+      _ -> :unknown
+    end
+  end
+
+  def reduce(op, %{shape: shape, type: type}, [axis, reverse])
+      when op in @cumulative and is_boolean(reverse) do
+    with {:ok, _} <- axes([axis], tuple_size(shape)),
+         %{^type => result} <- types(op) do
+      {:ok, shape, result}
+    else
+      _ -> :unknown
+    end
+  end
+
+  def reduce(_op, _a, _params), do: :unknown
+
+  # Valid, distinct axes of a tensor of `rank`, normalized; `nil`: all.
+  defp axes(nil, rank), do: {:ok, Enum.to_list(0..(rank - 1)//1)}
+
+  defp axes(axes, rank) when is_list(axes) do
+    normal = Enum.map(axes, fn a -> if is_integer(a) and a < 0, do: a + rank, else: a end)
+
+    if Enum.all?(normal, &(is_integer(&1) and &1 >= 0 and &1 < rank)) and
+         length(Enum.uniq(normal)) == length(normal),
+       do: {:ok, normal},
+       else: :error
+  end
+
+  defp axes(_axes, _rank), do: :error
+
+  defp reduced(shape, axes, keep) do
+    shape
+    |> Tuple.to_list()
+    |> Enum.with_index()
+    |> Enum.flat_map(fn {d, i} ->
+      cond do
+        i not in axes -> [d]
+        keep -> [1]
+        true -> []
+      end
+    end)
+    |> List.to_tuple()
+  end
+
+  defp arg_shape(shape, nil, true), do: {:ok, List.to_tuple(List.duplicate(1, tuple_size(shape)))}
+  defp arg_shape(_shape, nil, false), do: {:ok, {}}
+
+  defp arg_shape(shape, axis, keep) do
+    case axes([axis], tuple_size(shape)) do
+      {:ok, axes} -> {:ok, reduced(shape, axes, keep)}
+      :error -> :error
+    end
+  end
+
   @doc """
   `{:ok, shape, type}` for `matmul(a, b)` where MLX's own matrix product
   computes it: an operand of a floating or complex type (integers are
@@ -118,33 +211,54 @@ defmodule ExMLX.Prediction do
   end
 
   defp read_types(op) do
-    zeros = Map.new(@types, fn t -> {t, Op.run(:full, [], [0, t, {}, :cpu])} end)
-    result_type = fn inputs -> inputs |> then(&Op.run(op, &1, [])) |> elem(2) end
+    zeros = tensors({})
+    type_of = fn inputs, params -> op |> Op.run(inputs, params) |> elem(2) end
 
-    if op in ExMLX.unary_ops() do
-      for t <- @types, reduce: %{} do
-        table ->
-          {z, _, _, _} = zeros[t]
+    cond do
+      op in ExMLX.unary_ops() ->
+        one_input_types(zeros, &type_of.([&1], []))
 
-          try do
-            Map.put(table, t, result_type.([z]))
-          rescue
-            ExMLX.Error -> table
-          end
-      end
-    else
-      for ta <- @types, tb <- @types, reduce: %{} do
-        table ->
-          {a, _, _, _} = zeros[ta]
-          {b, _, _, _} = zeros[tb]
+      # (a one-element vector: the cumulative ops need an axis)
+      op in @cumulative ->
+        one_input_types(tensors({1}), &type_of.([&1], [0, false]))
 
-          try do
-            type = result_type.([a, b])
-            Map.update(table, ta, %{tb => type}, &Map.put(&1, tb, type))
-          rescue
-            ExMLX.Error -> table
-          end
-      end
+      # (a reduction over a real axis: MLX gives a tensor reduced over no
+      # axis its own type, which `reduce/3` leaves to the synchronous path)
+      op in @reductions ->
+        one_input_types(tensors({1}), &type_of.([&1], [[0], false]))
+
+      op in @arg_reductions ->
+        one_input_types(tensors({1}), &type_of.([&1], [0, false]))
+
+      true ->
+        binary_types(zeros, &type_of.([&1, &2], []))
+    end
+  end
+
+  # type => a tensor of zeros of that type and `shape`, on the CPU
+  defp tensors(shape),
+    do: Map.new(@types, fn t -> {t, elem(Op.run(:full, [], [0, t, shape, :cpu]), 0)} end)
+
+  defp one_input_types(inputs, type_of) do
+    for t <- @types, reduce: %{} do
+      table ->
+        try do
+          Map.put(table, t, type_of.(inputs[t]))
+        rescue
+          ExMLX.Error -> table
+        end
+    end
+  end
+
+  defp binary_types(zeros, type_of) do
+    for ta <- @types, tb <- @types, reduce: %{} do
+      table ->
+        try do
+          type = type_of.(zeros[ta], zeros[tb])
+          Map.update(table, ta, %{tb => type}, &Map.put(&1, tb, type))
+        rescue
+          ExMLX.Error -> table
+        end
     end
   end
 end

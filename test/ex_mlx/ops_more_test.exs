@@ -281,4 +281,18 @@ defmodule ExMLX.OpsMoreTest do
       assert ExMLX.conv(x, k) |> ExMLX.to_list() == [44.0]
     end
   end
+
+  test "cumulative ops along an axis of no elements give an empty tensor (MLX's scan divided by zero)" do
+    for op <- [:cumulative_sum, :cumulative_product, :cumulative_min, :cumulative_max],
+        {type, one_element} <- [{{:f, 32}, <<1.0::32-float-little>>}, {{:u, 8}, <<1>>}] do
+      empty = ExMLX.iota(type, {0, 3})
+      # the type the same op gives for one element
+      expected_type = apply(ExMLX, op, [ExMLX.from_binary(one_element, type, {1})]).type
+
+      for axis <- [0, -2, 1] do
+        out = apply(ExMLX, op, [empty, [axis: axis, reverse: false]])
+        assert {out.shape, out.type, ExMLX.to_binary(out)} == {{0, 3}, expected_type, <<>>}
+      end
+    end
+  end
 end

@@ -84,6 +84,97 @@ defmodule ExMLX.PredictionTest do
     end
   end
 
+  test "reductions: every op, type and choice of axes, the prediction is what the op gives" do
+    outcome = fn make ->
+      try do
+        t = make.()
+        {t.shape, t.type, ExMLX.to_binary(t)}
+      rescue
+        e in ExMLX.Error -> {:error, e.message}
+      end
+    end
+
+    params = fn op ->
+      cond do
+        op in [:argmax, :argmin] ->
+          for axis <- [nil, 0, 1, -1, 2, -3], keep <- [false, true], do: [axis, keep]
+
+        op in [:cumulative_sum, :cumulative_product, :cumulative_min, :cumulative_max] ->
+          for axis <- [0, 1, -1, -2, 2], reverse <- [false, true], do: [axis, reverse]
+
+        true ->
+          for axes <- [nil, [], [0], [1], [-1], [0, 1], [1, 0], [0, 0], [2], [-3]],
+              keep <- [false, true],
+              do: [axes, keep]
+      end
+    end
+
+    for op <- Prediction.reductions(),
+        t <- types(),
+        shape <- [{2, 3}, {0, 3}],
+        ps <- params.(op) do
+      on = [device: if(t == {:f, 64}, do: :cpu, else: ExMLX.default_device())]
+      a = ExMLX.iota(t, shape, on)
+      label = inspect({op, t, shape, ps})
+
+      # the synchronous path: the call's own answer or error, then its values
+      expected =
+        try do
+          ExMLX.Op.run(op, [a.ref], ps) |> ExMLX.Tensor.wrap()
+        rescue
+          e in ExMLX.Error -> e
+        end
+
+      # a prediction may decline (the call then waits), never differ
+      case {Prediction.reduce(op, a, ps), expected} do
+        {:unknown, _} ->
+          :ok
+
+        {{:ok, s, t}, %ExMLX.Tensor{}} ->
+          assert {s, t} == {expected.shape, expected.type}, label
+
+        {prediction, e} ->
+          flunk("#{label}: predicted #{inspect(prediction)}, the op: #{inspect(e)}")
+      end
+
+      # the function, as a user calls it
+      [first, second] = ps
+
+      call =
+        case op do
+          op when op in [:argmax, :argmin] ->
+            fn -> apply(ExMLX, op, [a, [axis: first, keep_dims: second]]) end
+
+          op when op in [:sum, :product, :all, :any, :mean, :reduce_min, :reduce_max] ->
+            fn -> apply(ExMLX, op, [a, [axes: first, keep_dims: second]]) end
+
+          _cumulative ->
+            fn -> apply(ExMLX, op, [a, [axis: first, reverse: second]]) end
+        end
+
+      assert outcome.(call) ==
+               outcome.(fn -> if is_exception(expected), do: raise(expected), else: expected end),
+             label
+    end
+  end
+
+  test "what reductions predict, and where they decline" do
+    f32 = ExMLX.iota({:f, 32}, {2, 3})
+    u8 = ExMLX.iota({:u, 8}, {2, 3})
+    assert Prediction.reduce(:sum, f32, [[1], false]) == {:ok, {2}, {:f, 32}}
+    assert Prediction.reduce(:sum, u8, [nil, true]) == {:ok, {1, 1}, {:u, 32}}
+    assert Prediction.reduce(:mean, u8, [[-1], false]) == {:ok, {2}, {:f, 32}}
+    assert Prediction.reduce(:argmax, f32, [nil, false]) == {:ok, {}, {:u, 32}}
+    assert Prediction.reduce(:argmin, f32, [0, true]) == {:ok, {1, 3}, {:u, 32}}
+    # (the cumulative ops keep the type: the op table's `same`)
+    assert Prediction.reduce(:cumulative_sum, u8, [1, true]) == {:ok, {2, 3}, {:u, 8}}
+    # reduced over no axis, out of range, repeated, of nothing: the call decides
+    assert Prediction.reduce(:sum, u8, [[], false]) == :unknown
+    assert Prediction.reduce(:sum, u8, [[2], false]) == :unknown
+    assert Prediction.reduce(:sum, u8, [[0, -2], false]) == :unknown
+    assert Prediction.reduce(:reduce_max, ExMLX.iota({:f, 32}, {0, 3}), [[1], false]) == :unknown
+  end
+
   test "matmul: every type pair and shape pair, the prediction is what MLX produces" do
     shapes = [
       {{2, 3}, {3, 4}},
