@@ -6,6 +6,16 @@ defmodule ExMLX.PredictionTest do
   alias ExMLX.{Call, Prediction}
   import ExMLX.TestHelpers, only: [types: 0]
 
+  # A result as its shape, type and bytes, or the error that making or
+  # reading it raised (CUDA, for one, refuses some complex64 kernels only
+  # when they run).
+  defp outcome(make) do
+    t = make.()
+    {t.shape, t.type, ExMLX.to_binary(t)}
+  rescue
+    e in ExMLX.Error -> {:error, e.message}
+  end
+
   test "broadcasting follows NumPy's rules" do
     assert Prediction.broadcast({2, 1, 3}, {4, 1}) == {:ok, {2, 4, 3}}
     assert Prediction.broadcast({}, {5}) == {:ok, {5}}
@@ -48,18 +58,6 @@ defmodule ExMLX.PredictionTest do
   end
 
   test "every unary op and type: the prediction is what MLX produces, values included" do
-    # a result as its shape, type and bytes, or the error that making or
-    # reading it raised (CUDA, for one, refuses some complex64 kernels only
-    # when they run)
-    outcome = fn make ->
-      try do
-        t = make.()
-        {t.shape, t.type, ExMLX.to_binary(t)}
-      rescue
-        e in ExMLX.Error -> {:error, e.message}
-      end
-    end
-
     for op <- ExMLX.unary_ops(), t <- types() do
       on = [device: if(t == {:f, 64}, do: :cpu, else: ExMLX.default_device())]
       a = ExMLX.iota(t, {2, 3}, on)
@@ -78,22 +76,13 @@ defmodule ExMLX.PredictionTest do
         %ExMLX.Tensor{} -> assert Prediction.unary(op, a) == {:ok, {2, 3}, expected.type}, label
       end
 
-      assert outcome.(fn -> apply(ExMLX, op, [a]) end) ==
-               outcome.(fn -> if is_exception(expected), do: raise(expected), else: expected end),
+      assert outcome(fn -> apply(ExMLX, op, [a]) end) ==
+               outcome(fn -> if is_exception(expected), do: raise(expected), else: expected end),
              label
     end
   end
 
   test "reductions: every op, type and choice of axes, the prediction is what the op gives" do
-    outcome = fn make ->
-      try do
-        t = make.()
-        {t.shape, t.type, ExMLX.to_binary(t)}
-      rescue
-        e in ExMLX.Error -> {:error, e.message}
-      end
-    end
-
     params = fn op ->
       cond do
         op in [:argmax, :argmin] ->
@@ -152,8 +141,8 @@ defmodule ExMLX.PredictionTest do
             fn -> apply(ExMLX, op, [a, [axis: first, reverse: second]]) end
         end
 
-      assert outcome.(call) ==
-               outcome.(fn -> if is_exception(expected), do: raise(expected), else: expected end),
+      assert outcome(call) ==
+               outcome(fn -> if is_exception(expected), do: raise(expected), else: expected end),
              label
     end
   end
