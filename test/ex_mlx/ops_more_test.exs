@@ -295,4 +295,24 @@ defmodule ExMLX.OpsMoreTest do
       end
     end
   end
+
+  test "sort, argsort and top_k of tensors with no elements give empty results (MLX's sort divided by zero)" do
+    for {type, one_element} <- [
+          {{:f, 32}, <<1.0::32-float-little>>},
+          {{:s, 32}, <<1::32-little>>}
+        ] do
+      index_type = ExMLX.argsort(ExMLX.from_binary(one_element, type, {1})).type
+
+      for shape <- [{0}, {3, 0}, {0, 3}], direction <- [:asc, :desc] do
+        empty = ExMLX.from_binary(<<>>, type, shape)
+        sorted = ExMLX.sort(empty, direction: direction)
+        order = ExMLX.argsort(empty, direction: direction)
+        assert {sorted.shape, sorted.type, ExMLX.to_binary(sorted)} == {shape, type, <<>>}
+        assert {order.shape, order.type, ExMLX.to_binary(order)} == {shape, index_type, <<>>}
+      end
+
+      {values, indices} = ExMLX.top_k(ExMLX.from_binary(<<>>, type, {3, 0}), 0)
+      assert {values.shape, indices.shape} == {{3, 0}, {3, 0}}
+    end
+  end
 end

@@ -9,6 +9,14 @@ use crate::error::{Error, Result};
 /// both directions.
 pub fn argsort(a: &Array, axis: i64, descending: bool) -> Result<Array> {
     let axis = check_axis("axis", axis, a.ndim())?;
+    if a.size() == 0 {
+        // MLX 0.32's sort along an axis of size 0 divides by that size
+        // (SIGFPE, which ended the VM): no elements, no sort; the index type
+        // is MLX's, from one element
+        let one = ops::zeros_dtype(&[1], a.dtype())?;
+        let dtype = ops::argsort_axis(&one, 0)?.dtype();
+        return Ok(ops::zeros_dtype(a.shape(), dtype)?);
+    }
     if !descending {
         return Ok(ops::argsort_axis(a, axis)?);
     }
@@ -24,6 +32,9 @@ pub fn argsort(a: &Array, axis: i64, descending: bool) -> Result<Array> {
 /// `a` sorted along `axis`.
 pub fn sort(a: &Array, axis: i64, descending: bool) -> Result<Array> {
     let order = argsort(a, axis, descending)?;
+    if a.size() == 0 {
+        return Ok(ops::zeros_dtype(a.shape(), a.dtype())?);
+    }
     let axis = check_axis("axis", axis, a.ndim())?;
     Ok(ops::indexing::take_along_axis(a, &order, axis)?)
 }
