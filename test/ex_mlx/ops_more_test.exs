@@ -315,4 +315,36 @@ defmodule ExMLX.OpsMoreTest do
       assert {values.shape, indices.shape} == {{3, 0}, {3, 0}}
     end
   end
+
+  test "shifts by counts outside 0..bits shift every bit out, as Nx.BinaryBackend does" do
+    import Bitwise
+
+    # x << n and x >> n on unbounded integers, wrapped to `bits` (two's
+    # complement for signed types): Nx.BinaryBackend's definition
+    wrap = fn v, {kind, bits} ->
+      v = v &&& (1 <<< bits) - 1
+      if kind == :s and v >= 1 <<< (bits - 1), do: v - (1 <<< bits), else: v
+    end
+
+    for {type, values, counts} <- [
+          {{:s, 32}, [1, -1, -8, 8, 123_456], [0, 31, 32, 33, 100]},
+          {{:u, 8}, [1, 128, 255, 7, 64], [0, 7, 8, 9, 200]},
+          {{:s, 8}, [1, -128, -1, 100, -3], [0, 7, 8, 63, 127]},
+          {{:u, 64}, [1, 3, 5, 7, 9], [0, 63, 64, 65, 1000]}
+        ] do
+      {_, bits} = type
+      enc = fn l -> for v <- l, into: <<>>, do: <<v::size(bits)-little>> end
+      x = ExMLX.from_binary(enc.(values), type, {5})
+      n = ExMLX.from_binary(enc.(counts), type, {5})
+      pairs = Enum.zip(values, counts)
+
+      assert ExMLX.to_list(ExMLX.left_shift(x, n)) ==
+               Enum.map(pairs, fn {v, c} -> wrap.(v <<< c, type) end),
+             inspect(type)
+
+      assert ExMLX.to_list(ExMLX.right_shift(x, n)) ==
+               Enum.map(pairs, fn {v, c} -> wrap.(v >>> c, type) end),
+             inspect(type)
+    end
+  end
 end

@@ -35,6 +35,60 @@ pub fn binary(name: &str, f: RawBinary, a: &Array, b: &Array) -> Result<Array> {
     unsafe { super::raw::op(name, |res, s| f(res, a.as_ptr(), b.as_ptr(), s)) }
 }
 
+/// `a << b` (`left`) or `a >> b` with Nx's result for every count: MLX
+/// shifts with C's `<<` and `>>`, whose result for a count outside
+/// `0..bits` is the processor's (x86 masks the count: `1 << 32` gave 1).
+/// Here such a count shifts every bit out: 0, or -1 for `>>` of a negative
+/// signed value, as Nx.BinaryBackend computes it. (Counts known to be in
+/// range, a small computed `b` read here, skip the check.)
+pub fn shift(name: &str, f: RawBinary, left: bool, a: &Array, b: &Array) -> Result<Array> {
+    let out = binary(name, f, a, b)?;
+    let dtype = out.dtype();
+    if dtype == Dtype::Bool {
+        return Ok(out);
+    }
+    let bits = (size_of(dtype) * 8) as i128;
+    if counts_in_range(b, bits) == Some(true) {
+        return Ok(out);
+    }
+    let counts = b.as_dtype(dtype)?;
+    let zero = Array::from_int(0).as_dtype(dtype)?;
+    let width = Array::from_int(bits as i32).as_dtype(dtype)?;
+    let too_far = ops::logical_or(ops::lt(&counts, &zero)?, ops::ge(&counts, &width)?)?;
+    let signed = !matches!(
+        dtype,
+        Dtype::Uint8 | Dtype::Uint16 | Dtype::Uint32 | Dtype::Uint64
+    );
+    let fill = if left || !signed {
+        zero.clone()
+    } else {
+        let minus_one = Array::from_int(-1).as_dtype(dtype)?;
+        ops::select(&ops::lt(&a.as_dtype(dtype)?, &zero)?, &minus_one, &zero)?
+    };
+    Ok(ops::select(&too_far, &fill, &out)?)
+}
+
+/// Whether every count in `b` lies in `0..bits`, when `b` is small and
+/// already computed (its values read here); `None` otherwise.
+fn counts_in_range(b: &Array, bits: i128) -> Option<bool> {
+    if b.size() > 64 || !crate::ahead::is_available(b) {
+        return None;
+    }
+    let buffer = crate::host::HostBuffer::new(b).ok()?;
+    let n = size_of(b.dtype());
+    let mut all = true;
+    for chunk in buffer.bytes().chunks_exact(n) {
+        let v = match crate::item::read(chunk, b.dtype()).ok()? {
+            crate::item::Number::Int(i) => i as i128,
+            crate::item::Number::UInt(u) => u as i128,
+            crate::item::Number::Bool(x) => x as i128,
+            _ => return None,
+        };
+        all &= (0..bits).contains(&v);
+    }
+    Some(all)
+}
+
 /// `~a` (logical not for `:bool`).
 pub fn bitwise_not(a: &Array) -> Result<Array> {
     check_integer("tensor", a)?;

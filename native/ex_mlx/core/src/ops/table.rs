@@ -713,12 +713,12 @@ op_table! {
         ///
         ///     iex> ExMLX.left_shift(ExMLX.iota({:s, 32}, {3}), ExMLX.full(2, {:s, 32}, {})) |> ExMLX.to_list()
         ///     [0, 4, 8]
-        left_shift(a, b) -> promote => bitwise::binary("left_shift", mlx_sys::mlx_left_shift, a, b);
+        left_shift(a, b) -> promote => bitwise::shift("left_shift", mlx_sys::mlx_left_shift, true, a, b);
         /// `a` shifted right by `b` bits (integer types; arithmetic for signed ones).
         ///
         ///     iex> ExMLX.right_shift(ExMLX.full(-8, {:s, 32}, {3}), ExMLX.full(2, {:s, 32}, {})) |> ExMLX.to_list()
         ///     [-2, -2, -2]
-        right_shift(a, b) -> promote => bitwise::binary("right_shift", mlx_sys::mlx_right_shift, a, b);
+        right_shift(a, b) -> promote => bitwise::shift("right_shift", mlx_sys::mlx_right_shift, false, a, b);
     }
 
     // -------------------------------------------------------------------------
