@@ -347,4 +347,17 @@ defmodule ExMLX.OpsMoreTest do
              inspect(type)
     end
   end
+
+  test "integer remainder of the smallest value has the dividend's sign, as Elixir's rem/2" do
+    for bits <- [8, 16, 32, 64] do
+      min = -Integer.pow(2, bits - 1)
+      max = Integer.pow(2, bits - 1) - 1
+      pairs = for a <- [min, min + 1, -7, 7, max], b <- [min, min + 1, -3, 3, 7, max], do: {a, b}
+      enc = fn l -> for v <- l, into: <<>>, do: <<v::size(bits)-signed-little>> end
+      {as, bs} = Enum.unzip(pairs)
+      a = ExMLX.from_binary(enc.(as), {:s, bits}, {length(as)})
+      b = ExMLX.from_binary(enc.(bs), {:s, bits}, {length(bs)})
+      assert ExMLX.to_list(ExMLX.remainder(a, b)) == Enum.map(pairs, fn {x, y} -> rem(x, y) end)
+    end
+  end
 end

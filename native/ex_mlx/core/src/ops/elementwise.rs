@@ -60,9 +60,10 @@ pub fn quotient(a: &Array, b: &Array) -> Result<Array> {
 
 /// The remainder with the dividend's sign (Elixir's `rem/2`, C's `fmod`),
 /// which pairs with `quotient` truncating toward zero. MLX's own remainder
-/// takes the divisor's sign (Python's `%`); on non-negative operands the two
-/// agree, so: sign(a) · (|a| mod |b|). For integers, `a rem 0` is `a`, as
-/// XLA defines it, rather than a trap (see [`traps`]).
+/// takes the divisor's sign (Python's `%`). Floats: sign(a) · (|a| mod |b|);
+/// integers: MLX's remainder, less `b` where its sign is not `a`'s. For
+/// integers, `a rem 0` is `a`, as XLA defines it, rather than a trap (see
+/// [`traps`]).
 pub fn remainder(a: &Array, b: &Array) -> Result<Array> {
     let dtype = promoted(a, b)?;
     let (zero, b) = if is_integer(dtype) {
@@ -72,9 +73,22 @@ pub fn remainder(a: &Array, b: &Array) -> Result<Array> {
     } else {
         (None, b.clone())
     };
-    let r = ops::remainder(ops::abs(a)?, ops::abs(&b)?)?;
     let negative = ops::lt(a, Array::from_int(0))?;
-    let r = ops::select(&negative, ops::negative(&r)?, &r)?;
+    let r = if is_integer(dtype) {
+        // The truncated remainder from MLX's floored one (the sign of `b`):
+        // where that is non-zero and its sign differs from `a`'s, take `b`
+        // off. (Not through |a|: |INT_MIN| overflows, and -128 rem 3 as s8
+        // came out -1 instead of -2.)
+        let floored = ops::remainder(a, &b)?;
+        let other_sign = ops::logical_and(
+            ops::ne(&floored, Array::from_int(0))?,
+            ops::ne(ops::lt(&floored, Array::from_int(0))?, &negative)?,
+        )?;
+        ops::select(&other_sign, ops::subtract(&floored, &b)?, &floored)?
+    } else {
+        let r = ops::remainder(ops::abs(a)?, ops::abs(&b)?)?;
+        ops::select(&negative, ops::negative(&r)?, &r)?
+    };
     match zero {
         Some(zero) => Ok(ops::select(&zero, a.as_dtype(r.dtype())?, &r)?),
         None => Ok(r),
