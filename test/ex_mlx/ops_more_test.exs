@@ -360,4 +360,12 @@ defmodule ExMLX.OpsMoreTest do
       assert ExMLX.to_list(ExMLX.remainder(a, b)) == Enum.map(pairs, fn {x, y} -> rem(x, y) end)
     end
   end
+
+  test "float remainder keeps the dividend's sign bit, -0.0 included (C's fmod)" do
+    bits = fn l -> for v <- l, into: <<>>, do: <<v::32-float-little>> end
+    a = ExMLX.from_binary(bits.([-0.0, 0.0, -4.0, 4.0, -5.5]), {:f, 32}, {5})
+    b = ExMLX.from_binary(bits.([1.0, -1.0, 2.0, -2.0, 2.0]), {:f, 32}, {5})
+    # fmod(-0, 1) = -0, fmod(0, -1) = 0, fmod(-4, 2) = -0, fmod(4, -2) = 0, fmod(-5.5, 2) = -1.5
+    assert ExMLX.to_binary(ExMLX.remainder(a, b)) == bits.([-0.0, 0.0, -0.0, 0.0, -1.5])
+  end
 end

@@ -87,6 +87,13 @@ pub fn remainder(a: &Array, b: &Array) -> Result<Array> {
         ops::select(&other_sign, ops::subtract(&floored, &b)?, &floored)?
     } else {
         let r = ops::remainder(ops::abs(a)?, ops::abs(&b)?)?;
+        // a's sign bit, -0.0's included (1 / -0.0 is -inf): C's fmod
+        let zero = ops::eq(a, Array::from_int(0))?;
+        let negative_zero = ops::logical_and(
+            &zero,
+            ops::lt(ops::divide(Array::from_int(1), a)?, Array::from_int(0))?,
+        )?;
+        let negative = ops::logical_or(&negative, &negative_zero)?;
         ops::select(&negative, ops::negative(&r)?, &r)?
     };
     match zero {
