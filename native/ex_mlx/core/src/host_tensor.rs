@@ -17,8 +17,8 @@
 use mlx_rs::{Array, Dtype};
 
 use crate::error::Result;
-use crate::host::{self, HostBuffer};
-use crate::item::{self, Number};
+use crate::host;
+use crate::item;
 use crate::ops::params::Param;
 use crate::ops::table::Op;
 
@@ -98,18 +98,7 @@ impl HostTensor {
         if a.size() > MAX_ELEMENTS {
             return None;
         }
-        let buffer = HostBuffer::new(a).ok()?;
-        let n = crate::dtype::size_of(a.dtype());
-        let values = buffer
-            .bytes()
-            .chunks_exact(n)
-            .map(|b| match item::read(b, a.dtype()).ok()? {
-                Number::Bool(b) => Some(b as i128),
-                Number::Int(i) => Some(i as i128),
-                Number::UInt(u) => Some(u as i128),
-                _ => None,
-            })
-            .collect::<Option<Vec<_>>>()?;
+        let values = item::integers(a)?;
         (values.len() == a.size()).then(|| HostTensor {
             dtype: a.dtype(),
             shape: a.shape().to_vec(),

@@ -37,6 +37,24 @@ pub fn item(a: &Array) -> Result<Number> {
     read(buffer.bytes(), buffer.dtype())
 }
 
+/// The elements of `a`, an integer or boolean array, as `i128` (`a` is
+/// evaluated for it: call this for arrays that are, or small ones); `None`
+/// for other types.
+pub fn integers(a: &Array) -> Option<Vec<i128>> {
+    let buffer = HostBuffer::new(a).ok()?;
+    let n = crate::dtype::size_of(a.dtype());
+    buffer
+        .bytes()
+        .chunks_exact(n)
+        .map(|b| match read(b, a.dtype()).ok()? {
+            Number::Bool(b) => Some(b as i128),
+            Number::Int(i) => Some(i as i128),
+            Number::UInt(u) => Some(u as i128),
+            _ => None,
+        })
+        .collect()
+}
+
 /// Decodes one little-endian element of `dtype` from `bytes`.
 pub fn read(bytes: &[u8], dtype: Dtype) -> Result<Number> {
     fn take<const N: usize>(bytes: &[u8]) -> Result<[u8; N]> {

@@ -74,19 +74,8 @@ fn counts_in_range(b: &Array, bits: i128) -> Option<bool> {
     if b.size() > 64 || !crate::ahead::is_available(b) {
         return None;
     }
-    let buffer = crate::host::HostBuffer::new(b).ok()?;
-    let n = size_of(b.dtype());
-    let mut all = true;
-    for chunk in buffer.bytes().chunks_exact(n) {
-        let v = match crate::item::read(chunk, b.dtype()).ok()? {
-            crate::item::Number::Int(i) => i as i128,
-            crate::item::Number::UInt(u) => u as i128,
-            crate::item::Number::Bool(x) => x as i128,
-            _ => return None,
-        };
-        all &= (0..bits).contains(&v);
-    }
-    Some(all)
+    let counts = crate::item::integers(b)?;
+    Some(counts.iter().all(|v| (0..bits).contains(v)))
 }
 
 /// `~a` (logical not for `:bool`).

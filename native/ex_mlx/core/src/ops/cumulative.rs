@@ -1,15 +1,14 @@
 //! Cumulative sum, product, minimum and maximum.
 
-use mlx_rs::{ops, Array};
+use mlx_rs::Array;
 
-use super::check_axis;
+use super::{check_axis, empty_result};
 use crate::error::Result;
 
 /// `f(a, axis, reverse)`, MLX's running reduction along a checked `axis`.
 ///
-/// A tensor with no elements gives an empty result of the type `f` gives,
-/// without MLX's scan: MLX 0.32's CPU scan along an axis of size 0 divides
-/// by that size (SIGFPE, which ended the VM).
+/// A tensor with no elements gives an empty result without MLX's scan
+/// ([`empty_result`]).
 pub fn along(
     a: &Array,
     axis: i64,
@@ -18,9 +17,7 @@ pub fn along(
 ) -> Result<Array> {
     let axis = check_axis("axis", axis, a.ndim())?;
     if a.size() == 0 {
-        let one = ops::zeros_dtype(&[1], a.dtype())?;
-        let dtype = f(&one, 0, reverse)?.dtype();
-        return Ok(ops::zeros_dtype(a.shape(), dtype)?);
+        return empty_result(a, |one| f(one, 0, reverse));
     }
     Ok(f(a, axis, reverse)?)
 }
@@ -30,6 +27,7 @@ mod tests {
     use super::*;
     use crate::device::Device;
     use crate::worker::run_blocking;
+    use mlx_rs::ops;
 
     #[test]
     fn scans_of_no_elements_are_empty_of_the_scan_type() {

@@ -50,6 +50,19 @@ pub fn check_axis(name: &'static str, axis: i64, rank: usize) -> Result<i32> {
     }
 }
 
+/// An array of `a`'s shape (which has no elements) and of the type `f` gives
+/// for one element of `a`'s type, without `f` running on `a`: MLX 0.32's
+/// scans and sorts along an axis of size 0 divide by that size (SIGFPE,
+/// which ended the VM).
+pub fn empty_result(
+    a: &mlx_rs::Array,
+    f: impl FnOnce(&mlx_rs::Array) -> mlx_rs::error::Result<mlx_rs::Array>,
+) -> Result<mlx_rs::Array> {
+    let one = mlx_rs::ops::zeros_dtype(&[1], a.dtype())?;
+    let dtype = f(&one)?.dtype();
+    Ok(mlx_rs::ops::zeros_dtype(a.shape(), dtype)?)
+}
+
 /// Normalises a list of distinct axes.
 pub fn check_axes(name: &'static str, axes: &[i64], rank: usize) -> Result<Vec<i32>> {
     let mut seen = vec![false; rank];

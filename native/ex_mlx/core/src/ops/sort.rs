@@ -2,7 +2,7 @@
 
 use mlx_rs::{ops, Array};
 
-use super::check_axis;
+use super::{check_axis, empty_result};
 use crate::error::{Error, Result};
 
 /// Indices that sort `a` along `axis`; ties keep their original order, in
@@ -10,12 +10,8 @@ use crate::error::{Error, Result};
 pub fn argsort(a: &Array, axis: i64, descending: bool) -> Result<Array> {
     let axis = check_axis("axis", axis, a.ndim())?;
     if a.size() == 0 {
-        // MLX 0.32's sort along an axis of size 0 divides by that size
-        // (SIGFPE, which ended the VM): no elements, no sort; the index type
-        // is MLX's, from one element
-        let one = ops::zeros_dtype(&[1], a.dtype())?;
-        let dtype = ops::argsort_axis(&one, 0)?.dtype();
-        return Ok(ops::zeros_dtype(a.shape(), dtype)?);
+        // no elements, no sort (MLX's divides by the axis's size: empty_result)
+        return empty_result(a, |one| ops::argsort_axis(one, 0));
     }
     if !descending {
         return Ok(ops::argsort_axis(a, axis)?);
