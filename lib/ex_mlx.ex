@@ -243,9 +243,10 @@ defmodule ExMLX do
   Whether the workers of `device`'s kind evaluate ahead of reads.
 
   An ExMLX op returns before its result is computed: MLX evaluates a graph of
-  ops when a result is read. With evaluation ahead on, a worker that has
-  nothing queued starts evaluating the newest result it has built (MLX's
-  `async_eval`: launched, not waited for), so the device computes while the
+  ops when a result is read. With evaluation ahead on, a worker starts
+  evaluating the newest result it has built every 64 results and whenever
+  it is about to sleep (MLX's `async_eval`: launched, not waited for), so
+  the device computes while the
   caller goes on building, and a later read finds the work done or under way.
   Results and errors are the same either way; the difference is a result
   nobody reads is computed all the same. On by default for `:gpu`, where
