@@ -5,11 +5,16 @@ defmodule ExMLX.Reliability.EmptyTensorsTest do
   # ExMLX.Error or ArgumentError; the VM lives on. MLX 0.32 divides by an
   # axis's size in its scans and sorts: a cumulative sum or a sort along an
   # axis of size 0 ended the VM (SIGFPE) before ExMLX handled such tensors
-  # itself (ops/cumulative.rs, ops/sort.rs).
+  # itself (ops/cumulative.rs, ops/sort.rs); so did a convolution with no
+  # input channels and `lu`, `inv`, `tri_inv` and `solve` of 0 × 0 matrices
+  # (ops/conv.rs, ops/linalg.rs). On the GPU machine, where MLX's CUDA build
+  # computes CPU products with the reference BLAS, a convolution over an
+  # empty window ended the VM ("On entry to SGEMM parameter number 8 had an
+  # illegal value": that BLAS stops the process).
   use ExUnit.Case, async: false
   @moduletag :reliability
 
-  @shapes [{0}, {0, 3}, {3, 0}, {2, 0, 3}]
+  @shapes [{0}, {0, 3}, {3, 0}, {0, 0}, {2, 0, 3}, {2, 3, 0}, {2, 0, 0}]
   @types [{:f, 32}, {:s, 32}, {:u, 8}, :bool, {:c, 64}]
 
   # A plain value of each parameter kind (ExMLX.OpTable), `k` for integers.

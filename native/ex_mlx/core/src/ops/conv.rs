@@ -78,7 +78,7 @@ pub fn conv_general(
     let zeros = vec![0; spatial];
     let ones = vec![1; spatial];
     let convolve = |input: &Array, kernel: &Array, groups: i32| -> Result<Array> {
-        Ok(ops::conv_general(
+        let out = ops::conv_general(
             input,
             kernel,
             &strides[..],
@@ -87,7 +87,16 @@ pub fn conv_general(
             &ones[..],
             groups,
             false,
-        )?)
+        )?;
+        // An input or kernel with no elements makes every output a sum
+        // over nothing: zeros, made here. MLX 0.32's CPU kernel divides by
+        // the channel count (SIGFPE: the VM ended) or hands BLAS a leading
+        // dimension of 0, which the reference BLAS of MLX's CUDA build
+        // answers by ending the process.
+        if input.size() == 0 || kernel.size() == 0 {
+            return Ok(ops::zeros_dtype(out.shape(), out.dtype())?);
+        }
+        Ok(out)
     };
     if groups == 1 || spatial <= 2 {
         return convolve(&prepared, kernel, groups);
@@ -155,6 +164,51 @@ mod tests {
         }
         out.eval().unwrap();
         assert_eq!(out.as_slice::<f32>(), &expected[..]);
+    }
+
+    /// Inputs or kernels without elements: every output is a sum over no
+    /// terms (0), or the output has no elements itself. Before, no input
+    /// channels ended the process (SIGFPE in MLX's CPU kernel).
+    #[test]
+    fn convolutions_with_nothing_to_sum_give_zeros() {
+        let empty = |shape: &[i32]| Array::from_slice::<f32>(&[], shape);
+        let ramp = |shape: &[i32]| {
+            let n: i32 = shape.iter().product();
+            let v: Vec<f32> = (1..=n).map(|v| v as f32).collect();
+            Array::from_slice(&v, shape)
+        };
+        let cases = [
+            // no input channels: [1, 5, 0] by [4, 2, 0] gives [1, 4, 4]
+            (empty(&[1, 5, 0]), empty(&[4, 2, 0]), None, vec![1, 4, 4]),
+            // a 2-D one: [1, 5, 5, 0] by [3, 2, 2, 0] gives [1, 4, 4, 3]
+            (
+                empty(&[1, 5, 5, 0]),
+                empty(&[3, 2, 2, 0]),
+                None,
+                vec![1, 4, 4, 3],
+            ),
+            // an empty signal and window: [2, 0, 3] by [2, 0, 3] gives [2, 1, 2]
+            (empty(&[2, 0, 3]), empty(&[2, 0, 3]), None, vec![2, 1, 2]),
+            // a window of width 0 over a padded signal
+            (
+                ramp(&[1, 3, 2]),
+                empty(&[2, 0, 2]),
+                Some(vec![(1, 1)]),
+                vec![1, 6, 2],
+            ),
+            // no batch: no outputs
+            (empty(&[0, 5, 2]), ramp(&[3, 2, 2]), None, vec![0, 4, 3]),
+        ];
+        for (input, kernel, padding, shape) in cases {
+            let out = conv_general(&input, &kernel, None, padding, None, None, 1).unwrap();
+            out.eval().unwrap();
+            assert_eq!(out.shape(), &shape[..]);
+            assert_eq!(out.dtype(), mlx_rs::Dtype::Float32);
+            assert_eq!(out.size(), shape.iter().product::<i32>() as usize);
+            if out.size() > 0 {
+                assert!(out.as_slice::<f32>().iter().all(|&v| v == 0.0));
+            }
+        }
     }
 
     #[test]

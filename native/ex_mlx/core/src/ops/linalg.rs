@@ -101,6 +101,18 @@ fn check_float(name: &'static str, a: &Array) -> Result<()> {
     }
 }
 
+/// `out`, or, when it has no elements, zeros of its shape and type made
+/// without running its kernel: MLX 0.32's CPU kernels of `lu`, `inv`,
+/// `tri_inv` and `solve` divide by the matrix size, so a 0 × 0 matrix ended
+/// the process (SIGFPE).
+fn no_elements(out: Array) -> Result<Array> {
+    if out.size() == 0 {
+        Ok(ops::zeros_dtype(out.shape(), out.dtype())?)
+    } else {
+        Ok(out)
+    }
+}
+
 /// `x` with `a · x = b`: a general solve, or a triangular one when
 /// `triangular` says which triangle (`Some(true)`: upper).
 pub fn solve_general(a: &Array, b: &Array, triangular: Option<bool>) -> Result<Array> {
@@ -137,30 +149,31 @@ pub fn svd(a: &Array) -> Result<(Array, Array, Array)> {
 /// `(p, l, u)`: the row permutation (as indices), unit lower and upper factors.
 pub fn lu(a: &Array) -> Result<(Array, Array, Array)> {
     check_square("tensor", a)?;
-    Ok(linalg::lu(a)?)
+    let (p, l, u) = linalg::lu(a)?;
+    Ok((no_elements(p)?, no_elements(l)?, no_elements(u)?))
 }
 
 /// `x` with `a · x = b`.
 pub fn solve(a: &Array, b: &Array) -> Result<Array> {
     check_square("a", a)?;
-    Ok(linalg::solve(a, b)?)
+    no_elements(linalg::solve(a, b)?)
 }
 
 pub fn inv(a: &Array) -> Result<Array> {
     check_square("tensor", a)?;
-    Ok(linalg::inv(a)?)
+    no_elements(linalg::inv(a)?)
 }
 
 /// Inverse of a triangular matrix.
 pub fn tri_inv(a: &Array, upper: bool) -> Result<Array> {
     check_square("tensor", a)?;
-    Ok(linalg::tri_inv(a, Some(upper))?)
+    no_elements(linalg::tri_inv(a, Some(upper))?)
 }
 
 /// `x` with `a · x = b` for triangular `a`.
 pub fn solve_triangular(a: &Array, b: &Array, upper: bool) -> Result<Array> {
     check_square("a", a)?;
-    Ok(linalg::solve_triangular(a, b, upper)?)
+    no_elements(linalg::solve_triangular(a, b, upper)?)
 }
 
 pub fn determinant(a: &Array) -> Result<Array> {
@@ -214,8 +227,11 @@ pub fn tensordot(a: &Array, b: &Array, axes_a: &[i64], axes_b: &[i64]) -> Result
         .map(|&i| a.shape()[i as usize])
         .chain(free_b.iter().map(|&i| b.shape()[i as usize]))
         .collect();
-    let lhs = ops::transpose_axes(a, &lhs_perm)?.reshape(&[-1, k])?;
-    let rhs = ops::transpose_axes(b, &rhs_perm)?.reshape(&[k, -1])?;
+    // (sizes spelled out: MLX cannot infer a -1 next to a 0)
+    let rows: i32 = free_a.iter().map(|&i| a.shape()[i as usize]).product();
+    let cols: i32 = free_b.iter().map(|&i| b.shape()[i as usize]).product();
+    let lhs = ops::transpose_axes(a, &lhs_perm)?.reshape(&[rows, k])?;
+    let rhs = ops::transpose_axes(b, &rhs_perm)?.reshape(&[k, cols])?;
     Ok(integer_matmul(&lhs, &rhs)?.reshape(&out_shape)?)
 }
 
@@ -349,6 +365,34 @@ mod tests {
             let case = format!("{sa:?} axis {i} · {sb:?} axis {j}");
             assert_eq!(out.shape(), &shape[..], "{case}");
             assert_eq!(out.as_slice::<f32>(), &expected[..], "{case}");
+        }
+    }
+
+    /// Integer contractions (the exact integer matmul) where an axis has
+    /// size 0: sums over nothing are 0, and results with no elements have
+    /// the shape the free axes give. (The reshape before the product read
+    /// `-1` beside a 0, which MLX cannot infer: it raised instead.)
+    #[test]
+    fn integer_contractions_over_empty_axes() {
+        let cases: &[(&[i32], &[i32], i64, i64, &[i32])] = &[
+            (&[3, 0], &[0, 4], 1, 0, &[3, 4]),
+            (&[0, 3], &[3, 4], 1, 0, &[0, 4]),
+            (&[2, 3], &[3, 0], 1, 0, &[2, 0]),
+            (&[0], &[0], 0, 0, &[]),
+        ];
+        for &(sa, sb, i, j, shape) in cases {
+            let sevens = |s: &[i32]| {
+                let n: i32 = s.iter().product();
+                Array::from_slice(&vec![7i32; n as usize], s)
+            };
+            let out = tensordot(&sevens(sa), &sevens(sb), &[i], &[j]).unwrap();
+            out.eval().unwrap();
+            assert_eq!(out.shape(), shape, "{sa:?} · {sb:?}");
+            assert_eq!(out.dtype(), mlx_rs::Dtype::Int32);
+            let n: i32 = shape.iter().product();
+            if n > 0 {
+                assert_eq!(out.as_slice::<i32>(), &vec![0; n as usize][..]);
+            }
         }
     }
 }
