@@ -374,7 +374,9 @@ mod tests {
     /// `-1` beside a 0, which MLX cannot infer: it raised instead.)
     #[test]
     fn integer_contractions_over_empty_axes() {
-        let cases: &[(&[i32], &[i32], i64, i64, &[i32])] = &[
+        // (a's shape, b's shape, a's axis, b's axis, the result's shape)
+        type Case<'a> = (&'a [i32], &'a [i32], i64, i64, &'a [i32]);
+        let cases: &[Case] = &[
             (&[3, 0], &[0, 4], 1, 0, &[3, 4]),
             (&[0, 3], &[3, 4], 1, 0, &[0, 4]),
             (&[2, 3], &[3, 0], 1, 0, &[2, 0]),
