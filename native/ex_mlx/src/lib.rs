@@ -58,3 +58,13 @@ fn load(_env: rustler::Env, load_info: rustler::Term) -> bool {
 }
 
 rustler::init!("Elixir.ExMLX.Native", load = load);
+
+/// Every Rust allocation of the NIF (not MLX's, which are C++'s): an op's job
+/// and its arguments are allocated on a scheduler thread and freed on the
+/// device's worker, and glibc's `free` of another thread's block takes that
+/// thread's arena lock, contended once per op; mimalloc hands such a block
+/// back without a lock (bench/README.md, session 11, has the measurements).
+/// Built with the local-dynamic TLS model: the BEAM loads the NIF with
+/// `dlopen`, where the initial-exec model can run out of static TLS.
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
