@@ -42,6 +42,14 @@ fn mlx_version() -> &'static str {
 ///   copy of the environment, so the variable is set here.
 /// - `tune_malloc`: whether to set glibc's malloc thresholds for MLX's host
 ///   buffers (`ex_mlx_core::memory::tune_host_malloc` says why).
+///
+/// It also sets `MLX_ENABLE_CACHE_THRASHING_CHECK=0` unless the variable is
+/// set: MLX's CUDA backend counts every miss of its caches (CUDA graphs,
+/// convolutions, attention) over the life of the process and, past twice a
+/// cache's capacity (800 distinct graphs by default), throws at every
+/// further miss, so a long-lived VM's GPU work failed from then on (the GPU
+/// suite did, at 90 tests). Off, the caches evict as before and nothing
+/// throws; MLX's own test runner sets the same.
 fn load(_env: rustler::Env, load_info: rustler::Term) -> bool {
     let (tf32, tune_malloc): (bool, bool) = load_info.decode().unwrap_or((false, true));
     // (unset or empty, as ExMLX.Native's choice treats it)
@@ -49,6 +57,9 @@ fn load(_env: rustler::Env, load_info: rustler::Term) -> bool {
         // (Rust 2021: `set_var` is safe to call; it races only with another
         // thread's getenv, and no thread of this library exists yet)
         std::env::set_var("MLX_ENABLE_TF32", if tf32 { "1" } else { "0" });
+    }
+    if std::env::var_os("MLX_ENABLE_CACHE_THRASHING_CHECK").is_none_or(|v| v.is_empty()) {
+        std::env::set_var("MLX_ENABLE_CACHE_THRASHING_CHECK", "0");
     }
     if tune_malloc {
         // (false where the C library is not glibc: nothing to tune)
