@@ -61,6 +61,9 @@ fn load(_env: rustler::Env, load_info: rustler::Term) -> bool {
     if std::env::var_os("MLX_ENABLE_CACHE_THRASHING_CHECK").is_none_or(|v| v.is_empty()) {
         std::env::set_var("MLX_ENABLE_CACHE_THRASHING_CHECK", "0");
     }
+    // (workers drop the tensor references their jobs leave, in batches,
+    // before they sleep: tensor::release_later)
+    ex_mlx_core::worker::set_before_sleep(tensor::release_batch);
     if tune_malloc {
         // (false where the C library is not glibc: nothing to tune)
         ex_mlx_core::memory::tune_host_malloc();

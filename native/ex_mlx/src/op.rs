@@ -32,7 +32,11 @@ fn op<'a>(
 ) -> AsyncResult {
     let op = name.0;
     let (inputs, params, device) = check_call(op, inputs, params).map_err(error_tuple)?;
-    submit(env, tag, device, move || run(op, &inputs, params, device))
+    submit(env, tag, device, move || {
+        let result = run(op, &inputs, params, device);
+        tensor::release_later(inputs);
+        result
+    })
 }
 
 /// The op's inputs and parameters, decoded by its signature, and the device

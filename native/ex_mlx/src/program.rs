@@ -325,6 +325,7 @@ fn program_start<'a>(
         // compiled calls (a training loop feeding each step's parameters to
         // the next) does not grow one graph across its calls.
         mlx_rs::transforms::eval(&outputs)?;
+        crate::tensor::release_later(inputs);
         Ok(outputs)
     })
     .map_err(error_tuple)

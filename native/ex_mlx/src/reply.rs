@@ -244,6 +244,7 @@ where
                     }
                 }
             }
+            crate::tensor::release_later(targets);
         }),
     )?;
     Ok(outputs)
@@ -283,6 +284,7 @@ where
                     ex_mlx_core::ahead::note(array);
                 }
                 target.fill(result);
+                crate::tensor::release_later([target]);
             }),
         )?;
         return Ok(Submitted::Deferred(out));
@@ -291,7 +293,13 @@ where
     let worker_side = meeting.clone();
     let backlog = worker::submit(
         device,
-        Box::new(move || worker_side.finish(worker::run_caught(work))),
+        Box::new(move || {
+            let result = worker::run_caught(work);
+            // (a caller that waited for the worker finds no reference of
+            // earlier jobs still held: crate::tensor::release_later)
+            crate::tensor::release_batch();
+            worker_side.finish(result)
+        }),
     )?;
     // Wait only when the worker has at most a few jobs (a deferred op or two
     // ahead is common and quick), and only one NIF at a time: a waiting NIF

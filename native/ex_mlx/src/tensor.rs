@@ -63,6 +63,57 @@ impl Drop for Tensor {
 
 pub type TensorRef = ResourceArc<Tensor>;
 
+thread_local! {
+    /// References a worker's jobs are done with, dropped together
+    /// ([`release_later`]).
+    static DONE_WITH: std::cell::RefCell<Vec<TensorRef>> =
+        const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// How many references a worker keeps before it drops them together.
+const RELEASE_BATCH: usize = 64;
+
+/// Drops `tensors`, references a job held (its inputs, the tensor it
+/// fills): on a worker, in batches of [`RELEASE_BATCH`], before the worker
+/// sleeps (`ex_mlx_core::worker::set_before_sleep`) and before it answers a
+/// caller who waits (`crate::reply`), so that nothing a caller dropped
+/// before such a call outlives it; elsewhere at once. A tensor's reference count is shared with the caller's scheduler,
+/// which counts it up at every call that passes the tensor (a weight, a
+/// constant added at each step of a loop): dropping the job's reference at
+/// each job moved that count's cache line between the two cores every
+/// time, about 1 µs of the worker's 3 µs per op on an H100 host
+/// (bench/README.md, session 11). A batch moves it once.
+pub fn release_later(tensors: impl IntoIterator<Item = TensorRef>) {
+    if !ex_mlx_core::worker::on_worker() {
+        return;
+    }
+    let full = DONE_WITH.with(|done| {
+        let mut done = done.borrow_mut();
+        done.extend(tensors);
+        done.len() >= RELEASE_BATCH
+    });
+    if full {
+        release_batch();
+    }
+}
+
+/// Drops the references [`release_later`] kept on this thread; whether
+/// there were any. (They are dropped outside the borrow: a tensor's last
+/// reference runs its destructor.)
+pub fn release_batch() -> bool {
+    let mut batch = DONE_WITH.with(|done| std::mem::take(&mut *done.borrow_mut()));
+    let any = !batch.is_empty();
+    batch.clear();
+    // (the emptied list goes back, so the next batch allocates nothing)
+    DONE_WITH.with(|done| {
+        let mut done = done.borrow_mut();
+        if done.is_empty() && done.capacity() < batch.capacity() {
+            *done = batch;
+        }
+    });
+    any
+}
+
 fn ready(array: Array, evaluated: bool) -> State {
     ex_mlx_core::collect::allocated(array.nbytes());
     let dtype = array.dtype();

@@ -202,9 +202,26 @@ pub fn poll_until(limit: std::time::Duration, mut ready: impl FnMut() -> bool) -
 /// How long [`poll_until`] spins between two yields of its core.
 const SPIN_BETWEEN_YIELDS: std::time::Duration = std::time::Duration::from_micros(2);
 
+/// What a worker runs before it blocks for want of jobs, set once with
+/// [`set_before_sleep`]; `true` when it did something.
+static BEFORE_SLEEP: OnceCell<fn() -> bool> = OnceCell::new();
+
+/// Sets what every worker runs before it blocks for want of jobs (the NIF
+/// drops there the references its jobs left for a batch:
+/// `ex_mlx::tensor::release_later`). Only the first call sets it.
+pub fn set_before_sleep(hook: fn() -> bool) -> bool {
+    BEFORE_SLEEP.set(hook).is_ok()
+}
+
+/// Whether this thread is a worker.
+pub fn on_worker() -> bool {
+    ON_WORKER.with(|w| w.get())
+}
+
 /// The next job, polling for [`POLL`] before blocking; `None` when every
 /// sender is gone. Before it blocks, it starts evaluating whatever results
-/// were built and not read (crate::ahead), however few.
+/// were built and not read (crate::ahead), however few, and runs the hook
+/// of [`set_before_sleep`].
 fn next_job(jobs: &mpsc::Receiver<Job>) -> Option<Job> {
     let mut next = None;
     let mut poll = || {
@@ -220,8 +237,12 @@ fn next_job(jobs: &mpsc::Receiver<Job>) -> Option<Job> {
             Err(mpsc::TryRecvError::Empty) => false,
         })
     };
-    if !poll() && ahead::evaluate(1) {
-        poll();
+    if !poll() {
+        let evaluating = ahead::evaluate(1);
+        let released = BEFORE_SLEEP.get().is_some_and(|hook| hook());
+        if evaluating || released {
+            poll();
+        }
     }
     next.unwrap_or_else(|| jobs.recv().ok())
 }
@@ -264,7 +285,7 @@ fn queue(worker: &Worker, device: Device, job: Job) -> Result<usize> {
 /// each collision, seen in profiles of graph building). Released arrays wait
 /// here, and the worker drops them in one batch.
 pub fn release(device: Device, array: mlx_rs::Array) {
-    if ON_WORKER.with(|w| w.get()) {
+    if on_worker() {
         return drop(array);
     }
     let worker = if device.stream() == 0 {
