@@ -22,6 +22,10 @@ if Code.ensure_loaded?(Nx) do
     `{:u, 4}` as `{:u, 8}`; `{:s, 2}`, `{:s, 4}` as `{:s, 8}`; `{:f, 8}` and
     `{:f8_e4m3fn, 8}` as `{:f, 16}` (which holds every f8 value). Results are
     rounded back to the Nx type when read. `{:c, 128}` is not supported.
+    Sums, products, means and cumulative or window sums and products of
+    `{:f, 16}` and `{:bf, 16}` tensors accumulate in float32 and round once
+    to the tensor's type, as Nx.BinaryBackend rounds its f64 accumulation
+    (MLX's CPU kernels accumulate in the 16-bit type itself).
 
     `reduce/5` and `window_reduce/6`, whose reducers are arbitrary Elixir
     functions, run on `Nx.BinaryBackend` and return to ExMLX.

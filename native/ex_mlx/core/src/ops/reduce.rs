@@ -7,6 +7,23 @@ use crate::error::{Error, Result};
 
 type MlxResult = mlx_rs::error::Result<Array>;
 
+/// `f(a)`, computed in float32 when `a` is a 16-bit float (f16, bf16) and
+/// the result cast back to `a`'s type: MLX 0.32's CPU sums, products, means
+/// and scans accumulate in the input's own type, so a sum of 10,000 f16
+/// values of 0.1 was 256.0 (bf16: 32.0) where Nx.BinaryBackend, which
+/// accumulates in f64 and rounds once, gives 1000.0. For the reductions of
+/// the op table that add or multiply (`sum`, `product`, `mean`, the
+/// cumulative and window sums and products).
+pub fn in_f32_for_halves(a: &Array, f: impl FnOnce(&Array) -> Result<Array>) -> Result<Array> {
+    match a.dtype() {
+        mlx_rs::Dtype::Float16 | mlx_rs::Dtype::Bfloat16 => {
+            let wide = a.as_dtype(mlx_rs::Dtype::Float32)?;
+            Ok(f(&wide)?.as_dtype(a.dtype())?)
+        }
+        _ => f(a),
+    }
+}
+
 /// `f(a, axes, keep_dims)` over `axes` (all axes when `None`), keeping them
 /// as size-1 dimensions when `keep_dims`.
 pub fn over(

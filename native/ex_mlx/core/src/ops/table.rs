@@ -770,13 +770,13 @@ op_table! {
         ///
         ///     iex> ExMLX.iota({:s, 32}, {2, 3}) |> ExMLX.sum(axes: [1]) |> ExMLX.to_list()
         ///     [3, 12]
-        sum(tensor; axes: OptInts = "nil", keep_dims: Bool = "false") -> accumulate => reduce::over(tensor, axes, keep_dims, |a, axes, keep| a.sum_axes(axes, keep));
+        sum(tensor; axes: OptInts = "nil", keep_dims: Bool = "false") -> accumulate => reduce::in_f32_for_halves(tensor, |t| reduce::over(t, axes, keep_dims, |a, axes, keep| a.sum_axes(axes, keep)));
         /// The product over `:axes` (all axes by default); `keep_dims: true`
         /// keeps the reduced axes with size 1.
         ///
         ///     iex> ExMLX.iota({:s, 32}, {2, 3}) |> ExMLX.product(axes: [1]) |> ExMLX.to_list()
         ///     [0, 60]
-        product(tensor; axes: OptInts = "nil", keep_dims: Bool = "false") -> accumulate => reduce::over(tensor, axes, keep_dims, |a, axes, keep| a.prod_axes(axes, keep));
+        product(tensor; axes: OptInts = "nil", keep_dims: Bool = "false") -> accumulate => reduce::in_f32_for_halves(tensor, |t| reduce::over(t, axes, keep_dims, |a, axes, keep| a.prod_axes(axes, keep)));
         /// The smallest element over `:axes` (all axes by default);
         /// `keep_dims: true` keeps the reduced axes with size 1.
         ///
@@ -806,7 +806,7 @@ op_table! {
         ///
         ///     iex> ExMLX.iota({:s, 32}, {2, 3}) |> ExMLX.mean(axes: [1]) |> ExMLX.to_list()
         ///     [1.0, 4.0]
-        mean(tensor; axes: OptInts = "nil", keep_dims: Bool = "false") -> float => reduce::over(tensor, axes, keep_dims, |a, axes, keep| a.mean_axes(axes, keep));
+        mean(tensor; axes: OptInts = "nil", keep_dims: Bool = "false") -> float => reduce::in_f32_for_halves(tensor, |t| reduce::over(t, axes, keep_dims, |a, axes, keep| a.mean_axes(axes, keep)));
         /// Index of the largest element along `:axis` (of the flattened tensor
         /// by default); ties go to the lowest index.
         ///
@@ -826,12 +826,12 @@ op_table! {
         ///
         ///     iex> ExMLX.iota({:s, 32}, {5}) |> ExMLX.window_sum({2}) |> ExMLX.to_list()
         ///     [1, 3, 5, 7]
-        window_sum(tensor; window: Ints, strides: OptInts = "nil", padding: OptPairs = "nil", window_dilations: OptInts = "nil") -> same => window::window(window::Reduction::Sum, tensor, &window, strides, padding, window_dilations);
+        window_sum(tensor; window: Ints, strides: OptInts = "nil", padding: OptPairs = "nil", window_dilations: OptInts = "nil") -> same => reduce::in_f32_for_halves(tensor, |t| window::window(window::Reduction::Sum, t, &window, strides, padding, window_dilations));
         /// `window_product` over windows of `window`; options as in `window_sum/3`.
         ///
         ///     iex> ExMLX.iota({:s, 32}, {5}) |> ExMLX.window_product({2}) |> ExMLX.to_list()
         ///     [0, 2, 6, 12]
-        window_product(tensor; window: Ints, strides: OptInts = "nil", padding: OptPairs = "nil", window_dilations: OptInts = "nil") -> same => window::window(window::Reduction::Product, tensor, &window, strides, padding, window_dilations);
+        window_product(tensor; window: Ints, strides: OptInts = "nil", padding: OptPairs = "nil", window_dilations: OptInts = "nil") -> same => reduce::in_f32_for_halves(tensor, |t| window::window(window::Reduction::Product, t, &window, strides, padding, window_dilations));
         /// `window_max` over windows of `window`; options as in `window_sum/3`.
         ///
         ///     iex> ExMLX.iota({:s, 32}, {5}) |> ExMLX.window_max({2}) |> ExMLX.to_list()
@@ -846,12 +846,12 @@ op_table! {
         ///
         ///     iex> ExMLX.from_binary(<<1, 3, 2>>, {:u, 8}, {3}) |> ExMLX.cumulative_sum() |> ExMLX.to_list()
         ///     [1, 4, 6]
-        cumulative_sum(tensor; axis: Int = "0", reverse: Bool = "false") -> same => cumulative::along(tensor, axis, reverse, |a, axis, rev| a.cumsum(axis, rev, true));
+        cumulative_sum(tensor; axis: Int = "0", reverse: Bool = "false") -> same => reduce::in_f32_for_halves(tensor, |t| cumulative::along(t, axis, reverse, |a, axis, rev| a.cumsum(axis, rev, true)));
         /// Running product along `:axis` (default 0); `reverse: true` runs from the end.
         ///
         ///     iex> ExMLX.from_binary(<<1, 3, 2>>, {:u, 8}, {3}) |> ExMLX.cumulative_product() |> ExMLX.to_list()
         ///     [1, 3, 6]
-        cumulative_product(tensor; axis: Int = "0", reverse: Bool = "false") -> same => cumulative::along(tensor, axis, reverse, |a, axis, rev| a.cumprod(axis, rev, true));
+        cumulative_product(tensor; axis: Int = "0", reverse: Bool = "false") -> same => reduce::in_f32_for_halves(tensor, |t| cumulative::along(t, axis, reverse, |a, axis, rev| a.cumprod(axis, rev, true)));
         /// Running minimum along `:axis` (default 0); `reverse: true` runs from the end.
         ///
         ///     iex> ExMLX.from_binary(<<1, 3, 2>>, {:u, 8}, {3}) |> ExMLX.cumulative_min() |> ExMLX.to_list()
