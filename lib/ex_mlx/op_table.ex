@@ -135,7 +135,15 @@ defmodule ExMLX.OpTable do
   def entries, do: @entries
 
   @doc "The entry of op `name`."
-  def fetch!(name), do: Enum.find(@entries, &(&1.name == name)) || raise(KeyError, key: name)
+  def fetch!(name)
+
+  # one clause per op (a search of the list cost ~20% of compiling Axon's
+  # LSTM training step: ExMLX.Op looks an op up for each node it records)
+  for entry <- @entries do
+    def fetch!(unquote(entry.name)), do: unquote(Macro.escape(entry))
+  end
+
+  def fetch!(name), do: raise(KeyError, key: name)
 
   @doc "The names of the ops of `family`."
   def names(family), do: for(%{family: ^family, name: name} <- @entries, do: name)
