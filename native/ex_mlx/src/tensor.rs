@@ -77,12 +77,14 @@ const RELEASE_BATCH: usize = 64;
 /// fills): on a worker, in batches of [`RELEASE_BATCH`], before the worker
 /// sleeps (`ex_mlx_core::worker::set_before_sleep`) and before it answers a
 /// caller who waits (`crate::reply`), so that nothing a caller dropped
-/// before such a call outlives it; elsewhere at once. A tensor's reference count is shared with the caller's scheduler,
-/// which counts it up at every call that passes the tensor (a weight, a
-/// constant added at each step of a loop): dropping the job's reference at
-/// each job moved that count's cache line between the two cores every
-/// time, about 1 µs of the worker's 3 µs per op on an H100 host
-/// (bench/README.md, session 11). A batch moves it once.
+/// before such a call outlives it; elsewhere at once.
+///
+/// A tensor's reference count is shared with the caller's scheduler, which
+/// counts it up at every call that passes the tensor (a weight, a constant
+/// added at each step of a loop): dropping the job's reference at each job
+/// moved that count's cache line between the two cores every time, about
+/// 1 µs of the worker's 3 µs per op on an H200 host (bench/README.md,
+/// session 11). A batch moves it once.
 pub fn release_later(tensors: impl IntoIterator<Item = TensorRef>) {
     if !ex_mlx_core::worker::on_worker() {
         return;
