@@ -522,39 +522,31 @@ defmodule ExMLX do
   # result is used. Elsewhere they wait for the worker's answer, so MLX's own
   # error (shapes that do not broadcast, say) is raised at the call.
   defp binary_op(op, a, b) do
-    %Tensor{ref: ra} = tensor!(a, :a)
-    %Tensor{ref: rb} = tensor!(b, :b)
+    refs = [tensor!(a, :a).ref, tensor!(b, :b).ref]
 
     prediction =
       if op == :matmul, do: ExMLX.Prediction.matmul(a, b), else: ExMLX.Prediction.binary(op, a, b)
 
-    case prediction do
-      {:ok, shape, type} ->
-        {ref, device} = Op.defer_exact(op, [ra, rb], [], type, shape)
-        %Tensor{ref: ref, shape: shape, type: type, device: device}
-
-      :unknown ->
-        Op.run(op, [ra, rb], []) |> Tensor.wrap()
-    end
+    predicted_op(op, refs, [], prediction)
   end
 
-  defp unary_op(op, a), do: one_input_op(op, a, [], &ExMLX.Prediction.unary(op, &1))
-
-  defp reduction_op(op, a, params),
-    do: one_input_op(op, a, params, &ExMLX.Prediction.reduce(op, &1, params))
-
-  defp one_input_op(op, a, params, predict) do
-    %Tensor{ref: ref} = tensor!(a, :tensor)
-
-    case predict.(a) do
-      {:ok, shape, type} ->
-        {ref, device} = Op.defer_exact(op, [ref], params, type, shape)
-        %Tensor{ref: ref, shape: shape, type: type, device: device}
-
-      :unknown ->
-        Op.run(op, [ref], params) |> Tensor.wrap()
-    end
+  defp unary_op(op, a) do
+    ref = tensor!(a, :tensor).ref
+    predicted_op(op, [ref], [], ExMLX.Prediction.unary(op, a))
   end
+
+  defp reduction_op(op, a, params) do
+    ref = tensor!(a, :tensor).ref
+    predicted_op(op, [ref], params, ExMLX.Prediction.reduce(op, a, params))
+  end
+
+  # The op deferred with its predicted result, or run and waited for.
+  defp predicted_op(op, refs, params, {:ok, shape, type}) do
+    {ref, device} = Op.defer_exact(op, refs, params, type, shape)
+    %Tensor{ref: ref, shape: shape, type: type, device: device}
+  end
+
+  defp predicted_op(op, refs, params, :unknown), do: Op.run(op, refs, params) |> Tensor.wrap()
 
   # ---------------------------------------------------------------------------
   # Ops whose functions are written here (flagged `custom` in the table)
