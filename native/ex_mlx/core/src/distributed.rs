@@ -435,10 +435,15 @@ fn start_comm() -> std::result::Result<Mutex<mpsc::Sender<Job>>, String> {
         .spawn(move || {
             // (the ring and MPI backends run on the CPU; NCCL would need a GPU
             // stream, made when a job asks for one: see `with_gpu_stream`)
-            let stream = Stream::new_with_device(&mlx_rs::Device::cpu());
+            // (it stops calling MLX when the process exits, as the
+            // device workers do: crate::exit)
+            let in_mlx = crate::exit::new_worker_flag();
+            let stream =
+                crate::exit::in_mlx(&in_mlx, || Stream::new_with_device(&mlx_rs::Device::cpu()));
+            crate::exit::register();
             mlx_rs::with_stream(&stream, || {
                 while let Ok(job) = jobs.recv() {
-                    job();
+                    crate::exit::in_mlx(&in_mlx, job);
                 }
             });
         })

@@ -88,14 +88,24 @@ pub fn array_from_bytes(bytes: &[u8], shape: &[i32], dtype: Dtype) -> Result<Arr
 ///
 /// Built on a worker thread; afterwards only its memory is read.
 pub struct HostBuffer {
-    array: Array,
+    /// Dropped by `Drop`, unless the process is exiting (crate::exit).
+    array: std::mem::ManuallyDrop<Array>,
     len: usize,
+}
+
+impl Drop for HostBuffer {
+    fn drop(&mut self) {
+        // SAFETY: the array is taken once, here, and not used afterwards.
+        let array = unsafe { std::mem::ManuallyDrop::take(&mut self.array) };
+        crate::exit::forget_if_exiting(array);
+    }
 }
 
 // SAFETY: a HostBuffer's array is evaluated and row-contiguous before the
 // buffer exists, and nothing mutates it afterwards: the only access is reading
 // its data through `bytes`. Reading immutable MLX memory from any thread is
-// sound, and dropping the handle only decrements an atomic reference count.
+// sound; dropping the handle decrements an atomic reference count, and the
+// last one frees the memory through MLX's allocator, which takes its lock.
 unsafe impl Sync for HostBuffer {}
 
 /// Whether an evaluated array's elements lie in row-major order, without
@@ -132,7 +142,10 @@ impl HostBuffer {
             copy
         };
         let len = array.size() * dtype::size_of(array.dtype());
-        let buffer = HostBuffer { array, len };
+        let buffer = HostBuffer {
+            array: std::mem::ManuallyDrop::new(array),
+            len,
+        };
         // Check the data pointer now, so `bytes` cannot fail later.
         buffer.checked_bytes()?;
         Ok(buffer)
@@ -180,7 +193,7 @@ impl HostBuffer {
         }
         let len = array.size() * dtype::size_of(array.dtype());
         Ok(Some(HostBuffer {
-            array: array.clone(),
+            array: std::mem::ManuallyDrop::new(array.clone()),
             len,
         }))
     }

@@ -2,7 +2,8 @@
 //!
 //! Modules, one concern each: [`error`] (the error enum), [`mlx_c`] (calls
 //! through mlx-c with MLX's error messages), [`dtype`] (the type
-//! table), [`device`], [`worker`] (the thread model), [`ahead`] (evaluation
+//! table), [`device`], [`worker`] (the thread model), [`exit`] (workers
+//! stopped before MLX's static objects go at the process's exit), [`ahead`] (evaluation
 //! ahead of reads on an idle worker), [`host`] (bytes in and
 //! out), [`item`], [`memory`], [`wire`], [`ops`] (the op table and the op
 //! families), [`program`] (op-table instructions run in one go), [`distributed`]
@@ -16,6 +17,7 @@ pub mod device;
 pub mod distributed;
 pub mod dtype;
 pub mod error;
+pub mod exit;
 pub mod fusion;
 pub mod host;
 pub mod host_tensor;

@@ -26,7 +26,7 @@
 
 use std::collections::HashMap;
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
 use std::sync::{mpsc, Arc, Mutex};
 use std::thread;
 
@@ -35,6 +35,7 @@ use once_cell::sync::{Lazy, OnceCell};
 use crate::ahead;
 use crate::device::{Device, Kind};
 use crate::error::{Error, Result};
+use crate::exit;
 
 /// Work for a worker: runs on its thread, inside its stream.
 pub type Job = Box<dyn FnOnce() + Send + 'static>;
@@ -142,15 +143,27 @@ fn start(device: Device) -> std::result::Result<Worker, String> {
         .spawn(move || {
             ON_WORKER.with(|w| w.set(true));
             ahead::bind(device.kind());
-            let stream = mlx_rs::Stream::new_with_device(&device.to_mlx());
+            let in_mlx = exit::new_worker_flag();
+            let stream = exit::in_mlx(&in_mlx, || {
+                let stream = mlx_rs::Stream::new_with_device(&device.to_mlx());
+                // MLX makes its allocator, scheduler and stream objects
+                // now, so the exit handler registered after this runs
+                // before their destructors (crate::exit)
+                mlx_rs::with_stream(&stream, make_mlx_objects);
+                stream
+            });
+            exit::register();
             mlx_rs::with_stream(&stream, || {
-                while let Some(job) = next_job(&jobs) {
-                    job();
-                    done.fetch_sub(1, Ordering::AcqRel);
-                    // start evaluating what was built (crate::ahead) once a
-                    // batch of results is waiting, queued jobs or not: the
-                    // caller may issue ops as fast as they are built
-                    ahead::evaluate(ahead::BATCH);
+                while let Some(job) = next_job(&jobs, &in_mlx) {
+                    exit::in_mlx(&in_mlx, || {
+                        job();
+                        done.fetch_sub(1, Ordering::AcqRel);
+                        // start evaluating what was built (crate::ahead)
+                        // once a batch of results is waiting, queued jobs
+                        // or not: the caller may issue ops as fast as they
+                        // are built
+                        ahead::evaluate(ahead::BATCH);
+                    });
                 }
             });
         })
@@ -160,6 +173,14 @@ fn start(device: Device) -> std::result::Result<Worker, String> {
         backlog,
         graveyard,
     })
+}
+
+/// Makes and evaluates one array on this thread's stream, so that MLX has
+/// made the objects it evaluates with (an error is left to the first job
+/// to meet).
+fn make_mlx_objects() {
+    let one = mlx_rs::Array::from_f32(1.0);
+    let _ = mlx_rs::ops::add(&one, &one).and_then(|sum| sum.eval());
 }
 
 /// How long an idle worker polls its queue before it sleeps. Small ops come
@@ -222,7 +243,7 @@ pub fn on_worker() -> bool {
 /// sender is gone. Before it blocks, it starts evaluating whatever results
 /// were built and not read (crate::ahead), however few, and runs the hook
 /// of [`set_before_sleep`].
-fn next_job(jobs: &mpsc::Receiver<Job>) -> Option<Job> {
+fn next_job(jobs: &mpsc::Receiver<Job>, in_mlx: &AtomicBool) -> Option<Job> {
     let mut next = None;
     let mut poll = || {
         poll_until(POLL, || match jobs.try_recv() {
@@ -238,8 +259,10 @@ fn next_job(jobs: &mpsc::Receiver<Job>) -> Option<Job> {
         })
     };
     if !poll() {
-        let evaluating = ahead::evaluate(1);
-        let released = BEFORE_SLEEP.get().is_some_and(|hook| hook());
+        let (evaluating, released) = exit::in_mlx(in_mlx, || {
+            let evaluating = ahead::evaluate(1);
+            (evaluating, BEFORE_SLEEP.get().is_some_and(|hook| hook()))
+        });
         if evaluating || released {
             poll();
         }
@@ -287,6 +310,10 @@ fn queue(worker: &Worker, device: Device, job: Job) -> Result<usize> {
 pub fn release(device: Device, array: mlx_rs::Array) {
     if on_worker() {
         return drop(array);
+    }
+    if exit::exiting() {
+        // (no worker will run again: crate::exit)
+        return std::mem::forget(array);
     }
     let worker = if device.stream() == 0 {
         match WORKERS[default_index(device)].get() {
