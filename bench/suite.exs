@@ -163,7 +163,7 @@ defmodule Bench.Suite do
        graph,
        {:samples,
         fn ->
-          ExMLX.Call.run(&ExMLX.Native.worker_chain_seconds(&1, :cpu, graph, reps))
+          ExMLX.Call.run(&ExMLX.Native.worker_chain_seconds(&1, :cpu, graph, 0, reps))
           |> Enum.map(&elem(&1, 1))
         end}}
     ]

@@ -178,7 +178,7 @@ unless tf32_off? do
 
   # the floor of both: the same graph built and evaluated by Rust on ExMLX's
   # worker thread, no Elixir per op
-  floor = ExMLX.Call.run(&ExMLX.Native.worker_chain_seconds(&1, :gpu, 1000, 20))
+  floor = ExMLX.Call.run(&ExMLX.Native.worker_chain_seconds(&1, :gpu, 1000, 16, 20))
   build = floor |> Enum.map(&elem(&1, 0)) |> GPU.median()
   total = floor |> Enum.map(&elem(&1, 1)) |> GPU.median()
   row.("lazy dispatch floor: the same graph built by Rust on the worker", "µs/op", total * 1.0e3)

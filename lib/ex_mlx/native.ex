@@ -170,9 +170,10 @@ defmodule ExMLX.Native do
   # For bench/: seconds of each of `reps` plain Rust copies of `binary`
   # (dirty scheduler; ArgumentError past 1 GiB or 1000 reps).
   def memcpy_seconds(_binary, _reps), do: not_loaded()
-  # For bench/: seconds of each of `reps` n-add chains built and evaluated
-  # on the CPU worker in Rust (replies to `tag`).
-  def worker_chain_seconds(_tag, _device, _n, _reps), do: not_loaded()
+  # For bench/: seconds of each of `reps` n-add chains of f32 arrays of
+  # `elements` elements (0: 0-d) built and evaluated on a device's worker
+  # in Rust (replies to `tag`).
+  def worker_chain_seconds(_tag, _device, _n, _elements, _reps), do: not_loaded()
 
   # Tensor queries (synchronous), evaluation, one element
   def tensor_info(_tensor), do: not_loaded()

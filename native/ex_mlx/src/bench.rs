@@ -37,26 +37,35 @@ fn memcpy_seconds(binary: Bytes<names::Source>, reps: Term) -> NifResult<Vec<f64
     Ok(samples)
 }
 
-/// `worker_chain_seconds(tag, device, n, reps)`: on `device`'s worker,
-/// without Elixir, `reps` times: build `n` chained adds of 0-d f32 arrays and
-/// evaluate them; replies `{build, total}` seconds for each. The lazy-op
-/// benchmark's floor in this VM: what MLX takes on ExMLX's worker thread.
+/// `worker_chain_seconds(tag, device, n, elements, reps)`: on `device`'s
+/// worker, without Elixir, `reps` times: build `n` chained adds of f32
+/// arrays of `elements` elements (0: 0-d arrays) and evaluate them; replies
+/// `{build, total}` seconds for each. The lazy-op benchmark's floor in this
+/// VM: what MLX takes on ExMLX's worker thread, for arrays of the size the
+/// benchmark adds (on a GPU, 0-d arrays take MLX's small-buffer pool and
+/// cost twice as much per op as 16-element ones: bench/README.md).
 #[rustler::nif]
 fn worker_chain_seconds<'a>(
     env: rustler::Env<'a>,
     tag: Tag<'a>,
     device: DeviceArg,
     n: Term<'a>,
+    elements: Term<'a>,
     reps: Term<'a>,
 ) -> crate::reply::AsyncResult {
     let n = decode_int_in("n", n, 1..=100_000).map_err(error_tuple)? as usize;
+    let elements = decode_int_in("elements", elements, 0..=1 << 20).map_err(error_tuple)? as usize;
     let reps = decode_int_in("reps", reps, 1..=1000).map_err(error_tuple)? as usize;
     crate::reply::submit(
         env,
         tag,
         device.0,
         move || -> ex_mlx_core::Result<Vec<(f64, f64)>> {
-            let one = mlx_rs::Array::from_f32(1.0);
+            let one = if elements == 0 {
+                mlx_rs::Array::from_f32(1.0)
+            } else {
+                mlx_rs::Array::from_slice(&vec![1.0f32; elements], &[elements as i32])
+            };
             one.eval()?;
             let mut samples = Vec::with_capacity(reps);
             for _ in 0..reps {
