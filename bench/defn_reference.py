@@ -106,8 +106,7 @@ def rows(buffer):
 
 def warm_up_gpu(seconds=1.0):
     """About a second of matrix products before the first timed row, as
-    bench/gpu/defn.exs does: a GPU that was idle starts at low clocks, and
-    the first rows timed paid for it (bench/README.md, session 12)."""
+    bench/gpu/defn.exs does, so that no row starts on an idle GPU."""
     a = mx.random.normal((2048, 2048))
     start = time.perf_counter()
     while time.perf_counter() - start < seconds:

@@ -28,8 +28,7 @@ timed = fn fun, reps ->
 end
 
 # About a second of matrix products before the first timed row, as
-# defn_reference.py --gpu does: a GPU that was idle starts at low clocks,
-# and the first rows timed paid for it (bench/README.md, session 12).
+# defn_reference.py --gpu does, so that no row starts on an idle GPU.
 warm = ExMLX.full(1.0, {:f, 32}, {2048, 2048}) |> ExMLX.eval()
 warm_until = System.monotonic_time(:millisecond) + 1000
 
