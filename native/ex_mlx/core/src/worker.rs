@@ -145,12 +145,20 @@ fn start(device: Device) -> std::result::Result<Worker, String> {
             ahead::bind(device.kind());
             let in_mlx = exit::new_worker_flag();
             let stream = exit::in_mlx(&in_mlx, || {
-                let stream = mlx_rs::Stream::new_with_device(&device.to_mlx());
-                // MLX makes its allocator, scheduler and stream objects
-                // now, so the exit handler registered after this runs
-                // before their destructors (crate::exit)
-                mlx_rs::with_stream(&stream, make_mlx_objects);
-                stream
+                let make = || {
+                    let stream = mlx_rs::Stream::new_with_device(&device.to_mlx());
+                    // MLX makes its allocator, scheduler and stream objects
+                    // now, so the exit handler registered after this runs
+                    // before their destructors (crate::exit)
+                    mlx_rs::with_stream(&stream, make_mlx_objects);
+                    stream
+                };
+                match device.kind() {
+                    // MLX's CPU stream thread, which the first evaluation
+                    // starts, is to be a batch thread (see below)
+                    Kind::Cpu => as_batch_thread(make),
+                    Kind::Gpu => make(),
+                }
             });
             exit::register();
             mlx_rs::with_stream(&stream, || {
@@ -173,6 +181,43 @@ fn start(device: Device) -> std::result::Result<Worker, String> {
         backlog,
         graveyard,
     })
+}
+
+/// Runs `work` with this thread under Linux's `SCHED_BATCH` policy, then
+/// restores its own: threads that `work` starts inherit the policy (glibc's
+/// threads start with their creator's policy).
+///
+/// A CPU worker runs its first evaluation this way, so MLX's stream thread
+/// (`scheduler::StreamThread`, which MLX starts on the stream's first task) is
+/// a batch thread. MLX queues each op's kernel as a task of its own for that
+/// thread and wakes it for every one; an ordinary thread woken on the
+/// worker's core preempts the worker at once, so an evaluation of a few ops
+/// became a context switch per task (a read of `add |> sum` about five). A
+/// batch thread does not preempt on waking: the worker queues the whole
+/// graph, then waits, and the stream thread runs the tasks in one go
+/// (bench/README.md, session 13). Its share of the CPU is unchanged.
+#[cfg(target_os = "linux")]
+fn as_batch_thread<T>(work: impl FnOnce() -> T) -> T {
+    let set = |policy: libc::c_int| {
+        let param = libc::sched_param { sched_priority: 0 };
+        // SAFETY: pid 0 is the calling thread; `param` is a valid
+        // `sched_param` for the call. No privilege is needed to move
+        // between SCHED_OTHER and SCHED_BATCH; on failure nothing changes.
+        unsafe { libc::sched_setscheduler(0, policy, &param) == 0 }
+    };
+    // SAFETY: pid 0 is the calling thread.
+    let own = unsafe { libc::sched_getscheduler(0) };
+    let changed = own == libc::SCHED_OTHER && set(libc::SCHED_BATCH);
+    let result = work();
+    if changed {
+        set(own);
+    }
+    result
+}
+
+#[cfg(not(target_os = "linux"))]
+fn as_batch_thread<T>(work: impl FnOnce() -> T) -> T {
+    work()
 }
 
 /// Makes and evaluates one array on this thread's stream, so that MLX has
@@ -431,6 +476,45 @@ mod tests {
         assert!(!stream_exists(unknown));
         let e = submit(unknown, Box::new(|| {})).unwrap_err();
         assert!(e.to_string().contains("there is no cpu stream 4294967295"));
+    }
+
+    /// The policy of thread `tid` of this process (`sched_getscheduler`).
+    #[cfg(target_os = "linux")]
+    fn policy(tid: i32) -> libc::c_int {
+        // SAFETY: any tid may be asked; an unknown one gives -1.
+        unsafe { libc::sched_getscheduler(tid) }
+    }
+
+    /// This process's threads named `name`.
+    #[cfg(target_os = "linux")]
+    fn threads_named(name: &str) -> Vec<i32> {
+        std::fs::read_dir("/proc/self/task")
+            .unwrap()
+            .filter_map(|entry| {
+                let path = entry.ok()?.path();
+                let comm = std::fs::read_to_string(path.join("comm")).ok()?;
+                let tid = path.file_name()?.to_str()?.parse().ok()?;
+                (comm.trim_end() == name).then_some(tid)
+            })
+            .collect()
+    }
+
+    #[test]
+    #[cfg(target_os = "linux")]
+    fn the_cpu_streams_thread_is_a_batch_thread_and_the_worker_is_not() {
+        // SAFETY: gettid has no arguments and cannot fail.
+        let worker = run_blocking(Device::Cpu, || Ok(unsafe { libc::gettid() })).unwrap();
+        assert_eq!(policy(worker), libc::SCHED_OTHER);
+        // MLX's stream thread (and any thread it started) carries the name
+        // of the worker that started it
+        let started: Vec<i32> = threads_named("ex_mlx_cpu")
+            .into_iter()
+            .filter(|&tid| tid != worker)
+            .collect();
+        assert!(!started.is_empty(), "no thread started by the CPU worker");
+        for tid in started {
+            assert_eq!(policy(tid), libc::SCHED_BATCH, "thread {tid}");
+        }
     }
 
     #[test]
