@@ -17,6 +17,17 @@ from timing import timed
 QUICK = "--quick" in sys.argv
 REPS = 5 if QUICK else 15
 FEW = 2 if QUICK else 5
+# seconds each program runs before it is timed (bench/defn.exs's @warm_up_ms)
+WARM_UP = 0 if QUICK else 0.2
+
+
+def warm_up(fun):
+    """Calls `fun` for WARM_UP seconds (at least once), as bench/defn.exs
+    does before each of its rows."""
+    start = time.perf_counter()
+    fun()
+    while time.perf_counter() - start < WARM_UP:
+        fun()
 
 
 def read(out):
@@ -149,13 +160,17 @@ def main():
     out = {"mlx": mx.__version__}
     for name, (fun, args, reps) in cases.items():
         compiled = small_loop_compiled_step() if name == "loop_1000" else mx.compile(fun)
-        out[name] = {
-            "plain": timed(lambda: read(fun(*args)), reps)["median"],
-            "compiled": timed(lambda: read(compiled(*args)), reps)["median"],
-        }
+        plain_call = lambda: read(fun(*args))
+        compiled_call = lambda: read(compiled(*args))
+        warm_up(plain_call)
+        plain = timed(plain_call, reps)["median"]
+        warm_up(compiled_call)
+        out[name] = {"plain": plain, "compiled": timed(compiled_call, reps)["median"]}
     # the row loop writes into its buffer in place; a fresh buffer per call
+    rows_call = lambda: read(rows(mx.zeros((3001, 400))))
+    warm_up(rows_call)
     out["rows_3001"] = {
-        "plain": timed(lambda: read(rows(mx.zeros((3001, 400)))), 2)["median"],
+        "plain": timed(rows_call, 2)["median"],
         "compiled": None,
     }
     print(json.dumps(out))
