@@ -44,15 +44,20 @@ pub fn exiting() -> bool {
 }
 
 thread_local! {
-    /// Whether this thread is a worker (it made its flag here).
-    static A_WORKER: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+    /// This thread's own "in MLX" flag when it is a worker (made here), as
+    /// an address: [`stop_workers_at_exit`] runs after glibc has destroyed
+    /// the exiting thread's thread-locals that have destructors, so this
+    /// one has none. The flag itself lives in [`IN_MLX`], which is never
+    /// shrunk.
+    static OWN_FLAG: std::cell::Cell<*const AtomicBool> =
+        const { std::cell::Cell::new(std::ptr::null()) };
 }
 
 /// A new worker's "in MLX" flag, watched by [`stop_workers_at_exit`]; made
 /// on the worker's own thread.
 pub(crate) fn new_worker_flag() -> Arc<AtomicBool> {
-    A_WORKER.with(|w| w.set(true));
     let flag = Arc::new(AtomicBool::new(false));
+    OWN_FLAG.with(|own| own.set(Arc::as_ptr(&flag)));
     IN_MLX
         .lock()
         .unwrap_or_else(|poisoned| poisoned.into_inner())
@@ -97,21 +102,31 @@ pub(crate) fn register() {
 }
 
 /// The `atexit` handler: raises [`exiting`], then waits until no worker is
-/// in MLX (up to [`EXIT_WAIT`]). Not on a worker that is itself exiting the
-/// process (it would wait for itself).
+/// in MLX (up to [`EXIT_WAIT`]); when a worker exits the process (MLX's
+/// reference BLAS ends it that way on bad arguments), it waits for the
+/// others, not for itself.
 pub extern "C" fn stop_workers_at_exit() {
     EXITING.store(true, Ordering::SeqCst);
-    if A_WORKER.with(|w| w.get()) {
-        return;
-    }
-    let flags = match IN_MLX.try_lock() {
-        Ok(flags) => flags.clone(),
-        Err(std::sync::TryLockError::Poisoned(poisoned)) => poisoned.into_inner().clone(),
-        // (held only while a worker starts: that one has not entered MLX)
-        Err(std::sync::TryLockError::WouldBlock) => return,
-    };
     let deadline = Instant::now() + EXIT_WAIT;
-    for flag in flags {
+    // (the list is locked only while a worker starts, for one push: wait
+    // for it rather than miss a worker)
+    let flags = loop {
+        match IN_MLX.try_lock() {
+            Ok(flags) => break flags.clone(),
+            Err(std::sync::TryLockError::Poisoned(poisoned)) => {
+                break poisoned.into_inner().clone()
+            }
+            Err(std::sync::TryLockError::WouldBlock) if Instant::now() < deadline => {
+                std::thread::sleep(Duration::from_micros(50))
+            }
+            Err(std::sync::TryLockError::WouldBlock) => return,
+        }
+    };
+    // (`try_with`: a thread-local cannot be read once it is destroyed)
+    let own = OWN_FLAG
+        .try_with(|own| own.get())
+        .unwrap_or(std::ptr::null());
+    for flag in flags.iter().filter(|flag| Arc::as_ptr(flag) != own) {
         while flag.load(Ordering::SeqCst) && Instant::now() < deadline {
             std::thread::sleep(Duration::from_micros(50));
         }

@@ -3,7 +3,8 @@
 //! among them), and a worker that went on freeing arrays then wrote into
 //! freed memory (a segfault in `std::_Rb_tree_insert_and_rebalance`, or
 //! glibc's "malloc_consolidate(): unaligned fastbin chunk detected").
-//! `ex_mlx_core::worker` stops its workers first (`stop_workers_at_exit`).
+//! `ex_mlx_core::exit` stops its workers first (`stop_workers_at_exit`),
+//! also when the thread that exits is itself a worker.
 //!
 //! Its own main, without libtest's harness (Cargo.toml): the test runs
 //! copies of this executable that exit in the middle of the work.
@@ -18,23 +19,31 @@ use ex_mlx_core::worker;
 const CHILD: &str = "EX_MLX_EXIT_WHILE_BUSY_CHILD";
 
 fn main() {
-    if std::env::var_os(CHILD).is_some() {
-        return work_then_exit();
+    match std::env::var(CHILD).as_deref() {
+        Ok("main") => return work_then_exit(Device::Cpu, Exit::FromMain),
+        Ok("worker") => {
+            // another stream's worker is busy; the CPU worker exits
+            let busy = worker::new_stream(Device::Cpu).expect("a CPU stream");
+            return work_then_exit(busy, Exit::FromWorker(Device::Cpu));
+        }
+        _ => {}
     }
     let runs = 30;
     let exe = std::env::current_exe().expect("this test's executable");
     let mut failures = Vec::new();
-    for run in 0..runs {
-        let output = Command::new(&exe)
-            .env(CHILD, "1")
-            .output()
-            .expect("a copy of this test runs");
-        if !output.status.success() {
-            failures.push(format!(
-                "run {run}: {} {}",
-                output.status,
-                String::from_utf8_lossy(&output.stderr).trim()
-            ));
+    for mode in ["main", "worker"] {
+        for run in 0..runs {
+            let output = Command::new(&exe)
+                .env(CHILD, mode)
+                .output()
+                .expect("a copy of this test runs");
+            if !output.status.success() {
+                failures.push(format!(
+                    "{mode} run {run}: {} {}",
+                    output.status,
+                    String::from_utf8_lossy(&output.stderr).trim()
+                ));
+            }
         }
     }
     assert!(
@@ -42,19 +51,31 @@ fn main() {
         "exits that failed:\n{}",
         failures.join("\n")
     );
-    println!("exit_while_busy: ok ({runs} exits in the middle of MLX work)");
+    println!(
+        "exit_while_busy: ok ({runs} exits from the main thread and {runs} from a worker, \
+         in the middle of MLX work)"
+    );
 }
 
-/// Keeps the CPU worker allocating and freeing arrays, and exits while it
-/// does (with jobs still queued).
-fn work_then_exit() {
-    // the worker started, its first job done
+/// Which thread calls `exit(3)`.
+enum Exit {
+    FromMain,
+    /// A job on this device's worker (MLX's reference BLAS ends a process
+    /// that way, from the thread that called it).
+    FromWorker(Device),
+}
+
+/// Keeps the worker of `busy` allocating and freeing arrays, and exits
+/// while it does (with jobs still queued).
+fn work_then_exit(busy: Device, exit: Exit) {
+    // the workers started, their first jobs done
+    worker::run_blocking(busy, || Ok(())).expect("the busy worker");
     worker::run_blocking(Device::Cpu, || Ok(())).expect("the CPU worker");
     let start = std::time::Instant::now();
     while start.elapsed() < Duration::from_millis(30) {
         for _ in 0..64 {
             let queued = worker::submit(
-                Device::Cpu,
+                busy,
                 Box::new(|| {
                     let a = mlx_rs::Array::from_slice(&[1.0f32; 1024], &[1024]);
                     if let Ok(b) = mlx_rs::ops::add(&a, &a) {
@@ -66,5 +87,13 @@ fn work_then_exit() {
         }
         std::thread::yield_now();
     }
-    std::process::exit(0);
+    match exit {
+        Exit::FromMain => std::process::exit(0),
+        Exit::FromWorker(device) => {
+            let _ = worker::run_blocking(device, || -> ex_mlx_core::error::Result<()> {
+                std::process::exit(0)
+            });
+            unreachable!("the process exited");
+        }
+    }
 }
