@@ -4,7 +4,7 @@
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Condvar, Mutex, MutexGuard};
 
-use ex_mlx_core::device::Device;
+use ex_mlx_core::device::{Device, Kind};
 use ex_mlx_core::error::{Error, Result};
 use ex_mlx_core::memory;
 use mlx_rs::{Array, Dtype};
@@ -336,8 +336,14 @@ impl NewTensor {
 
     /// An array made from host bytes by [`ex_mlx_core::host::array_from_bytes`]:
     /// born evaluated, its buffer checked against the memory limit before it
-    /// was allocated (checking it again would count its bytes twice).
+    /// was allocated (checking it again would count its bytes twice). On a
+    /// GPU (call it on the GPU's worker) its memory is moved there now, in
+    /// one transfer, instead of page by page by its first kernel
+    /// (`ex_mlx_core::unified`; the array is the same either way).
     pub fn from_host(array: Array, device: Device) -> Self {
+        if device.kind() == Kind::Gpu {
+            ex_mlx_core::unified::prefetch_to_gpu(&array);
+        }
         NewTensor::Fresh {
             array,
             device,
