@@ -98,10 +98,10 @@ pub fn prefetch_to_gpu(array: &Array) -> bool {
     };
     // SAFETY: `data` points to the `bytes` bytes of the array's own buffer
     // (it is row-contiguous, made from host bytes), which lives (the caller
-    // holds the array) until the synchronization
-    // below returns; the null stream is the context's default stream. The
-    // calling worker has the device's context current (MLX made it so when
-    // the worker made its stream). Both calls only return a status.
+    // holds the array) until the synchronization below returns; the null
+    // stream is the context's default stream. The calling worker has the
+    // device's context current (MLX made it so when the worker made its
+    // stream). Both calls only return a status.
     unsafe {
         (driver.prefetch)(data as u64, bytes, gpu, 0, std::ptr::null_mut()) == 0
             && (driver.synchronize)(std::ptr::null_mut()) == 0
