@@ -103,6 +103,13 @@ if Code.ensure_loaded?(Nx) do
     @moduledoc false
     alias Bench.Defn.Programs
 
+    # Each program runs for @warm_up_ms (at least once) before it is timed,
+    # as defn_reference.py's do. The first tens of milliseconds of matrix
+    # products in a VM can run at half speed (an MLP at batch 64: 27 calls
+    # at about 980 µs, then about 530 from one call to the next, bench/README.md,
+    # session 13): a row timed in them measured that phase, not the program.
+    @warm_up_ms 200
+
     # Rows: per program, µs per call (result read) through ExMLX.Compiler
     # and Nx.Defn.Evaluator (ExMLX.Backend), Python mlx plain and compiled.
     # `random: false` leaves out the Nx.Random rows (their BinaryBackend
@@ -117,13 +124,13 @@ if Code.ensure_loaded?(Nx) do
           evaluated = Nx.Defn.jit(fun, compiler: Nx.Defn.Evaluator)
           call = fn f -> fn -> f |> apply(args) |> read() end end
 
-          warm_up(call.(compiled), quick)
+          unless quick, do: warm_up(call.(compiled), @warm_up_ms)
           c = timed.(call.(compiled), reps).median
 
           e =
             if evaluator_reps > 0 do
               Nx.with_default_backend(ExMLX.Backend, fn ->
-                warm_up(call.(evaluated), quick)
+                unless quick, do: warm_up(call.(evaluated), @warm_up_ms)
                 timed.(call.(evaluated), evaluator_reps).median
               end)
             end
@@ -162,17 +169,10 @@ if Code.ensure_loaded?(Nx) do
       }
     end
 
-    # Each program runs for @warm_up_ms (at least once) before it is timed,
-    # as defn_reference.py's do. The first tens of milliseconds of matrix
-    # products in a VM can run at half speed (an MLP at batch 64: 27 calls
-    # at about 980 µs, then about 530 from one call to the next, bench/README.md,
-    # session 13): a row timed in them measured that phase, not the program.
-    @warm_up_ms 200
-
-    defp warm_up(_fun, true = _quick), do: :ok
-
-    defp warm_up(fun, false) do
-      until = System.monotonic_time(:millisecond) + @warm_up_ms
+    @doc false
+    # Calls `fun` for `ms` milliseconds (at least once).
+    def warm_up(fun, ms) do
+      until = System.monotonic_time(:millisecond) + ms
       fun.()
       warm_more(fun, until)
     end

@@ -21,12 +21,12 @@ FEW = 2 if QUICK else 5
 WARM_UP = 0 if QUICK else 0.2
 
 
-def warm_up(fun):
-    """Calls `fun` for WARM_UP seconds (at least once), as bench/defn.exs
-    does before each of its rows."""
+def warm_up(fun, seconds=WARM_UP):
+    """Calls `fun` for `seconds` (at least once), as bench/defn.exs does
+    before each of its rows."""
     start = time.perf_counter()
     fun()
-    while time.perf_counter() - start < WARM_UP:
+    while time.perf_counter() - start < seconds:
         fun()
 
 
@@ -115,13 +115,11 @@ def rows(buffer):
     return buffer
 
 
-def warm_up_gpu(seconds=1.0):
+def warm_up_gpu():
     """About a second of matrix products before the first timed row, as
     bench/gpu/defn.exs does, so that no row starts on an idle GPU."""
     a = mx.random.normal((2048, 2048))
-    start = time.perf_counter()
-    while time.perf_counter() - start < seconds:
-        mx.eval(a @ a)
+    warm_up(lambda: mx.eval(a @ a), 1.0)
 
 
 def main():

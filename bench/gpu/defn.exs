@@ -30,11 +30,7 @@ end
 # About a second of matrix products before the first timed row, as
 # defn_reference.py --gpu does, so that no row starts on an idle GPU.
 warm = ExMLX.full(1.0, {:f, 32}, {2048, 2048}) |> ExMLX.eval()
-warm_until = System.monotonic_time(:millisecond) + 1000
-
-Stream.repeatedly(fn -> ExMLX.matmul(warm, warm) |> ExMLX.eval() end)
-|> Stream.take_while(fn _ -> System.monotonic_time(:millisecond) < warm_until end)
-|> Stream.run()
+Bench.Defn.warm_up(fn -> ExMLX.matmul(warm, warm) |> ExMLX.eval() end, 1000)
 
 quick = System.get_env("BENCH_QUICK") == "1"
 section = Bench.Defn.section(if(quick, do: 2, else: 20), quick, py, timed, random: false)

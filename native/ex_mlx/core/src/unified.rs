@@ -79,7 +79,7 @@ pub const PREFETCH_MIN_BYTES: usize = 256 << 10;
 /// the driver refuses (the memory is not managed memory, say); the array is
 /// unchanged either way, and its first kernel then reads it as before.
 pub fn prefetch_to_gpu(array: &Array) -> bool {
-    let bytes = array.size() * crate::dtype::size_of(array.dtype());
+    let bytes = array.nbytes();
     if bytes < PREFETCH_MIN_BYTES {
         return false;
     }

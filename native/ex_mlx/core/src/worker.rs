@@ -198,21 +198,25 @@ fn start(device: Device) -> std::result::Result<Worker, String> {
 /// (bench/README.md, session 13). Its share of the CPU is unchanged.
 #[cfg(target_os = "linux")]
 fn as_batch_thread<T>(work: impl FnOnce() -> T) -> T {
-    let set = |policy: libc::c_int| {
-        let param = libc::sched_param { sched_priority: 0 };
-        // SAFETY: pid 0 is the calling thread; `param` is a valid
-        // `sched_param` for the call. No privilege is needed to move
-        // between SCHED_OTHER and SCHED_BATCH; on failure nothing changes.
-        unsafe { libc::sched_setscheduler(0, policy, &param) == 0 }
-    };
     // SAFETY: pid 0 is the calling thread.
     let own = unsafe { libc::sched_getscheduler(0) };
-    let changed = own == libc::SCHED_OTHER && set(libc::SCHED_BATCH);
+    let changed = own == libc::SCHED_OTHER && set_own_policy(libc::SCHED_BATCH);
     let result = work();
     if changed {
-        set(own);
+        set_own_policy(own);
     }
     result
+}
+
+/// Sets the calling thread's scheduling policy (a non-real-time one: the
+/// priority is 0); whether it took. No privilege is needed to move between
+/// SCHED_OTHER and SCHED_BATCH, but a sandbox may forbid it.
+#[cfg(target_os = "linux")]
+fn set_own_policy(policy: libc::c_int) -> bool {
+    let param = libc::sched_param { sched_priority: 0 };
+    // SAFETY: pid 0 is the calling thread; `param` is a valid `sched_param`
+    // for the call; on failure nothing changes.
+    unsafe { libc::sched_setscheduler(0, policy, &param) == 0 }
 }
 
 #[cfg(not(target_os = "linux"))]
@@ -504,13 +508,9 @@ mod tests {
     fn the_cpu_streams_thread_is_a_batch_thread_and_the_worker_is_not() {
         // (where a sandbox forbids changing a thread's policy, the worker
         // leaves it as it is: nothing to check then)
-        let permitted = thread::spawn(|| {
-            let param = libc::sched_param { sched_priority: 0 };
-            // SAFETY: pid 0 is this throw-away thread; `param` is valid.
-            unsafe { libc::sched_setscheduler(0, libc::SCHED_BATCH, &param) == 0 }
-        })
-        .join()
-        .unwrap();
+        let permitted = thread::spawn(|| set_own_policy(libc::SCHED_BATCH))
+            .join()
+            .unwrap();
         if !permitted {
             eprintln!("SCHED_BATCH is not permitted here: not checked");
             return;
