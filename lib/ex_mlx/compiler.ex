@@ -8,12 +8,16 @@ if Code.ensure_loaded?(Nx) do
         Nx.Defn.global_default_options(compiler: ExMLX.Compiler)
 
     Options: `:device` (`:cpu` or `:gpu`; default `ExMLX.default_device/0`);
-    `:fuse` (default `false`): run the program through MLX's compile, which
-    fuses runs of element-wise ops into single kernels — for programs
-    without `while`/`cond` (others run unfused). On the CPU MLX builds the
-    fused kernels with `g++` at the first call; where `g++` is not on `PATH`
-    programs run unfused (logged once). bin/bench measures whether fusion
-    pays on your machine.
+    `:fuse` (default `false`): fuse element-wise ops. On the CPU, every
+    group of float32 `add`, `subtract`, `multiply`, `divide`, `negate`,
+    `abs`, `sqrt`, `square`, `tanh`, `exp` and `sigmoid` whose intermediate
+    results nothing else reads (in loops and branches too) runs as one pass
+    over its inputs, from 4,096 elements; `tanh`, `exp` and `sigmoid` are
+    then computed in float64 and rounded once (within one unit in the last
+    place, where MLX's own CPU kernels are up to 2–9 units off), the other
+    ops give the same bits as unfused. On a GPU the program runs through
+    MLX's compile (kernels built with NVRTC at the first call), for programs
+    without `while`/`cond` (others run unfused). bin/bench measures both.
 
     The first call with given input shapes and types traces the function and
     records the ops ExMLX.Backend runs for it (each an op of the op table,
@@ -67,7 +71,7 @@ if Code.ensure_loaded?(Nx) do
       device = device(opts)
       # the arguments' structure and templates: `fun` may give another graph
       # for `{x}` than for `x` (Nx.Defn.Compiler's docs ask for this)
-      fuse = fuse?(opts) and can_fuse?(device)
+      fuse = fuse?(opts)
       templates = Enum.map(vars, &Composite.traverse(&1, fn t -> template(t) end))
       # (named hooks given at the call decide which hooks inside loops run)
       hooked = opts |> Keyword.get(:hooks, %{}) |> Map.keys() |> Enum.sort()
@@ -84,6 +88,8 @@ if Code.ensure_loaded?(Nx) do
     end
 
     defp device(opts), do: Keyword.get(opts, :device, ExMLX.default_device())
+
+    defp on_cpu?(device), do: device == :cpu or match?({:cpu, _}, device)
 
     # The function as a cache key: a closure that captured defn expressions
     # (Nx.Defn.Graph.run jits `fn _ -> expr end`) stands for its code and its
@@ -116,33 +122,6 @@ if Code.ensure_loaded?(Nx) do
         other -> raise ArgumentError, ":fuse must be a boolean, got: #{inspect(other)}"
       end
     end
-
-    # MLX's compile builds a CPU program's fused kernels as C++ with `g++` at
-    # run time, and fails when there is none (a bare server, a GPU host):
-    # then the program runs unfused, said once. `g++` is looked for once per
-    # VM: a search of PATH took about 100 µs, on every call of a jitted
-    # function.
-    defp can_fuse?(:cpu) do
-      case :persistent_term.get({__MODULE__, :gxx_found}, nil) do
-        nil ->
-          found? = System.find_executable("g++") != nil
-          :persistent_term.put({__MODULE__, :gxx_found}, found?)
-
-          if not found? do
-            Logger.warning(
-              "ExMLX.Compiler: fuse: true on the cpu device needs g++ (MLX builds fused " <>
-                "kernels with it at run time); none is on PATH, so programs run unfused"
-            )
-          end
-
-          found?
-
-        found? ->
-          found?
-      end
-    end
-
-    defp can_fuse?(_device), do: true
 
     defp template(%Nx.Tensor{shape: shape, type: type, names: names, vectorized_axes: v}),
       do: {shape, type, names, v}
@@ -204,8 +183,9 @@ if Code.ensure_loaded?(Nx) do
 
       {inputs, constants, instructions, slots} = Op.program(recording, used, output_refs)
 
-      if fuse and Enum.any?(instructions, &(elem(&1, 0) in [:while, :cond])),
-        do: Logger.debug("ExMLX.Compiler: fuse: true applies to programs without while/cond")
+      if fuse and not on_cpu?(device) and
+           Enum.any?(instructions, &(elem(&1, 0) in [:while, :cond])),
+         do: Logger.debug("ExMLX.Compiler: fuse: true applies to GPU programs without while/cond")
 
       program =
         Native.program_new(device, inputs, constants, instructions, slots, fuse) |> Call.value()

@@ -6,7 +6,8 @@
 //! stopped before MLX's static objects go at the process's exit), [`ahead`] (evaluation
 //! ahead of reads on an idle worker), [`host`] (bytes in and
 //! out), [`item`], [`memory`], [`wire`], [`ops`] (the op table and the op
-//! families), [`program`] (op-table instructions run in one go), [`distributed`]
+//! families), [`program`] (op-table instructions run in one go), [`fusion`] and
+//! [`elementwise_fusion`] (`fuse: true` on the GPU and on the CPU), [`distributed`]
 //! (MLX's distributed groups and collectives, and the thread they run on),
 //! [`collect`] (when to hint a garbage collection). The NIF
 //! crate (`ex_mlx`) turns Elixir terms into calls on these.
@@ -16,6 +17,7 @@ pub mod collect;
 pub mod device;
 pub mod distributed;
 pub mod dtype;
+pub mod elementwise_fusion;
 pub mod error;
 pub mod exit;
 pub mod fusion;

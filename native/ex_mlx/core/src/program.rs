@@ -23,7 +23,8 @@ use std::ops::Range;
 
 use mlx_rs::{Array, Dtype};
 
-use crate::device::Device;
+use crate::device::{Device, Kind};
+use crate::elementwise_fusion::{self, FusedOps};
 use crate::error::{Error, Result};
 use crate::fusion::FusedProgram;
 use crate::host_tensor::{self, HostTensor};
@@ -66,6 +67,11 @@ impl OpCall {
             results,
             first: 0,
         }
+    }
+
+    /// The first slot it writes (once the program is checked).
+    pub fn first(&self) -> usize {
+        self.first
     }
 }
 
@@ -128,6 +134,10 @@ pub enum Instruction {
     Op(OpCall),
     Loop(Loop),
     Branch(Branch),
+    /// Element-wise ops run as one pass on the CPU: made by
+    /// [`Program::fuse`] in a checked program, never given from outside
+    /// (crate::elementwise_fusion).
+    Fused(FusedOps),
 }
 
 /// A checked program (see the module documentation).
@@ -227,9 +237,23 @@ impl Program {
         self.loops
     }
 
-    /// Fuses the program (crate::fusion) for runs on `device`, if it is
-    /// straight-line (no loop, no branch); returns whether it did.
+    /// Fuses the program for runs on `device`; returns whether it did. On
+    /// the CPU: groups of element-wise float32 ops, anywhere in the program,
+    /// run as one pass each (crate::elementwise_fusion). On a GPU: the whole
+    /// program through MLX's compile (crate::fusion), if it is straight-line
+    /// (no loop, no branch).
     pub fn fuse(&mut self, device: Device) -> bool {
+        if device.kind() == Kind::Cpu {
+            let mut reads = vec![0u32; self.slots];
+            visit_reads(&self.main, &mut |slot, _| reads[slot] += 1);
+            return elementwise_fusion::fuse_block(&mut self.main, &reads) > 0;
+        }
+        self.fuse_with_mlx_compile(device)
+    }
+
+    /// The whole program through MLX's compile (crate::fusion) for runs on
+    /// `device`, if it is straight-line; returns whether it is.
+    fn fuse_with_mlx_compile(&mut self, device: Device) -> bool {
         if self.loops
             || self
                 .main
@@ -255,9 +279,10 @@ impl Program {
         true
     }
 
-    /// Whether runs go through MLX's compile ([`Program::fuse`]).
+    /// Whether runs go through MLX's compile or have fused groups of
+    /// element-wise ops ([`Program::fuse`]).
     pub fn fused(&self) -> bool {
-        self.fused.is_some()
+        self.fused.is_some() || has_fused_groups(&self.main)
     }
 
     /// Runs the program on `inputs` and `constants` (on the worker of the
@@ -324,29 +349,45 @@ fn keep_boolean_conditions(main: &mut Block, slots: usize) {
 
 /// Marks every slot read other than as a `select` condition.
 fn mark_reads(block: &Block, read_otherwise: &mut [bool]) {
-    fn mark(read_otherwise: &mut [bool], slots: &[usize]) {
-        for &s in slots {
-            read_otherwise[s] = true;
+    visit_reads(block, &mut |slot, condition| {
+        if !condition {
+            read_otherwise[slot] = true
         }
-    }
-    mark(read_otherwise, &block.outputs);
+    });
+}
+
+/// Calls `f(slot, as_select_condition)` for every read of a slot in `block`
+/// and the blocks nested in it (an instruction's inputs, a block's outputs).
+fn visit_reads(block: &Block, f: &mut impl FnMut(usize, bool)) {
+    let each = |slots: &[usize], f: &mut dyn FnMut(usize, bool)| {
+        for &s in slots {
+            f(s, false)
+        }
+    };
+    each(&block.outputs, f);
     for ins in &block.instructions {
         match ins {
-            Instruction::Op(call) if call.op == Op::select => {
-                mark(read_otherwise, &call.inputs[1..])
+            Instruction::Op(call) if call.op == Op::select && !call.inputs.is_empty() => {
+                f(call.inputs[0], true);
+                each(&call.inputs[1..], f);
             }
-            Instruction::Op(call) => mark(read_otherwise, &call.inputs),
+            Instruction::Op(call) => each(&call.inputs, f),
+            Instruction::Fused(group) => {
+                for call in &group.ops {
+                    each(&call.inputs, f)
+                }
+            }
             Instruction::Loop(l) => {
-                mark(read_otherwise, &l.initial);
-                mark_reads(&l.condition, read_otherwise);
-                mark_reads(&l.body, read_otherwise);
+                each(&l.initial, f);
+                visit_reads(&l.condition, f);
+                visit_reads(&l.body, f);
             }
             Instruction::Branch(b) => {
                 for (pred, body) in &b.clauses {
-                    mark_reads(pred, read_otherwise);
-                    mark_reads(body, read_otherwise);
+                    visit_reads(pred, f);
+                    visit_reads(body, f);
                 }
-                mark_reads(&b.otherwise, read_otherwise);
+                visit_reads(&b.otherwise, f);
             }
         }
     }
@@ -380,16 +421,31 @@ fn relax_comparisons(block: &mut Block, read_otherwise: &[bool]) {
                 }
                 relax_comparisons(&mut b.otherwise, read_otherwise);
             }
+            Instruction::Fused(_) => {}
         }
     }
 }
 
 fn has_loops(block: &Block) -> bool {
     block.instructions.iter().any(|ins| match ins {
-        Instruction::Op(_) => false,
+        Instruction::Op(_) | Instruction::Fused(_) => false,
         Instruction::Loop(_) => true,
         Instruction::Branch(b) => {
             b.clauses.iter().any(|(p, c)| has_loops(p) || has_loops(c)) || has_loops(&b.otherwise)
+        }
+    })
+}
+
+fn has_fused_groups(block: &Block) -> bool {
+    block.instructions.iter().any(|ins| match ins {
+        Instruction::Op(_) => false,
+        Instruction::Fused(_) => true,
+        Instruction::Loop(l) => has_fused_groups(&l.condition) || has_fused_groups(&l.body),
+        Instruction::Branch(b) => {
+            b.clauses
+                .iter()
+                .any(|(p, c)| has_fused_groups(p) || has_fused_groups(c))
+                || has_fused_groups(&b.otherwise)
         }
     })
 }
@@ -426,6 +482,12 @@ fn check_block(block: &mut Block, scope: &mut Scope, place: &str, depth: usize) 
                     ));
                 }
                 call.first = scope.define(call.results);
+            }
+            Instruction::Fused(_) => {
+                return Err(malformed(
+                    &within(place, format!("instruction {i}")),
+                    "fused groups are made by ExMLX, not given",
+                ))
             }
             Instruction::Loop(l) => {
                 let place = within(place, format!("instruction {i} (while)"));
@@ -554,6 +616,7 @@ impl Run<'_> {
         for ins in instructions {
             match ins {
                 Instruction::Op(call) => self.op(call)?,
+                Instruction::Fused(group) => self.fused(group)?,
                 Instruction::Loop(l) => self.run_loop(l)?,
                 Instruction::Branch(b) => self.branch(b)?,
             }
@@ -578,6 +641,25 @@ impl Run<'_> {
                 _ => out,
             };
             self.write(call.first + k, Some(out), None);
+        }
+        Ok(())
+    }
+
+    /// A fused group's result in one pass, or its ops one by one where it
+    /// cannot run fused (crate::elementwise_fusion).
+    fn fused(&mut self, group: &FusedOps) -> Result<()> {
+        let leaves: Vec<Array> = group
+            .leaves
+            .iter()
+            .map(|&s| self.read(s))
+            .collect::<Result<_>>()?;
+        match group.run(&leaves)? {
+            Some(out) => self.write(group.output, Some(out), None),
+            None => {
+                for call in &group.ops {
+                    self.op(call)?;
+                }
+            }
         }
         Ok(())
     }
@@ -1111,7 +1193,7 @@ mod fusion_tests {
     use crate::worker::run_blocking;
 
     #[test]
-    fn a_fused_program_gives_the_unfused_results() {
+    fn mlx_s_compile_gives_the_unfused_results() {
         // tanh(x * c + c) * c, then its sum, fused and not
         let make = || {
             let op = |op: Op, inputs: &[usize], params: Vec<Param>| {
@@ -1137,7 +1219,9 @@ mod fusion_tests {
         };
         let plain = make();
         let mut fused = make();
-        assert!(fused.fuse(Device::Cpu));
+        // (MLX's compile is what `fuse` uses on a GPU; its C++ path on the
+        // CPU, where g++ is present, runs the same function)
+        assert!(fused.fuse_with_mlx_compile(Device::Cpu));
         assert!(!plain.fused());
         let (a, b) = run_blocking(Device::Cpu, move || {
             let x: Vec<f32> = (0..1000).map(|i| i as f32 / 1000.0 - 0.5).collect();
@@ -1167,8 +1251,185 @@ mod fusion_tests {
         );
     }
 
+    fn elementwise(op: Op, inputs: &[usize]) -> Instruction {
+        Instruction::Op(OpCall::new(op, inputs.to_vec(), vec![], None, 1))
+    }
+
+    fn sum_of(slot: usize) -> Instruction {
+        Instruction::Op(OpCall::new(
+            Op::sum,
+            vec![slot],
+            vec![Param::OptInts(None), Param::Bool(false)],
+            None,
+            1,
+        ))
+    }
+
+    /// x: slot 0, c: slot 1. A = tanh(x * c + c); B = A * c - x; outputs
+    /// B and sum(A). A is read twice, so it ends its group.
+    fn two_groups() -> Program {
+        Program::new(
+            1,
+            1,
+            vec![
+                elementwise(Op::multiply, &[0, 1]),
+                elementwise(Op::add, &[2, 1]),
+                elementwise(Op::tanh, &[3]),
+                elementwise(Op::multiply, &[4, 1]),
+                sum_of(4),
+                elementwise(Op::subtract, &[5, 0]),
+            ],
+            vec![7, 6],
+        )
+        .unwrap()
+    }
+
+    fn run_on(p: &Program, x: Vec<f32>, c: f32) -> Result<Vec<Vec<f32>>> {
+        let n = x.len() as i32;
+        let out = p.run(vec![Array::from_slice(&x, &[n])], vec![Array::from_f32(c)])?;
+        Ok(out.iter().map(|a| a.as_slice::<f32>().to_vec()).collect())
+    }
+
     #[test]
-    fn programs_with_loops_are_not_fused() {
+    fn on_the_cpu_element_wise_ops_read_once_are_grouped() {
+        let mut p = two_groups();
+        assert!(p.fuse(Device::Cpu));
+        assert!(p.fused() && p.fused.is_none());
+        let shape: Vec<String> = p
+            .main
+            .instructions
+            .iter()
+            .map(|ins| match ins {
+                Instruction::Op(call) => call.op.name().to_string(),
+                Instruction::Fused(g) => format!("fused {} ops of {:?}", g.ops.len(), g.leaves),
+                _ => "other".into(),
+            })
+            .collect();
+        assert_eq!(
+            shape,
+            ["fused 3 ops of [0, 1]", "sum", "fused 2 ops of [4, 1, 0]"]
+        );
+        // nothing to group: one element-wise op
+        let mut single = Program::new(1, 1, vec![elementwise(Op::add, &[0, 1])], vec![2]).unwrap();
+        assert!(!single.fuse(Device::Cpu));
+    }
+
+    #[test]
+    fn cpu_fused_groups_give_the_unfused_results() {
+        let plain = two_groups();
+        let mut fused = two_groups();
+        assert!(fused.fuse(Device::Cpu));
+        let (big_plain, big_fused, small_plain, small_fused) =
+            run_blocking(Device::Cpu, move || {
+                let big: Vec<f32> = (0..20_000)
+                    .map(|i| (i as f32 - 10_000.0) / 2_500.0)
+                    .collect();
+                let small: Vec<f32> = big[..100].to_vec();
+                Ok((
+                    run_on(&plain, big.clone(), 0.75)?,
+                    run_on(&fused, big, 0.75)?,
+                    run_on(&plain, small.clone(), 0.75)?,
+                    run_on(&fused, small, 0.75)?,
+                ))
+            })
+            .unwrap();
+        // fused (20,000 elements): tanh within a few float32 ulps of MLX's
+        assert_eq!(big_fused[0].len(), 20_000);
+        for (x, y) in big_plain[0].iter().zip(&big_fused[0]) {
+            assert!(
+                (x - y).abs() <= 4.0 * f32::EPSILON * x.abs().max(1.0),
+                "{x} vs {y}"
+            );
+        }
+        let (a, b) = (big_plain[1][0], big_fused[1][0]);
+        assert!((a - b).abs() <= 1e-3, "{a} vs {b}");
+        // too small to fuse: the same ops one by one, the same bits
+        assert_eq!(small_plain, small_fused);
+    }
+
+    #[test]
+    fn a_group_runs_fused_only_on_float32_inputs_of_one_shape() {
+        let mut p = two_groups();
+        p.fuse(Device::Cpu);
+        let Instruction::Fused(group) = p.main.instructions[0].clone() else {
+            panic!("no fused group first");
+        };
+        let outcomes = run_blocking(Device::Cpu, move || {
+            let x = |n: usize| Array::from_slice(&vec![0.5f32; n], &[n as i32]);
+            let c = Array::from_f32(2.0);
+            let fused = |leaves: &[Array]| -> Result<bool> { Ok(group.run(leaves)?.is_some()) };
+            let rows = Array::from_slice(&vec![0.5f32; 8192], &[2, 4096]);
+            let one_by_one = Array::from_slice(&[2.0f32], &[1, 1]);
+            let too_many_axes = Array::from_slice(&[2.0f32], &[1, 1, 1]);
+            let wide = Array::from_slice(&vec![2.0f32; 4096], &[4096]);
+            Ok(vec![
+                fused(&[x(8192), c.clone()])?,
+                fused(&[x(100), c.clone()])?,
+                fused(&[x(8192).as_dtype(Dtype::Float64)?, c.clone()])?,
+                fused(&[x(8192), c.as_dtype(Dtype::Int32)?])?,
+                fused(&[rows.clone(), one_by_one])?,
+                fused(&[rows.clone(), too_many_axes])?,
+                fused(&[rows, wide])?,
+            ])
+        })
+        .unwrap();
+        assert_eq!(outcomes, [true, false, false, false, true, false, false]);
+    }
+
+    #[test]
+    fn groups_inside_loops_are_fused_too() {
+        // while i < 3: x = tanh(x * c + c); i = i + 1
+        let make = || {
+            Program::new(
+                2,
+                2,
+                vec![Instruction::Loop(Loop::new(
+                    vec![0, 1],
+                    Block {
+                        instructions: vec![elementwise(Op::less, &[5, 3])],
+                        outputs: vec![6],
+                    },
+                    Block {
+                        instructions: vec![
+                            elementwise(Op::multiply, &[4, 2]),
+                            elementwise(Op::add, &[7, 2]),
+                            elementwise(Op::tanh, &[8]),
+                            elementwise(Op::add, &[5, 3]),
+                        ],
+                        outputs: vec![9, 10],
+                    },
+                ))],
+                vec![11],
+            )
+            .unwrap()
+        };
+        // (the loop counts with the constant 3 as its bound and its step:
+        // i + 3 reaches 3 after one step; so one step, checked below)
+        let plain = make();
+        let mut fused = make();
+        assert!(fused.fuse(Device::Cpu));
+        let (a, b) = run_blocking(Device::Cpu, move || {
+            let x: Vec<f32> = (0..8192).map(|i| i as f32 / 4096.0 - 1.0).collect();
+            let go = |p: &Program| -> Result<Vec<f32>> {
+                let out = p.run(
+                    vec![Array::from_slice(&x, &[8192]), Array::from_f32(0.0)],
+                    vec![Array::from_f32(0.5), Array::from_f32(3.0)],
+                )?;
+                Ok(out[0].as_slice::<f32>().to_vec())
+            };
+            Ok((go(&plain)?, go(&fused)?))
+        })
+        .unwrap();
+        let want = |x: f32| ((x as f64 * 0.5 + 0.5).tanh()) as f32;
+        for (k, (p, f)) in a.iter().zip(&b).enumerate() {
+            let x = k as f32 / 4096.0 - 1.0;
+            assert!((p - f).abs() <= 4.0 * f32::EPSILON, "{p} vs {f}");
+            assert!((want(x) - f).abs() <= 2.0 * f32::EPSILON, "{x}: {f}");
+        }
+    }
+
+    #[test]
+    fn programs_with_loops_are_not_compiled_by_mlx() {
         let mut p = Program::new(
             1,
             0,
@@ -1186,6 +1447,6 @@ mod fusion_tests {
             vec![2],
         )
         .unwrap();
-        assert!(!p.fuse(Device::Cpu));
+        assert!(!p.fuse_with_mlx_compile(Device::Cpu));
     }
 }

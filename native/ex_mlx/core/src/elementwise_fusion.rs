@@ -1,0 +1,626 @@
+//! Element-wise fusion on the CPU (`ExMLX.Compiler`'s `fuse: true` there):
+//! a tree of float32 element-wise ops whose intermediate results nothing
+//! else reads runs as one pass over its inputs, in chunks that stay in the
+//! core's cache, instead of one MLX kernel (and one pass over memory) per op.
+//!
+//! [`fuse_block`] finds such groups in a checked program's blocks (loops'
+//! and branches' too) and puts each in place of its last op as one
+//! [`Instruction::Fused`]. A group runs fused when its inputs are float32
+//! arrays of one shape, or single values, and it has at least
+//! [`MIN_ELEMENTS`] elements; otherwise its ops run one by one, as without
+//! fusion ([`FusedOps::ops`]), so the results never depend on that choice
+//! beyond the last bit of the transcendental functions:
+//!
+//! * `add`, `subtract`, `multiply`, `divide`, `negate`, `abs`, `sqrt` and
+//!   `square` round to float32 after every op, as MLX does: the same bits;
+//! * `tanh`, `exp` and `sigmoid` are computed in float64 (a polynomial after
+//!   a range reduction, [`exp_f64`]) and rounded once to float32: within one
+//!   unit in the last place of the exact value, where MLX's CPU kernels are
+//!   up to 2 (`tanh`), 8 (`exp`) and 9 (`sigmoid`) units away (measured over
+//!   2.4 million values, bench/README.md, session 14).
+//!
+//! The loops are written so the compiler vectorizes them (no branches, no
+//! calls); on x86-64 with AVX2 they run in a copy compiled for it.
+//!
+//! MLX's compile (crate::fusion), which the GPU uses for `fuse: true`,
+//! builds C++ with `g++` at run time on the CPU; its kernels were slower than
+//! MLX's unfused ones there (bench/README.md).
+
+use mlx_rs::{Array, Dtype};
+
+use crate::error::{Error, Result};
+use crate::host::HostBuffer;
+use crate::memory;
+use crate::ops::table::Op;
+use crate::program::{Block, Instruction, OpCall};
+
+/// Fewer elements than this run op by one (an evaluation of the group's
+/// inputs in the middle of a program costs more than the pass saves).
+pub const MIN_ELEMENTS: usize = 4096;
+
+/// Elements per chunk: a chunk's registers stay in the core's first caches.
+const CHUNK: usize = 512;
+
+/// An element-wise float32 op the fused pass computes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Kind {
+    Add,
+    Subtract,
+    Multiply,
+    Divide,
+    Negate,
+    Abs,
+    Sqrt,
+    Square,
+    Tanh,
+    Exp,
+    Sigmoid,
+}
+
+impl Kind {
+    fn of(op: Op) -> Option<Kind> {
+        Some(match op {
+            Op::add => Kind::Add,
+            Op::subtract => Kind::Subtract,
+            Op::multiply => Kind::Multiply,
+            Op::divide => Kind::Divide,
+            Op::negate => Kind::Negate,
+            Op::abs => Kind::Abs,
+            Op::sqrt => Kind::Sqrt,
+            Op::square => Kind::Square,
+            Op::tanh => Kind::Tanh,
+            Op::exp => Kind::Exp,
+            Op::sigmoid => Kind::Sigmoid,
+            _ => return None,
+        })
+    }
+}
+
+/// One op of a fused group over registers: registers `0..leaves` hold the
+/// group's inputs, register `leaves + k` the result of step `k`.
+#[derive(Clone, Copy, Debug)]
+struct Step {
+    kind: Kind,
+    args: [usize; 2],
+}
+
+/// A fused group: its ops in program order (run one by one when the group
+/// cannot run fused), the slots it reads from outside, and the same ops
+/// over registers.
+#[derive(Clone, Debug)]
+pub struct FusedOps {
+    pub ops: Vec<OpCall>,
+    pub leaves: Vec<usize>,
+    steps: Vec<Step>,
+    /// The slot the group's last op writes: its result.
+    pub output: usize,
+}
+
+/// Whether `call` can join a fused group (it may still run unfused, when
+/// its inputs turn out not to be float32).
+fn fusible(call: &OpCall) -> bool {
+    Kind::of(call.op).is_some()
+        && call.results == 1
+        && matches!(call.cast, None | Some(Dtype::Float32))
+}
+
+/// Replaces, in `block` and the blocks nested in it, every group of two or
+/// more fusible ops joined by results read once (`reads[slot]`, counted over
+/// the whole program) by one [`Instruction::Fused`] at its last op's place.
+/// Returns how many groups it made.
+pub fn fuse_block(block: &mut Block, reads: &[u32]) -> usize {
+    let mut made = 0;
+    for ins in &mut block.instructions {
+        match ins {
+            Instruction::Loop(l) => {
+                made += fuse_block(&mut l.condition, reads);
+                made += fuse_block(&mut l.body, reads);
+            }
+            Instruction::Branch(b) => {
+                for (pred, body) in &mut b.clauses {
+                    made += fuse_block(pred, reads);
+                    made += fuse_block(body, reads);
+                }
+                made += fuse_block(&mut b.otherwise, reads);
+            }
+            Instruction::Op(_) | Instruction::Fused(_) => {}
+        }
+    }
+    // member_of[i]: the group instruction i belongs to, named by the index
+    // of the group's last op (its root); members[root]: the group's ops;
+    // root_writing[slot]: the open group whose root writes `slot`.
+    let n = block.instructions.len();
+    let mut member_of: Vec<Option<usize>> = vec![None; n];
+    let mut root_writing: std::collections::HashMap<usize, usize> = Default::default();
+    let mut members: Vec<Vec<usize>> = vec![Vec::new(); n];
+    for i in 0..n {
+        let Instruction::Op(call) = &block.instructions[i] else {
+            continue;
+        };
+        if !fusible(call) {
+            continue;
+        }
+        let mut group = vec![i];
+        for s in &call.inputs {
+            if reads.get(*s).copied() != Some(1) {
+                continue;
+            }
+            if let Some(g) = root_writing.remove(s) {
+                group.append(&mut members[g]);
+            }
+        }
+        group.sort_unstable();
+        for &m in &group {
+            member_of[m] = Some(i);
+        }
+        members[i] = group;
+        root_writing.insert(call.first(), i);
+    }
+    let mut kept = Vec::with_capacity(n);
+    let mut taken: Vec<Option<Instruction>> = std::mem::take(&mut block.instructions)
+        .into_iter()
+        .map(Some)
+        .collect();
+    for i in 0..n {
+        match member_of[i] {
+            Some(root) if members[root].len() >= 2 => {
+                if root == i {
+                    let ops: Vec<OpCall> = members[root]
+                        .iter()
+                        .filter_map(|&m| match taken[m].take() {
+                            Some(Instruction::Op(call)) => Some(call),
+                            _ => None,
+                        })
+                        .collect();
+                    kept.push(Instruction::Fused(FusedOps::new(ops)));
+                    made += 1;
+                }
+            }
+            _ => {
+                if let Some(ins) = taken[i].take() {
+                    kept.push(ins);
+                }
+            }
+        }
+    }
+    block.instructions = kept;
+    made
+}
+
+impl FusedOps {
+    /// The register program of `ops` (a group's ops in program order, the
+    /// last one its result).
+    fn new(ops: Vec<OpCall>) -> FusedOps {
+        let inner: Vec<usize> = ops.iter().map(|c| c.first()).collect();
+        let mut leaves: Vec<usize> = Vec::new();
+        for call in &ops {
+            for s in &call.inputs {
+                if !inner.contains(s) && !leaves.contains(s) {
+                    leaves.push(*s);
+                }
+            }
+        }
+        let register = |slot: usize| -> usize {
+            match inner.iter().position(|&s| s == slot) {
+                Some(k) => leaves.len() + k,
+                None => leaves.iter().position(|&s| s == slot).unwrap_or(0),
+            }
+        };
+        let steps = ops
+            .iter()
+            .map(|call| {
+                let a = register(call.inputs[0]);
+                let b = call.inputs.get(1).map_or(a, |&s| register(s));
+                Step {
+                    // (fusible ops only: checked by fuse_block)
+                    kind: Kind::of(call.op).unwrap_or(Kind::Add),
+                    args: [a, b],
+                }
+            })
+            .collect();
+        let output = inner.last().copied().unwrap_or(0);
+        FusedOps {
+            ops,
+            leaves,
+            steps,
+            output,
+        }
+    }
+
+    /// The group's result computed in one pass over `leaves` (the arrays of
+    /// [`FusedOps::leaves`], on the CPU worker), or `None` where the group
+    /// must run op by op: an input that is not float32, inputs of different
+    /// shapes (other than single values), fewer than [`MIN_ELEMENTS`].
+    pub fn run(&self, leaves: &[Array]) -> Result<Option<Array>> {
+        if leaves.iter().any(|a| a.dtype() != Dtype::Float32) {
+            return Ok(None);
+        }
+        let Some(shape) = leaves.iter().find(|a| a.size() != 1).map(|a| a.shape()) else {
+            return Ok(None);
+        };
+        let shape = shape.to_vec();
+        let same = |a: &Array| {
+            if a.size() == 1 {
+                a.ndim() <= shape.len()
+            } else {
+                a.shape() == shape.as_slice()
+            }
+        };
+        let n: usize = shape.iter().map(|&d| d as usize).product();
+        if n < MIN_ELEMENTS || !leaves.iter().all(same) {
+            return Ok(None);
+        }
+        mlx_rs::transforms::eval(leaves)?;
+        let buffers: Vec<HostBuffer> = leaves.iter().map(HostBuffer::new).collect::<Result<_>>()?;
+        let mut sources = Vec::with_capacity(buffers.len());
+        for b in &buffers {
+            let values = f32_values(b.bytes())?;
+            sources.push(if values.len() == 1 {
+                Source::Value(values[0])
+            } else {
+                Source::Values(values)
+            });
+        }
+        memory::check_allocation(n * 4)?;
+        let out = mlx_rs::ops::zeros::<f32>(&shape)?;
+        out.eval()?;
+        let buffer = HostBuffer::new(&out)?;
+        let bytes = buffer.bytes();
+        if bytes.len() != n * 4 || bytes.as_ptr().align_offset(4) != 0 {
+            return Err(Error::Internal(
+                "a fused result's buffer is not float32".into(),
+            ));
+        }
+        // SAFETY: `out` was made just above by MLX (its own, fresh, evaluated
+        // and row-contiguous buffer of n float32 values, 4-byte aligned as
+        // checked) and no other array or thread holds it yet, so writing its
+        // elements here races with nothing; `buffer` keeps it alive meanwhile.
+        let target = unsafe { std::slice::from_raw_parts_mut(bytes.as_ptr() as *mut f32, n) };
+        compute(&self.steps, &sources, target);
+        drop(buffer);
+        Ok(Some(out))
+    }
+}
+
+/// A group's input: one value for every element, or its elements.
+enum Source<'a> {
+    Value(f32),
+    Values(&'a [f32]),
+}
+
+/// `bytes` (a row-contiguous float32 array's, crate::host) as values.
+fn f32_values(bytes: &[u8]) -> Result<&[f32]> {
+    if !bytes.len().is_multiple_of(4) || bytes.as_ptr().align_offset(4) != 0 {
+        return Err(Error::Internal(
+            "a float32 array's bytes are not 4-byte aligned".into(),
+        ));
+    }
+    // SAFETY: the pointer is 4-byte aligned and the length a multiple of 4
+    // (checked above); every bit pattern is a valid f32; the slice borrows
+    // `bytes`, so it lives no longer than the memory.
+    Ok(unsafe { std::slice::from_raw_parts(bytes.as_ptr().cast::<f32>(), bytes.len() / 4) })
+}
+
+fn compute(steps: &[Step], sources: &[Source], out: &mut [f32]) {
+    #[cfg(target_arch = "x86_64")]
+    if std::is_x86_feature_detected!("avx2") {
+        // SAFETY: the CPU has AVX2 (checked just above).
+        unsafe { compute_avx2(steps, sources, out) };
+        return;
+    }
+    compute_chunks(steps, sources, out)
+}
+
+/// [`compute_chunks`] compiled for AVX2 (the same operations, so the same
+/// results, in wider vectors).
+///
+/// # Safety
+/// Only on a CPU that has AVX2.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+unsafe fn compute_avx2(steps: &[Step], sources: &[Source], out: &mut [f32]) {
+    compute_chunks(steps, sources, out)
+}
+
+#[inline(always)]
+fn compute_chunks(steps: &[Step], sources: &[Source], out: &mut [f32]) {
+    let leaves = sources.len();
+    let mut registers: Vec<Vec<f32>> = (0..leaves + steps.len())
+        .map(|_| vec![0.0f32; CHUNK])
+        .collect();
+    for (r, source) in sources.iter().enumerate() {
+        if let Source::Value(v) = source {
+            registers[r].fill(*v);
+        }
+    }
+    let last = leaves + steps.len() - 1;
+    let mut start = 0;
+    while start < out.len() {
+        let len = CHUNK.min(out.len() - start);
+        for (r, source) in sources.iter().enumerate() {
+            if let Source::Values(values) = source {
+                registers[r][..len].copy_from_slice(&values[start..start + len]);
+            }
+        }
+        for (k, step) in steps.iter().enumerate() {
+            let mut target = std::mem::take(&mut registers[leaves + k]);
+            let a = &registers[step.args[0]][..len];
+            let b = &registers[step.args[1]][..len];
+            apply(step.kind, a, b, &mut target[..len]);
+            registers[leaves + k] = target;
+        }
+        out[start..start + len].copy_from_slice(&registers[last][..len]);
+        start += len;
+    }
+}
+
+#[inline(always)]
+fn apply(kind: Kind, a: &[f32], b: &[f32], out: &mut [f32]) {
+    match kind {
+        Kind::Add => binary(a, b, out, |x, y| x + y),
+        Kind::Subtract => binary(a, b, out, |x, y| x - y),
+        Kind::Multiply => binary(a, b, out, |x, y| x * y),
+        Kind::Divide => binary(a, b, out, |x, y| x / y),
+        Kind::Negate => unary(a, out, |x| -x),
+        Kind::Abs => unary(a, out, f32::abs),
+        Kind::Sqrt => unary(a, out, f32::sqrt),
+        Kind::Square => unary(a, out, |x| x * x),
+        Kind::Tanh => unary(a, out, tanh),
+        Kind::Exp => unary(a, out, exp),
+        Kind::Sigmoid => unary(a, out, sigmoid),
+    }
+}
+
+#[inline(always)]
+fn unary(a: &[f32], out: &mut [f32], f: impl Fn(f32) -> f32) {
+    for (o, &x) in out.iter_mut().zip(a) {
+        *o = f(x);
+    }
+}
+
+#[inline(always)]
+fn binary(a: &[f32], b: &[f32], out: &mut [f32], f: impl Fn(f32, f32) -> f32) {
+    for ((o, &x), &y) in out.iter_mut().zip(a).zip(b) {
+        *o = f(x, y);
+    }
+}
+
+/// `x` if it is at most `hi` (NaN stays NaN), else `hi`.
+#[inline(always)]
+fn at_most(x: f64, hi: f64) -> f64 {
+    if x > hi {
+        hi
+    } else {
+        x
+    }
+}
+
+/// `x` if it is at least `lo` (NaN stays NaN), else `lo`.
+#[inline(always)]
+fn at_least(x: f64, lo: f64) -> f64 {
+    if x < lo {
+        lo
+    } else {
+        x
+    }
+}
+
+/// 1.5 × 2^52: adding and subtracting it rounds a double of magnitude below
+/// 2^51 to an integer (to nearest, ties to even), without a call.
+const ROUNDER: f64 = 6_755_399_441_055_744.0;
+/// ln 2 in two parts: the high part has 21 trailing zero bits, so `k × LN2_HI`
+/// is exact for the |k| < 2^11 used here; LN2_LO is ln 2 − LN2_HI.
+const LN2_HI: f64 = 0.693_147_180_369_123_8;
+const LN2_LO: f64 = 1.908_214_929_270_587_7e-10;
+
+/// 1/11!, 1/10!, ..., 1/1!, 1/0!: e^r's Taylor coefficients, highest first.
+const EXP_TAYLOR: [f64; 12] = [
+    1.0 / 39_916_800.0,
+    1.0 / 3_628_800.0,
+    1.0 / 362_880.0,
+    1.0 / 40_320.0,
+    1.0 / 5_040.0,
+    1.0 / 720.0,
+    1.0 / 120.0,
+    1.0 / 24.0,
+    1.0 / 6.0,
+    1.0 / 2.0,
+    1.0,
+    1.0,
+];
+
+/// e^y for y in [-700, 700] (and NaN), to about 1e-15 relative: y is
+/// k ln 2 + r with |r| ≤ ln 2 / 2, e^r comes from its Taylor polynomial of
+/// degree 11 (the first term left out is below 6e-15 of it), times 2^k
+/// built from bits.
+#[inline(always)]
+fn exp_f64(y: f64) -> f64 {
+    let k = (y * std::f64::consts::LOG2_E + ROUNDER) - ROUNDER;
+    let r = (y - k * LN2_HI) - k * LN2_LO;
+    let mut p = EXP_TAYLOR[0];
+    for c in &EXP_TAYLOR[1..] {
+        p = p * r + c;
+    }
+    // k + 1023 is an integer in [1, 2046]: added to ROUNDER it sits in the
+    // low bits of the sum, and shifted into the exponent field it is 2^k.
+    let two_to_k = f64::from_bits((k + (ROUNDER + 1023.0)).to_bits() << 52);
+    p * two_to_k
+}
+
+/// tanh of a float32, rounded once from a float64 value within about 1e-11
+/// of it: (1 − e^−2|x|) / (1 + e^−2|x|), or |x|(1 − x²/3) below 1e-4
+/// (where the first form cancels), with the sign of `x`.
+#[inline(always)]
+fn tanh(x: f32) -> f32 {
+    let x = x as f64;
+    let a = x.abs();
+    // tanh(20) is 1 in float32; the bound keeps e^−2|x| normal
+    let e = exp_f64(-2.0 * at_most(a, 20.0));
+    let far = (1.0 - e) / (1.0 + e);
+    let near = a * (1.0 - a * a * (1.0 / 3.0));
+    let t = if a < 1e-4 { near } else { far };
+    let sign = x.to_bits() & (1u64 << 63);
+    f64::from_bits(t.to_bits() | sign) as f32
+}
+
+/// e^x of a float32, rounded once: e^89 is above float32's largest value and
+/// e^−104 below half its smallest, so clamping there keeps the rounded
+/// result (infinity, zero) and the float64 scale in range.
+#[inline(always)]
+fn exp(x: f32) -> f32 {
+    exp_f64(at_least(at_most(x as f64, 89.0), -104.0)) as f32
+}
+
+/// 1 / (1 + e^−x) of a float32, rounded once (e^±120 leaves the rounded
+/// result at 0 or 1).
+#[inline(always)]
+fn sigmoid(x: f32) -> f32 {
+    let z = at_least(at_most(-(x as f64), 120.0), -120.0);
+    (1.0 / (1.0 + exp_f64(z))) as f32
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Units in the last place between two float32 values of one sign (NaN
+    /// only equals NaN).
+    fn ulps(a: f32, b: f32) -> u32 {
+        if a.is_nan() || b.is_nan() {
+            return if a.is_nan() && b.is_nan() {
+                0
+            } else {
+                u32::MAX
+            };
+        }
+        let key = |v: f32| {
+            let bits = v.to_bits() as i64;
+            if bits < 0 {
+                i64::from(i32::MIN) - bits
+            } else {
+                bits
+            }
+        };
+        let (ka, kb) = (key(a), key(b));
+        // (+0 and -0 are one apart here; they compare equal as floats)
+        if a == b {
+            0
+        } else {
+            (ka - kb).unsigned_abs() as u32
+        }
+    }
+
+    /// Values across float32's range: a dense grid near zero and around the
+    /// functions' bends, powers of ten down to the subnormals, their
+    /// negatives, and the special values.
+    fn inputs() -> Vec<f32> {
+        let mut xs: Vec<f32> = (-200_000..=200_000).map(|i| i as f32 * 1e-4).collect();
+        for e in -45..=38 {
+            for m in [1.0f32, 1.234_567, 3.0, 7.777_7] {
+                xs.push(m * 10f32.powi(e));
+            }
+        }
+        xs.extend((0..2000).map(|i| 80.0 + i as f32 * 0.02));
+        let negatives: Vec<f32> = xs.iter().map(|x| -x).collect();
+        xs.extend(negatives);
+        xs.extend([0.0, -0.0, f32::INFINITY, f32::NEG_INFINITY, f32::NAN]);
+        xs.extend([f32::MIN_POSITIVE, f32::MAX, f32::MIN, 1e-45, -1e-45]);
+        xs
+    }
+
+    /// `f` against `exact` (Rust's float64 function, rounded once to
+    /// float32): at most one unit in the last place apart everywhere.
+    fn within_one_ulp(name: &str, f: impl Fn(f32) -> f32, exact: impl Fn(f64) -> f64) {
+        let mut worst = (0, 0.0f32);
+        let mut off = 0usize;
+        let xs = inputs();
+        for &x in &xs {
+            let want = exact(x as f64) as f32;
+            let d = ulps(f(x), want);
+            if d > 0 {
+                off += 1;
+            }
+            if d > worst.0 {
+                worst = (d, x);
+            }
+        }
+        assert!(
+            worst.0 <= 1,
+            "{name}({}) is {} ulp from {}",
+            worst.1,
+            worst.0,
+            exact(worst.1 as f64) as f32
+        );
+        // one-ulp cases are the rare double roundings near a halfway point
+        assert!(
+            off * 1000 < xs.len(),
+            "{name}: {off} of {} values off",
+            xs.len()
+        );
+    }
+
+    #[test]
+    fn tanh_exp_and_sigmoid_are_within_one_ulp_of_the_exact_values() {
+        within_one_ulp("tanh", tanh, f64::tanh);
+        within_one_ulp("exp", exp, f64::exp);
+        within_one_ulp("sigmoid", sigmoid, |x| 1.0 / (1.0 + (-x).exp()));
+    }
+
+    #[test]
+    fn special_values_follow_ieee() {
+        assert!(tanh(f32::NAN).is_nan() && exp(f32::NAN).is_nan() && sigmoid(f32::NAN).is_nan());
+        assert_eq!(tanh(f32::INFINITY), 1.0);
+        assert_eq!(tanh(f32::NEG_INFINITY), -1.0);
+        assert_eq!(tanh(-0.0f32).to_bits(), (-0.0f32).to_bits());
+        assert_eq!(exp(f32::INFINITY), f32::INFINITY);
+        assert_eq!(exp(f32::NEG_INFINITY), 0.0);
+        assert_eq!(exp(89.0), f32::INFINITY);
+        assert_eq!(exp(0.0), 1.0);
+        assert_eq!(sigmoid(f32::INFINITY), 1.0);
+        assert_eq!(sigmoid(f32::NEG_INFINITY), 0.0);
+        assert_eq!(sigmoid(0.0), 0.5);
+    }
+
+    #[test]
+    fn the_avx2_copy_and_the_plain_one_give_the_same_bits() {
+        let xs = inputs();
+        let steps = [
+            Step {
+                kind: Kind::Multiply,
+                args: [0, 1],
+            },
+            Step {
+                kind: Kind::Tanh,
+                args: [2, 2],
+            },
+            Step {
+                kind: Kind::Exp,
+                args: [3, 3],
+            },
+            Step {
+                kind: Kind::Sigmoid,
+                args: [4, 4],
+            },
+            Step {
+                kind: Kind::Divide,
+                args: [5, 0],
+            },
+        ];
+        let sources = [Source::Values(&xs), Source::Value(0.37)];
+        let mut plain = vec![0.0; xs.len()];
+        compute_chunks(&steps, &sources, &mut plain);
+        let mut best = vec![0.0; xs.len()];
+        compute(&steps, &sources, &mut best);
+        let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+        assert_eq!(bits(&plain), bits(&best));
+        // and the chunks add up: each element as its own one-element pass
+        let one = |x: f32| {
+            let mut o = [0.0f32];
+            compute_chunks(&steps, &[Source::Values(&[x]), Source::Value(0.37)], &mut o);
+            o[0]
+        };
+        for k in (0..xs.len()).step_by(997) {
+            assert_eq!(plain[k].to_bits(), one(xs[k]).to_bits(), "at {}", xs[k]);
+        }
+    }
+}
