@@ -164,8 +164,9 @@ if Code.ensure_loaded?(Nx) do
         rows:
           rows ++ if(Keyword.get(opts, :random, true), do: random_rows(reps, timed), else: []),
         notes:
-          "Same programs in bench/defn_reference.py. `fuse: true` runs the program through " <>
-            "MLX's compile (on the CPU, kernels built with g++ at the first call), as mx.compile does."
+          "Same programs in bench/defn_reference.py. `fuse: true` on the CPU runs each group of " <>
+            "element-wise float32 ops as one pass (ExMLX's own, ex_mlx_core::elementwise_fusion); " <>
+            "on a GPU it runs the program through MLX's compile, as mx.compile does."
       }
     end
 

@@ -3,13 +3,13 @@
 //! else reads runs as one pass over its inputs, in chunks that stay in the
 //! core's cache, instead of one MLX kernel (and one pass over memory) per op.
 //!
-//! [`fuse_block`] finds such groups in a checked program's blocks (loops'
-//! and branches' too) and puts each in place of its last op as one
-//! [`Instruction::Fused`]. A group runs fused when its inputs are float32
-//! arrays of one shape, or single values, and it has at least
-//! [`MIN_ELEMENTS`] elements; otherwise its ops run one by one, as without
-//! fusion ([`FusedOps::ops`]), so the results never depend on that choice
-//! beyond the last bit of the transcendental functions:
+//! crate::program finds such groups in a checked program's blocks (loops'
+//! and branches' too) and puts each in place of its last op, with its
+//! [`Kernel`]. A group runs fused when its inputs are float32 arrays of one
+//! shape, or single values, and it has at least [`MIN_ELEMENTS`] elements;
+//! otherwise its ops run one by one, as without fusion, so the results never
+//! depend on that choice beyond the last bit of the transcendental
+//! functions:
 //!
 //! * `add`, `subtract`, `multiply`, `divide`, `negate`, `abs`, `sqrt` and
 //!   `square` round to float32 after every op, as MLX does: the same bits;
@@ -32,7 +32,6 @@ use crate::error::{Error, Result};
 use crate::host::HostBuffer;
 use crate::memory;
 use crate::ops::table::Op;
-use crate::program::{Block, Instruction, OpCall};
 
 /// Fewer elements than this run op by one (an evaluation of the group's
 /// inputs in the middle of a program costs more than the pass saves).
@@ -76,7 +75,12 @@ impl Kind {
     }
 }
 
-/// One op of a fused group over registers: registers `0..leaves` hold the
+/// Whether the fused pass computes `op` (on float32 inputs).
+pub fn fusible(op: Op) -> bool {
+    Kind::of(op).is_some()
+}
+
+/// One op of a kernel over registers: registers `0..leaves` hold the
 /// group's inputs, register `leaves + k` the result of step `k`.
 #[derive(Clone, Copy, Debug)]
 struct Step {
@@ -84,117 +88,26 @@ struct Step {
     args: [usize; 2],
 }
 
-/// A fused group: its ops in program order (run one by one when the group
-/// cannot run fused), the slots it reads from outside, and the same ops
-/// over registers.
+/// A group of element-wise ops as one pass: the slots it reads from outside
+/// the group (its leaves), its ops over registers, and the slot of its
+/// result.
 #[derive(Clone, Debug)]
-pub struct FusedOps {
-    pub ops: Vec<OpCall>,
-    pub leaves: Vec<usize>,
+pub struct Kernel {
+    leaves: Vec<usize>,
     steps: Vec<Step>,
-    /// The slot the group's last op writes: its result.
-    pub output: usize,
+    output: usize,
 }
 
-/// Whether `call` can join a fused group (it may still run unfused, when
-/// its inputs turn out not to be float32).
-fn fusible(call: &OpCall) -> bool {
-    Kind::of(call.op).is_some()
-        && call.results == 1
-        && matches!(call.cast, None | Some(Dtype::Float32))
-}
-
-/// Replaces, in `block` and the blocks nested in it, every group of two or
-/// more fusible ops joined by results read once (`reads[slot]`, counted over
-/// the whole program) by one [`Instruction::Fused`] at its last op's place.
-/// Returns how many groups it made.
-pub fn fuse_block(block: &mut Block, reads: &[u32]) -> usize {
-    let mut made = 0;
-    for ins in &mut block.instructions {
-        match ins {
-            Instruction::Loop(l) => {
-                made += fuse_block(&mut l.condition, reads);
-                made += fuse_block(&mut l.body, reads);
-            }
-            Instruction::Branch(b) => {
-                for (pred, body) in &mut b.clauses {
-                    made += fuse_block(pred, reads);
-                    made += fuse_block(body, reads);
-                }
-                made += fuse_block(&mut b.otherwise, reads);
-            }
-            Instruction::Op(_) | Instruction::Fused(_) => {}
-        }
-    }
-    // member_of[i]: the group instruction i belongs to, named by the index
-    // of the group's last op (its root); members[root]: the group's ops;
-    // root_writing[slot]: the open group whose root writes `slot`.
-    let n = block.instructions.len();
-    let mut member_of: Vec<Option<usize>> = vec![None; n];
-    let mut root_writing: std::collections::HashMap<usize, usize> = Default::default();
-    let mut members: Vec<Vec<usize>> = vec![Vec::new(); n];
-    for i in 0..n {
-        let Instruction::Op(call) = &block.instructions[i] else {
-            continue;
-        };
-        if !fusible(call) {
-            continue;
-        }
-        let mut group = vec![i];
-        for s in &call.inputs {
-            if reads.get(*s).copied() != Some(1) {
-                continue;
-            }
-            if let Some(g) = root_writing.remove(s) {
-                group.append(&mut members[g]);
-            }
-        }
-        group.sort_unstable();
-        for &m in &group {
-            member_of[m] = Some(i);
-        }
-        members[i] = group;
-        root_writing.insert(call.first(), i);
-    }
-    let mut kept = Vec::with_capacity(n);
-    let mut taken: Vec<Option<Instruction>> = std::mem::take(&mut block.instructions)
-        .into_iter()
-        .map(Some)
-        .collect();
-    for i in 0..n {
-        match member_of[i] {
-            Some(root) if members[root].len() >= 2 => {
-                if root == i {
-                    let ops: Vec<OpCall> = members[root]
-                        .iter()
-                        .filter_map(|&m| match taken[m].take() {
-                            Some(Instruction::Op(call)) => Some(call),
-                            _ => None,
-                        })
-                        .collect();
-                    kept.push(Instruction::Fused(FusedOps::new(ops)));
-                    made += 1;
-                }
-            }
-            _ => {
-                if let Some(ins) = taken[i].take() {
-                    kept.push(ins);
-                }
-            }
-        }
-    }
-    block.instructions = kept;
-    made
-}
-
-impl FusedOps {
-    /// The register program of `ops` (a group's ops in program order, the
-    /// last one its result).
-    fn new(ops: Vec<OpCall>) -> FusedOps {
-        let inner: Vec<usize> = ops.iter().map(|c| c.first()).collect();
+impl Kernel {
+    /// The kernel of a group given as `(op, input slots, result slot)` in
+    /// program order, the last one its result; `None` if an op is not
+    /// [`fusible`], takes other than one or two inputs, or the group is
+    /// empty.
+    pub fn new(ops: &[(Op, &[usize], usize)]) -> Option<Kernel> {
+        let inner: Vec<usize> = ops.iter().map(|&(_, _, result)| result).collect();
         let mut leaves: Vec<usize> = Vec::new();
-        for call in &ops {
-            for s in &call.inputs {
+        for (_, inputs, _) in ops {
+            for s in inputs.iter() {
                 if !inner.contains(s) && !leaves.contains(s) {
                     leaves.push(*s);
                 }
@@ -208,27 +121,36 @@ impl FusedOps {
         };
         let steps = ops
             .iter()
-            .map(|call| {
-                let a = register(call.inputs[0]);
-                let b = call.inputs.get(1).map_or(a, |&s| register(s));
-                Step {
-                    // (fusible ops only: checked by fuse_block)
-                    kind: Kind::of(call.op).unwrap_or(Kind::Add),
-                    args: [a, b],
-                }
+            .map(|&(op, inputs, _)| {
+                let kind = Kind::of(op)?;
+                let a = register(*inputs.first()?);
+                let b = match inputs {
+                    [_] => a,
+                    [_, b] => register(*b),
+                    _ => return None,
+                };
+                Some(Step { kind, args: [a, b] })
             })
-            .collect();
-        let output = inner.last().copied().unwrap_or(0);
-        FusedOps {
-            ops,
+            .collect::<Option<Vec<Step>>>()?;
+        Some(Kernel {
+            output: *inner.last()?,
             leaves,
             steps,
-            output,
-        }
+        })
+    }
+
+    /// The slots the group reads from outside it, in register order.
+    pub fn leaves(&self) -> &[usize] {
+        &self.leaves
+    }
+
+    /// The slot the group's last op writes: its result.
+    pub fn output(&self) -> usize {
+        self.output
     }
 
     /// The group's result computed in one pass over `leaves` (the arrays of
-    /// [`FusedOps::leaves`], on the CPU worker), or `None` where the group
+    /// [`Kernel::leaves`], on the CPU worker), or `None` where the group
     /// must run op by op: an input that is not float32, inputs of different
     /// shapes (other than single values), fewer than [`MIN_ELEMENTS`].
     pub fn run(&self, leaves: &[Array]) -> Result<Option<Array>> {

@@ -24,7 +24,7 @@ use std::ops::Range;
 use mlx_rs::{Array, Dtype};
 
 use crate::device::{Device, Kind};
-use crate::elementwise_fusion::{self, FusedOps};
+use crate::elementwise_fusion::{self, Kernel};
 use crate::error::{Error, Result};
 use crate::fusion::FusedProgram;
 use crate::host_tensor::{self, HostTensor};
@@ -126,6 +126,28 @@ impl Branch {
             otherwise,
             inner: 0..0,
         }
+    }
+}
+
+/// A group of element-wise ops made by [`Program::fuse`] on the CPU: its
+/// ops in program order (run one by one where the kernel cannot run) and
+/// its kernel (crate::elementwise_fusion).
+#[derive(Clone, Debug)]
+pub struct FusedOps {
+    pub ops: Vec<OpCall>,
+    pub kernel: Kernel,
+}
+
+impl FusedOps {
+    /// The group of `ops` (the last one its result); `None` if the kernel
+    /// cannot take them.
+    fn new(ops: Vec<OpCall>) -> Option<FusedOps> {
+        let described: Vec<(Op, &[usize], usize)> = ops
+            .iter()
+            .map(|c| (c.op, c.inputs.as_slice(), c.first))
+            .collect();
+        let kernel = Kernel::new(&described)?;
+        Some(FusedOps { ops, kernel })
     }
 }
 
@@ -246,7 +268,7 @@ impl Program {
         if device.kind() == Kind::Cpu {
             let mut reads = vec![0u32; self.slots];
             visit_reads(&self.main, &mut |slot, _| reads[slot] += 1);
-            return elementwise_fusion::fuse_block(&mut self.main, &reads) > 0;
+            return fuse_block(&mut self.main, &reads) > 0;
         }
         self.fuse_with_mlx_compile(device)
     }
@@ -434,6 +456,100 @@ fn has_loops(block: &Block) -> bool {
             b.clauses.iter().any(|(p, c)| has_loops(p) || has_loops(c)) || has_loops(&b.otherwise)
         }
     })
+}
+
+/// Whether `call` can join a fused group (it may still run unfused, when
+/// its inputs turn out not to be float32).
+fn fusible(call: &OpCall) -> bool {
+    elementwise_fusion::fusible(call.op)
+        && call.results == 1
+        && matches!(call.cast, None | Some(Dtype::Float32))
+}
+
+/// Element-wise fusion on the CPU (crate::elementwise_fusion): replaces, in
+/// `block` and the blocks nested in it, every group of two or
+/// more fusible ops joined by results read once (`reads[slot]`, counted over
+/// the whole program) by one [`Instruction::Fused`] at its last op's place.
+/// Returns how many groups it made.
+fn fuse_block(block: &mut Block, reads: &[u32]) -> usize {
+    let mut made = 0;
+    for ins in &mut block.instructions {
+        match ins {
+            Instruction::Loop(l) => {
+                made += fuse_block(&mut l.condition, reads);
+                made += fuse_block(&mut l.body, reads);
+            }
+            Instruction::Branch(b) => {
+                for (pred, body) in &mut b.clauses {
+                    made += fuse_block(pred, reads);
+                    made += fuse_block(body, reads);
+                }
+                made += fuse_block(&mut b.otherwise, reads);
+            }
+            Instruction::Op(_) | Instruction::Fused(_) => {}
+        }
+    }
+    // member_of[i]: the group instruction i belongs to, named by the index
+    // of the group's last op (its root); members[root]: the group's ops;
+    // root_writing[slot]: the open group whose root writes `slot`.
+    let n = block.instructions.len();
+    let mut member_of: Vec<Option<usize>> = vec![None; n];
+    let mut root_writing: std::collections::HashMap<usize, usize> = Default::default();
+    let mut members: Vec<Vec<usize>> = vec![Vec::new(); n];
+    for i in 0..n {
+        let Instruction::Op(call) = &block.instructions[i] else {
+            continue;
+        };
+        if !fusible(call) {
+            continue;
+        }
+        let mut group = vec![i];
+        for s in &call.inputs {
+            if reads.get(*s).copied() != Some(1) {
+                continue;
+            }
+            if let Some(g) = root_writing.remove(s) {
+                group.append(&mut members[g]);
+            }
+        }
+        group.sort_unstable();
+        for &m in &group {
+            member_of[m] = Some(i);
+        }
+        members[i] = group;
+        root_writing.insert(call.first(), i);
+    }
+    let mut kept = Vec::with_capacity(n);
+    let mut taken: Vec<Option<Instruction>> = std::mem::take(&mut block.instructions)
+        .into_iter()
+        .map(Some)
+        .collect();
+    for i in 0..n {
+        match member_of[i] {
+            Some(root) if members[root].len() >= 2 => {
+                if root == i {
+                    let ops: Vec<OpCall> = members[root]
+                        .iter()
+                        .filter_map(|&m| match taken[m].take() {
+                            Some(Instruction::Op(call)) => Some(call),
+                            _ => None,
+                        })
+                        .collect();
+                    if let Some(group) = FusedOps::new(ops) {
+                        kept.push(Instruction::Fused(group));
+                        made += 1;
+                    }
+                }
+            }
+            _ => {
+                if let Some(ins) = taken[i].take() {
+                    kept.push(ins);
+                }
+            }
+        }
+    }
+    block.instructions = kept;
+    made
 }
 
 fn has_fused_groups(block: &Block) -> bool {
@@ -649,12 +765,13 @@ impl Run<'_> {
     /// cannot run fused (crate::elementwise_fusion).
     fn fused(&mut self, group: &FusedOps) -> Result<()> {
         let leaves: Vec<Array> = group
-            .leaves
+            .kernel
+            .leaves()
             .iter()
             .map(|&s| self.read(s))
             .collect::<Result<_>>()?;
-        match group.run(&leaves)? {
-            Some(out) => self.write(group.output, Some(out), None),
+        match group.kernel.run(&leaves)? {
+            Some(out) => self.write(group.kernel.output(), Some(out), None),
             None => {
                 for call in &group.ops {
                     self.op(call)?;
@@ -1301,7 +1418,9 @@ mod fusion_tests {
             .iter()
             .map(|ins| match ins {
                 Instruction::Op(call) => call.op.name().to_string(),
-                Instruction::Fused(g) => format!("fused {} ops of {:?}", g.ops.len(), g.leaves),
+                Instruction::Fused(g) => {
+                    format!("fused {} ops of {:?}", g.ops.len(), g.kernel.leaves())
+                }
                 _ => "other".into(),
             })
             .collect();
@@ -1357,7 +1476,8 @@ mod fusion_tests {
         let outcomes = run_blocking(Device::Cpu, move || {
             let x = |n: usize| Array::from_slice(&vec![0.5f32; n], &[n as i32]);
             let c = Array::from_f32(2.0);
-            let fused = |leaves: &[Array]| -> Result<bool> { Ok(group.run(leaves)?.is_some()) };
+            let fused =
+                |leaves: &[Array]| -> Result<bool> { Ok(group.kernel.run(leaves)?.is_some()) };
             let rows = Array::from_slice(&vec![0.5f32; 8192], &[2, 4096]);
             let one_by_one = Array::from_slice(&[2.0f32], &[1, 1]);
             let too_many_axes = Array::from_slice(&[2.0f32], &[1, 1, 1]);
