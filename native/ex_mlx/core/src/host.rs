@@ -111,18 +111,30 @@ unsafe impl Sync for HostBuffer {}
 /// Whether an evaluated array's elements lie in row-major order, without
 /// gaps, from its data pointer on (an offset slice of rows may; a transpose
 /// or a broadcast does not).
-fn is_row_contiguous(array: &Array) -> Result<bool> {
-    let mut row_contiguous = false;
-    // SAFETY: `array` is a live, evaluated array handle (its flags are set
-    // by the evaluation above) and `row_contiguous` a valid out-pointer.
-    let status =
-        unsafe { mlx_sys::_mlx_array_is_row_contiguous(&mut row_contiguous, array.as_ptr()) };
+pub fn is_row_contiguous(array: &Array) -> Result<bool> {
+    layout_flag(array, mlx_sys::_mlx_array_is_row_contiguous)
+}
+
+/// Whether an evaluated array's elements lie in column-major order, without
+/// gaps, from its data pointer on (the transpose of a row-contiguous matrix).
+pub fn is_col_contiguous(array: &Array) -> Result<bool> {
+    layout_flag(array, mlx_sys::_mlx_array_is_col_contiguous)
+}
+
+type LayoutFlag = unsafe extern "C" fn(*mut bool, mlx_sys::mlx_array) -> std::os::raw::c_int;
+
+fn layout_flag(array: &Array, flag: LayoutFlag) -> Result<bool> {
+    let mut set = false;
+    // SAFETY: `flag` is one of mlx-c's layout queries; `array` is a live,
+    // evaluated array handle (its flags are set by its evaluation) and `set`
+    // a valid out-pointer.
+    let status = unsafe { flag(&mut set, array.as_ptr()) };
     if status != 0 {
         return Err(Error::Internal(
             "MLX could not report an array's layout".into(),
         ));
     }
-    Ok(row_contiguous)
+    Ok(set)
 }
 
 impl HostBuffer {

@@ -28,7 +28,7 @@ pub fn matmul(a: &Array, b: &Array) -> Result<Array> {
     }
     let inexact = |d: mlx_rs::Dtype| d.is_float() || d.is_complex();
     if inexact(a.dtype()) || inexact(b.dtype()) {
-        return Ok(ops::matmul(a, b)?);
+        return float_matmul(a, b);
     }
     integer_matmul(a, b)
 }
@@ -260,7 +260,16 @@ fn matmul_form(a: &Array, b: &Array, axes_a: &[i32], axes_b: &[i32]) -> Result<O
     } else {
         b.clone()
     };
-    Ok(Some(ops::matmul(&lhs, &rhs)?))
+    Ok(Some(float_matmul(&lhs, &rhs)?))
+}
+
+/// MLX's matmul of floating tensors, or one row or column times a float32
+/// matrix through BLAS's `sgemv` on the CPU (super::gemv).
+fn float_matmul(a: &Array, b: &Array) -> Result<Array> {
+    match super::gemv::vector_product(a, b)? {
+        Some(product) => Ok(product),
+        None => Ok(ops::matmul(a, b)?),
+    }
 }
 
 /// Einstein summation (`"ij,jk->ik"`).

@@ -9,6 +9,7 @@ pub mod creation;
 pub mod cumulative;
 pub mod elementwise;
 pub mod fft;
+pub mod gemv;
 mod householder;
 pub mod indexing;
 pub mod linalg;
