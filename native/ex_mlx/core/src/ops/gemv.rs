@@ -88,7 +88,7 @@ struct Matrix {
 }
 
 /// `a · b` (MLX's matmul shapes) computed here when one side is a single
-/// row or column and the other a float32 matrix of at least
+/// row (of any rank, its other axes of size 1) or column and the other a float32 matrix of at least
 /// [`MIN_MATRIX_ELEMENTS`] elements, on a CPU stream, with a BLAS loaded;
 /// `None` otherwise (the caller runs MLX's matmul).
 pub fn vector_product(a: &Array, b: &Array) -> Result<Option<Array>> {
@@ -96,10 +96,14 @@ pub fn vector_product(a: &Array, b: &Array) -> Result<Option<Array>> {
         return Ok(None);
     }
     let (sa, sb) = (a.shape(), b.shape());
-    // row · matrix: [1, k] or [k] by [k, n]; matrix · column: [m, k] by
-    // [k, 1] or [k]
+    // row · matrix: a of [.., 1, k] (every axis but the last of size 1: a
+    // batch of one) by [k, n]; matrix · column: [m, k] by [k, 1] or [k]
+    let one_row = |s: &[i32]| {
+        s.split_last()
+            .is_some_and(|(_, lead)| lead.iter().all(|&d| d == 1))
+    };
     let (vector, matrix, row_times) = match (sa, sb) {
-        (&[1, k] | &[k], &[k2, n]) if k == k2 && n > 1 => (a, b, true),
+        (&[.., k], &[k2, n]) if one_row(sa) && k == k2 && n > 1 => (a, b, true),
         (&[m, k], &[k2, 1] | &[k2]) if k == k2 && m > 1 => (b, a, false),
         _ => return Ok(None),
     };
@@ -163,11 +167,17 @@ pub fn vector_product(a: &Array, b: &Array) -> Result<Option<Array>> {
             1,
         )
     };
-    let shape: Vec<i32> = match (row_times, sa.len(), sb.len()) {
-        (true, 2, _) => vec![1, len as i32],
-        (true, _, _) => vec![len as i32],
-        (false, _, 2) => vec![len as i32, 1],
-        (false, _, _) => vec![len as i32],
+    // MLX's matmul shapes: a's leading axes and n; m, and 1 for a column
+    let shape: Vec<i32> = if row_times {
+        let mut shape = sa.to_vec();
+        if let Some(last) = shape.last_mut() {
+            *last = len as i32;
+        }
+        shape
+    } else if sb.len() == 2 {
+        vec![len as i32, 1]
+    } else {
+        vec![len as i32]
     };
     Ok(Some(Array::from_slice(&y, &shape)))
 }
@@ -220,6 +230,7 @@ mod tests {
         let got = run_blocking(Device::Cpu, move || {
             let xa = Array::from_slice(&x, &[1, k as i32]);
             let x1 = Array::from_slice(&x, &[k as i32]);
+            let x3 = Array::from_slice(&x, &[1, 1, k as i32]);
             let wa = Array::from_slice(&w, &[k as i32, n as i32]);
             // the same matrix stored transposed: a column-major view
             let wt_view = mlx_rs::ops::transpose(Array::from_slice(&wt, &[n as i32, k as i32]))?;
@@ -237,6 +248,7 @@ mod tests {
                 run(&wta, &col)?,
                 run(&wta, &x1)?,
                 run(&w_view, &col)?,
+                run(&x3, &wt_view)?,
             ])
         })
         .unwrap();
@@ -250,7 +262,8 @@ mod tests {
                 vec![1, n],
                 vec![n, 1],
                 vec![n],
-                vec![n, 1]
+                vec![n, 1],
+                vec![1, 1, n]
             ]
         );
         for (_, v) in &got {
