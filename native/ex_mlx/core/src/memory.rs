@@ -1,7 +1,8 @@
 //! MLX's memory statistics and limits (global to the process, thread-safe in
 //! MLX: the allocator takes its own lock).
 
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::cell::Cell;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
 use crate::device::Device;
 use crate::error::{Error, Result};
@@ -76,20 +77,75 @@ pub fn tune_host_malloc() -> bool {
 /// error. ExMLX therefore checks every new buffer it creates, before MLX
 /// allocates it. Buffers MLX allocates for intermediate results inside one
 /// evaluation are not seen here; a `malloc` failure there is an MLX error.
+///
+/// Reading MLX's active memory takes its allocator's lock, which on a GPU
+/// MLX's completion thread holds often (it frees buffers there). So each
+/// thread asks MLX once and then allocates from an allowance ([`Allowance`]):
+/// an eighth of the room that check found, at most [`MAX_ALLOWANCE`], spent
+/// without asking again; a larger tensor, an allowance spent, or a new
+/// memory limit sends the next check to MLX. What one thread allocates
+/// between two checks stays within an eighth of the room it saw.
 pub fn check_allocation(bytes: usize) -> Result<()> {
     if bytes == 0 {
         return Ok(());
     }
+    let epoch = LIMIT_EPOCH.load(Ordering::Acquire);
+    if let Some(rest) = ALLOWANCE.get().spend(epoch, bytes) {
+        ALLOWANCE.set(rest);
+        return Ok(());
+    }
     let limit = memory_limit()?;
     let active = mlx_rs::memory::active_memory()?;
-    if active.saturating_add(bytes) > limit {
-        return Err(Error::OutOfMemory(format!(
-            "a tensor of {bytes} bytes would exceed the memory limit of {limit} bytes \
-             ({active} bytes are in use); free tensors, or raise the limit with \
-             ExMLX.Memory.set_memory_limit/1"
-        )));
-    }
+    let allowance = Allowance::grant(epoch, active, limit, bytes)?;
+    ALLOWANCE.set(allowance);
     Ok(())
+}
+
+/// The most a thread allocates between two checks of MLX's active memory.
+pub const MAX_ALLOWANCE: usize = 16 << 20;
+
+thread_local! {
+    /// This thread's allowance (see [`check_allocation`]).
+    static ALLOWANCE: Cell<Allowance> = const { Cell::new(Allowance { epoch: 0, bytes: 0 }) };
+}
+
+/// Bumped by every [`set_memory_limit`]: allowances granted before it are void.
+static LIMIT_EPOCH: AtomicU64 = AtomicU64::new(1);
+
+/// Bytes a thread may allocate without asking MLX, granted under the memory
+/// limit of `epoch`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Allowance {
+    epoch: u64,
+    bytes: usize,
+}
+
+impl Allowance {
+    /// What is left after allocating `bytes` from this allowance, if it
+    /// covers them under the limit of `epoch`.
+    fn spend(self, epoch: u64, bytes: usize) -> Option<Allowance> {
+        (self.epoch == epoch && bytes <= self.bytes).then(|| Allowance {
+            epoch,
+            bytes: self.bytes - bytes,
+        })
+    }
+
+    /// The check against MLX's figures: the allowance left after `bytes`
+    /// (an eighth of the room then left, at most [`MAX_ALLOWANCE`]), or the
+    /// error when `bytes` do not fit.
+    fn grant(epoch: u64, active: usize, limit: usize, bytes: usize) -> Result<Allowance> {
+        let Some(room) = limit.checked_sub(active.saturating_add(bytes)) else {
+            return Err(Error::OutOfMemory(format!(
+                "a tensor of {bytes} bytes would exceed the memory limit of {limit} bytes \
+                 ({active} bytes are in use); free tensors, or raise the limit with \
+                 ExMLX.Memory.set_memory_limit/1"
+            )));
+        };
+        Ok(Allowance {
+            epoch,
+            bytes: (room / 8).min(MAX_ALLOWANCE),
+        })
+    }
 }
 
 /// MLX's memory limit, remembered here (0: not read yet) so the check of
@@ -113,6 +169,7 @@ pub fn memory_limit() -> Result<usize> {
 pub fn set_memory_limit(bytes: usize) -> Result<usize> {
     let previous = mlx_rs::memory::set_memory_limit(bytes)?;
     MEMORY_LIMIT.store(bytes, Ordering::Release);
+    LIMIT_EPOCH.fetch_add(1, Ordering::AcqRel);
     Ok(previous)
 }
 
@@ -231,6 +288,41 @@ mod tests {
         assert_eq!(cache_limit().unwrap(), 1 << 20);
         set_cache_limit(before).unwrap();
         assert_eq!(cache_limit().unwrap(), before);
+    }
+
+    #[test]
+    fn an_allowance_is_an_eighth_of_the_room_and_spent_only_under_its_limit() {
+        // 1,000 of 10,000 bytes in use, 200 asked: an eighth of the 8,800 left
+        let a = Allowance::grant(3, 1_000, 10_000, 200).unwrap();
+        assert_eq!(
+            a,
+            Allowance {
+                epoch: 3,
+                bytes: 1_100
+            }
+        );
+        assert_eq!(
+            a.spend(3, 1_000),
+            Some(Allowance {
+                epoch: 3,
+                bytes: 100
+            })
+        );
+        assert_eq!(a.spend(3, 1_101), None);
+        // a new limit voids it
+        assert_eq!(a.spend(4, 1), None);
+        // capped
+        let big = Allowance::grant(1, 0, usize::MAX, 1).unwrap();
+        assert_eq!(big.bytes, MAX_ALLOWANCE);
+        // what does not fit is refused, with the figures
+        let refused = Allowance::grant(1, 9_900, 10_000, 200).unwrap_err();
+        assert_eq!(
+            refused.to_string(),
+            "a tensor of 200 bytes would exceed the memory limit of 10000 bytes (9900 bytes \
+             are in use); free tensors, or raise the limit with ExMLX.Memory.set_memory_limit/1"
+        );
+        assert!(matches!(refused, Error::OutOfMemory(_)));
+        assert!(Allowance::grant(1, 9_800, 10_000, 200).is_ok());
     }
 
     #[test]
