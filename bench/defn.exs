@@ -217,6 +217,8 @@ if Code.ensure_loaded?(Nx) do
          [fuse: true]},
         {"block_f32", "transformer block (seq 128, width 256), f32", &Programs.block/2,
          [block_x, block_w], few},
+        {"block_f32", "the same block, fuse: true", &Programs.block/2, [block_x, block_w], 0,
+         [fuse: true]},
         {"block_bf16", "transformer block, bf16", &Programs.block/2,
          [bf16.(block_x), bf16.(block_w)], few},
         {"rows_3001", "while loop writing 3,001 rows of 400 f32", &Programs.rows/1,

@@ -5,8 +5,9 @@
 //!
 //! crate::program finds such groups in a checked program's blocks (loops'
 //! and branches' too) and puts each in place of its last op, with its
-//! [`Kernel`]. A group runs fused when its inputs are float32 arrays of one
-//! shape, or single values, and it has at least [`MIN_ELEMENTS`] elements;
+//! [`Kernel`]. A group runs fused when its inputs are float32 arrays whose
+//! shapes broadcast together and its result has at least [`MIN_ELEMENTS`]
+//! elements;
 //! otherwise its ops run one by one, as without fusion, so the results never
 //! depend on that choice beyond the last bit of the transcendental
 //! functions:
@@ -82,6 +83,13 @@ pub fn fusible(op: Op) -> bool {
     Kind::of(op).is_some()
 }
 
+/// Whether `op` is worth a pass of its own: MLX's CPU kernels for these
+/// call the C library's function value by value (about 10 ns a value for
+/// `tanh`), the fused pass computes them in vectors (about 1).
+pub fn worth_alone(op: Op) -> bool {
+    matches!(Kind::of(op), Some(Kind::Tanh | Kind::Exp | Kind::Sigmoid))
+}
+
 /// One op of a kernel over registers: registers `0..leaves` hold the
 /// group's inputs, register `leaves + k` the result of step `k`.
 #[derive(Clone, Copy, Debug)]
@@ -153,29 +161,35 @@ impl Kernel {
 
     /// The group's result computed in one pass over `leaves` (the arrays of
     /// [`Kernel::leaves`], on the CPU worker), or `None` where the group
-    /// must run op by op: an input that is not float32, inputs of different
-    /// shapes (other than single values), fewer than [`MIN_ELEMENTS`].
+    /// must run op by op: an input that is not float32, shapes that do not
+    /// broadcast, a result of fewer than [`MIN_ELEMENTS`] elements. Inputs
+    /// of fewer elements than the result are broadcast to its shape by MLX
+    /// first (single values are read once).
     pub fn run(&self, leaves: &[Array]) -> Result<Option<Array>> {
         if leaves.iter().any(|a| a.dtype() != Dtype::Float32) {
             return Ok(None);
         }
-        let Some(shape) = leaves.iter().find(|a| a.size() != 1).map(|a| a.shape()) else {
+        let Some(shape) = broadcast_shape(leaves) else {
             return Ok(None);
-        };
-        let shape = shape.to_vec();
-        let same = |a: &Array| {
-            if a.size() == 1 {
-                a.ndim() <= shape.len()
-            } else {
-                a.shape() == shape.as_slice()
-            }
         };
         let n: usize = shape.iter().map(|&d| d as usize).product();
-        if n < MIN_ELEMENTS || !leaves.iter().all(same) {
+        if n < MIN_ELEMENTS {
             return Ok(None);
         }
-        mlx_rs::transforms::eval(leaves)?;
-        let buffers: Vec<HostBuffer> = leaves.iter().map(HostBuffer::new).collect::<Result<_>>()?;
+        // an input of fewer elements than the result (a bias row, a row's
+        // maximum) is spread to the result's shape first, by MLX
+        let spread: Vec<Array> = leaves
+            .iter()
+            .map(|a| {
+                if a.size() == 1 || a.shape() == shape.as_slice() {
+                    Ok(a.clone())
+                } else {
+                    mlx_rs::ops::broadcast_to(a, &shape)
+                }
+            })
+            .collect::<std::result::Result<_, _>>()?;
+        mlx_rs::transforms::eval(&spread)?;
+        let buffers: Vec<HostBuffer> = spread.iter().map(HostBuffer::new).collect::<Result<_>>()?;
         let mut sources = Vec::with_capacity(buffers.len());
         for b in &buffers {
             let values = f32_values(b.bytes())?;
@@ -204,6 +218,25 @@ impl Kernel {
         drop(buffer);
         Ok(Some(out))
     }
+}
+
+/// The shape the inputs broadcast to (NumPy's rule, as MLX's element-wise
+/// ops apply it), if they do; `None` for none at all.
+fn broadcast_shape(leaves: &[Array]) -> Option<Vec<i32>> {
+    let rank = leaves.iter().map(|a| a.ndim()).max()?;
+    let mut shape = vec![1i32; rank];
+    for a in leaves {
+        let offset = rank - a.ndim();
+        for (k, &d) in a.shape().iter().enumerate() {
+            let target = &mut shape[offset + k];
+            if *target == 1 {
+                *target = d;
+            } else if d != 1 && d != *target {
+                return None;
+            }
+        }
+    }
+    Some(shape)
 }
 
 /// A group's input: one value for every element, or its elements.

@@ -467,10 +467,11 @@ fn fusible(call: &OpCall) -> bool {
 }
 
 /// Element-wise fusion on the CPU (crate::elementwise_fusion): replaces, in
-/// `block` and the blocks nested in it, every group of two or
-/// more fusible ops joined by results read once (`reads[slot]`, counted over
-/// the whole program) by one [`Instruction::Fused`] at its last op's place.
-/// Returns how many groups it made.
+/// `block` and the blocks nested in it, every group of two or more fusible
+/// ops joined by results read once (`reads[slot]`, counted over the whole
+/// program), and every lone `tanh`, `exp` or `sigmoid`, by one
+/// [`Instruction::Fused`] at its last op's place. Returns how many groups
+/// it made.
 fn fuse_block(block: &mut Block, reads: &[u32]) -> usize {
     let mut made = 0;
     for ins in &mut block.instructions {
@@ -519,6 +520,15 @@ fn fuse_block(block: &mut Block, reads: &[u32]) -> usize {
         members[i] = group;
         root_writing.insert(call.first(), i);
     }
+    // a group runs as one pass if it has two ops or more, or one that MLX's
+    // CPU kernels compute slowly (elementwise_fusion::worth_alone)
+    let worth: Vec<bool> = (0..n)
+        .map(|r| match (members[r].len(), &block.instructions[r]) {
+            (0, _) => false,
+            (1, Instruction::Op(call)) => elementwise_fusion::worth_alone(call.op),
+            _ => true,
+        })
+        .collect();
     let mut kept = Vec::with_capacity(n);
     let mut taken: Vec<Option<Instruction>> = std::mem::take(&mut block.instructions)
         .into_iter()
@@ -526,7 +536,7 @@ fn fuse_block(block: &mut Block, reads: &[u32]) -> usize {
         .collect();
     for i in 0..n {
         match member_of[i] {
-            Some(root) if members[root].len() >= 2 => {
+            Some(root) if worth[root] => {
                 if root == i {
                     let ops: Vec<OpCall> = members[root]
                         .iter()
@@ -1428,9 +1438,13 @@ mod fusion_tests {
             shape,
             ["fused 3 ops of [0, 1]", "sum", "fused 2 ops of [4, 1, 0]"]
         );
-        // nothing to group: one element-wise op
+        // nothing to group: one element-wise op; but a lone tanh, exp or
+        // sigmoid runs as a pass of its own
         let mut single = Program::new(1, 1, vec![elementwise(Op::add, &[0, 1])], vec![2]).unwrap();
         assert!(!single.fuse(Device::Cpu));
+        let mut lone = Program::new(1, 0, vec![elementwise(Op::exp, &[0])], vec![1]).unwrap();
+        assert!(lone.fuse(Device::Cpu));
+        assert!(matches!(&lone.main.instructions[..], [Instruction::Fused(g)] if g.ops.len() == 1));
     }
 
     #[test]
@@ -1467,7 +1481,7 @@ mod fusion_tests {
     }
 
     #[test]
-    fn a_group_runs_fused_only_on_float32_inputs_of_one_shape() {
+    fn a_group_runs_fused_on_float32_inputs_whose_shapes_broadcast() {
         let mut p = two_groups();
         p.fuse(Device::Cpu);
         let Instruction::Fused(group) = p.main.instructions[0].clone() else {
@@ -1476,24 +1490,85 @@ mod fusion_tests {
         let outcomes = run_blocking(Device::Cpu, move || {
             let x = |n: usize| Array::from_slice(&vec![0.5f32; n], &[n as i32]);
             let c = Array::from_f32(2.0);
-            let fused =
-                |leaves: &[Array]| -> Result<bool> { Ok(group.kernel.run(leaves)?.is_some()) };
+            let fused = |leaves: &[Array]| -> Result<Option<Vec<i32>>> {
+                Ok(group.kernel.run(leaves)?.map(|a| a.shape().to_vec()))
+            };
             let rows = Array::from_slice(&vec![0.5f32; 8192], &[2, 4096]);
             let one_by_one = Array::from_slice(&[2.0f32], &[1, 1]);
-            let too_many_axes = Array::from_slice(&[2.0f32], &[1, 1, 1]);
+            let more_axes = Array::from_slice(&[2.0f32], &[1, 1, 1]);
             let wide = Array::from_slice(&vec![2.0f32; 4096], &[4096]);
+            let column = Array::from_slice(&[2.0f32, 3.0], &[2, 1]);
+            let three = Array::from_slice(&[2.0f32; 3], &[3]);
             Ok(vec![
                 fused(&[x(8192), c.clone()])?,
                 fused(&[x(100), c.clone()])?,
                 fused(&[x(8192).as_dtype(Dtype::Float64)?, c.clone()])?,
                 fused(&[x(8192), c.as_dtype(Dtype::Int32)?])?,
                 fused(&[rows.clone(), one_by_one])?,
-                fused(&[rows.clone(), too_many_axes])?,
-                fused(&[rows, wide])?,
+                fused(&[rows.clone(), more_axes])?,
+                fused(&[rows.clone(), wide.clone()])?,
+                fused(&[wide, column])?,
+                fused(&[rows, three])?,
             ])
         })
         .unwrap();
-        assert_eq!(outcomes, [true, false, false, false, true, false, false]);
+        assert_eq!(
+            outcomes,
+            [
+                Some(vec![8192]),
+                None,
+                None,
+                None,
+                Some(vec![2, 4096]),
+                Some(vec![1, 2, 4096]),
+                Some(vec![2, 4096]),
+                Some(vec![2, 4096]),
+                None
+            ]
+        );
+    }
+
+    #[test]
+    fn broadcast_inputs_give_the_unfused_results() {
+        // x {4096} against c {2, 1}, and x {2, 4096} against c {4096}
+        let plain = two_groups();
+        let mut fused = two_groups();
+        fused.fuse(Device::Cpu);
+        let (a, b) = run_blocking(Device::Cpu, move || {
+            let xs: Vec<f32> = (0..8192).map(|i| (i as f32 - 4096.0) / 1024.0).collect();
+            let cases = || {
+                vec![
+                    (
+                        Array::from_slice(&xs[..4096], &[4096]),
+                        Array::from_slice(&[0.5f32, -1.5], &[2, 1]),
+                    ),
+                    (
+                        Array::from_slice(&xs, &[2, 4096]),
+                        Array::from_slice(&xs[2048..6144], &[4096]),
+                    ),
+                ]
+            };
+            let go = |p: &Program| -> Result<Vec<(Vec<i32>, Vec<f32>)>> {
+                let mut out = Vec::new();
+                for (x, c) in cases() {
+                    let r = p.run(vec![x], vec![c])?;
+                    out.push((r[0].shape().to_vec(), r[0].as_slice::<f32>().to_vec()));
+                }
+                Ok(out)
+            };
+            Ok((go(&plain)?, go(&fused)?))
+        })
+        .unwrap();
+        for ((sp, vp), (sf, vf)) in a.iter().zip(&b) {
+            assert_eq!(sp, sf);
+            assert_eq!(sp, &vec![2, 4096]);
+            for (p, f) in vp.iter().zip(vf) {
+                assert!(
+                    (p - f).abs() <= 4.0 * f32::EPSILON * p.abs().max(1.0),
+                    "{p} vs {f}"
+                );
+            }
+        }
     }
 
     #[test]
