@@ -553,30 +553,19 @@ mod tests {
         assert_eq!(sigmoid(0.0), 0.5);
     }
 
+    fn step(kind: Kind, a: usize, b: usize) -> Step {
+        Step { kind, args: [a, b] }
+    }
+
     #[test]
     fn every_compiled_copy_gives_the_plain_copy_s_bits() {
         let xs = inputs();
         let steps = [
-            Step {
-                kind: Kind::Multiply,
-                args: [0, 1],
-            },
-            Step {
-                kind: Kind::Tanh,
-                args: [2, 2],
-            },
-            Step {
-                kind: Kind::Exp,
-                args: [3, 3],
-            },
-            Step {
-                kind: Kind::Sigmoid,
-                args: [4, 4],
-            },
-            Step {
-                kind: Kind::Divide,
-                args: [5, 0],
-            },
+            step(Kind::Multiply, 0, 1),
+            step(Kind::Tanh, 2, 2),
+            step(Kind::Exp, 3, 3),
+            step(Kind::Sigmoid, 4, 4),
+            step(Kind::Divide, 5, 0),
         ];
         let sources = [Source::Values(&xs), Source::Value(0.37)];
         let mut plain = vec![0.0; xs.len()];
@@ -648,10 +637,7 @@ mod tests {
                 (Kind::Subtract, Some(4)),
             ] {
                 let r = 5 + chain.len();
-                chain.push(Step {
-                    kind,
-                    args: [last, k.unwrap_or(last)],
-                });
+                chain.push(step(kind, last, k.unwrap_or(last)));
                 last = r;
             }
         }
