@@ -11,12 +11,13 @@ if Code.ensure_loaded?(Nx) do
     `:fuse` (default `false`): fuse element-wise ops. On the CPU, every
     group of float32 `add`, `subtract`, `multiply`, `divide`, `negate`,
     `abs`, `sqrt`, `square`, `tanh`, `exp` and `sigmoid` whose intermediate
-    results nothing else reads (in loops and branches too), and every lone
-    `tanh`, `exp` or `sigmoid`, runs as one pass over its inputs (broadcast
-    to the result's shape), from 4,096 elements; `tanh`, `exp` and `sigmoid` are
-    then computed in float64 and rounded once (within one unit in the last
-    place, where MLX's own CPU kernels are up to 2–9 units off), the other
-    ops give the same bits as unfused. On a GPU the program runs through
+    results nothing else reads (in loops and branches too) runs as one pass
+    over its inputs (broadcast to the result's shape), from 4,096 elements;
+    `tanh`, `exp` and `sigmoid` are computed in float64 and rounded once
+    (within one unit in the last place, where MLX's own CPU kernels are up
+    to 2–9 units off; ExMLX's `tanh`, `exp` and `sigmoid` of such tensors
+    give the same values with or without `:fuse`), the other ops give the
+    same bits as unfused. On a GPU the program runs through
     MLX's compile (kernels built with NVRTC at the first call), for programs
     without `while`/`cond` (others run unfused). bin/bench measures both.
 

@@ -31,10 +31,10 @@
 
 use mlx_rs::{Array, Dtype};
 
+use crate::device::Device;
 use crate::error::{Error, Result};
 use crate::host::HostBuffer;
 use crate::memory;
-use crate::ops::table::Op;
 
 /// Fewer elements than this run op by one (an evaluation of the group's
 /// inputs in the middle of a program costs more than the pass saves).
@@ -43,9 +43,10 @@ pub const MIN_ELEMENTS: usize = 4096;
 /// Elements per chunk: a chunk's registers stay in the core's first caches.
 const CHUNK: usize = 512;
 
-/// An element-wise float32 op the fused pass computes.
+/// An element-wise float32 op the fused pass computes (crate::program maps
+/// the op table's ops to these).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Kind {
+pub enum Kind {
     Add,
     Subtract,
     Multiply,
@@ -60,34 +61,40 @@ enum Kind {
 }
 
 impl Kind {
-    fn of(op: Op) -> Option<Kind> {
-        Some(match op {
-            Op::add => Kind::Add,
-            Op::subtract => Kind::Subtract,
-            Op::multiply => Kind::Multiply,
-            Op::divide => Kind::Divide,
-            Op::negate => Kind::Negate,
-            Op::abs => Kind::Abs,
-            Op::sqrt => Kind::Sqrt,
-            Op::square => Kind::Square,
-            Op::tanh => Kind::Tanh,
-            Op::exp => Kind::Exp,
-            Op::sigmoid => Kind::Sigmoid,
-            _ => return None,
-        })
+    /// Whether a lone op of this kind is worth a pass of its own: MLX's CPU
+    /// kernels for `tanh`, `exp` and `sigmoid` call the C library's function
+    /// value by value (about 10 ns a value), the pass computes them in
+    /// vectors (about 1).
+    pub fn worth_alone(self) -> bool {
+        matches!(self, Kind::Tanh | Kind::Exp | Kind::Sigmoid)
     }
 }
 
-/// Whether the fused pass computes `op` (on float32 inputs).
-pub fn fusible(op: Op) -> bool {
-    Kind::of(op).is_some()
-}
-
-/// Whether `op` is worth a pass of its own: MLX's CPU kernels for these
-/// call the C library's function value by value (about 10 ns a value for
-/// `tanh`), the fused pass computes them in vectors (about 1).
-pub fn worth_alone(op: Op) -> bool {
-    matches!(Kind::of(op), Some(Kind::Tanh | Kind::Exp | Kind::Sigmoid))
+/// `kind` (`tanh`, `exp` or `sigmoid`) of `a` as a pass of its own when `a`
+/// is a float32 array of [`MIN_ELEMENTS`] values or more and this thread's
+/// stream is a CPU's; else `otherwise(a)` (MLX's op). The op table's
+/// `tanh`, `exp` and `sigmoid` go through here, so eager ops and programs,
+/// fused or not, give the same values.
+pub fn vectorized_or(
+    kind: Kind,
+    a: &Array,
+    otherwise: impl FnOnce(&Array) -> Result<Array>,
+) -> Result<Array> {
+    if kind.worth_alone()
+        && a.dtype() == Dtype::Float32
+        && a.size() >= MIN_ELEMENTS
+        && Device::current_is_cpu()
+    {
+        let kernel = Kernel {
+            leaves: vec![0],
+            steps: vec![Step { kind, args: [0, 0] }],
+            output: 1,
+        };
+        if let Some(out) = kernel.run(std::slice::from_ref(a))? {
+            return Ok(out);
+        }
+    }
+    otherwise(a)
 }
 
 /// One op of a kernel over registers: registers `0..leaves` hold the
@@ -109,11 +116,10 @@ pub struct Kernel {
 }
 
 impl Kernel {
-    /// The kernel of a group given as `(op, input slots, result slot)` in
-    /// program order, the last one its result; `None` if an op is not
-    /// [`fusible`], takes other than one or two inputs, or the group is
-    /// empty.
-    pub fn new(ops: &[(Op, &[usize], usize)]) -> Option<Kernel> {
+    /// The kernel of a group given as `(kind, input slots, result slot)` in
+    /// program order, the last one its result; `None` if an op takes other
+    /// than one or two inputs, or the group is empty.
+    pub fn new(ops: &[(Kind, &[usize], usize)]) -> Option<Kernel> {
         let inner: Vec<usize> = ops.iter().map(|&(_, _, result)| result).collect();
         let mut leaves: Vec<usize> = Vec::new();
         for (_, inputs, _) in ops {
@@ -131,8 +137,7 @@ impl Kernel {
         };
         let steps = ops
             .iter()
-            .map(|&(op, inputs, _)| {
-                let kind = Kind::of(op)?;
+            .map(|&(kind, inputs, _)| {
                 let a = register(*inputs.first()?);
                 let b = match inputs {
                     [_] => a,

@@ -24,7 +24,7 @@ use std::ops::Range;
 use mlx_rs::{Array, Dtype};
 
 use crate::device::{Device, Kind};
-use crate::elementwise_fusion::{self, Kernel};
+use crate::elementwise_fusion::{Kernel, Kind as FusedKind};
 use crate::error::{Error, Result};
 use crate::fusion::FusedProgram;
 use crate::host_tensor::{self, HostTensor};
@@ -142,10 +142,10 @@ impl FusedOps {
     /// The group of `ops` (the last one its result); `None` if the kernel
     /// cannot take them.
     fn new(ops: Vec<OpCall>) -> Option<FusedOps> {
-        let described: Vec<(Op, &[usize], usize)> = ops
+        let described: Vec<(FusedKind, &[usize], usize)> = ops
             .iter()
-            .map(|c| (c.op, c.inputs.as_slice(), c.first))
-            .collect();
+            .map(|c| Some((fused_kind(c.op)?, c.inputs.as_slice(), c.first)))
+            .collect::<Option<_>>()?;
         let kernel = Kernel::new(&described)?;
         Some(FusedOps { ops, kernel })
     }
@@ -458,10 +458,28 @@ fn has_loops(block: &Block) -> bool {
     })
 }
 
+/// The fused pass's kind of `op`, if it computes it.
+fn fused_kind(op: Op) -> Option<FusedKind> {
+    Some(match op {
+        Op::add => FusedKind::Add,
+        Op::subtract => FusedKind::Subtract,
+        Op::multiply => FusedKind::Multiply,
+        Op::divide => FusedKind::Divide,
+        Op::negate => FusedKind::Negate,
+        Op::abs => FusedKind::Abs,
+        Op::sqrt => FusedKind::Sqrt,
+        Op::square => FusedKind::Square,
+        Op::tanh => FusedKind::Tanh,
+        Op::exp => FusedKind::Exp,
+        Op::sigmoid => FusedKind::Sigmoid,
+        _ => return None,
+    })
+}
+
 /// Whether `call` can join a fused group (it may still run unfused, when
 /// its inputs turn out not to be float32).
 fn fusible(call: &OpCall) -> bool {
-    elementwise_fusion::fusible(call.op)
+    fused_kind(call.op).is_some()
         && call.results == 1
         && matches!(call.cast, None | Some(Dtype::Float32))
 }
@@ -469,9 +487,9 @@ fn fusible(call: &OpCall) -> bool {
 /// Element-wise fusion on the CPU (crate::elementwise_fusion): replaces, in
 /// `block` and the blocks nested in it, every group of two or more fusible
 /// ops joined by results read once (`reads[slot]`, counted over the whole
-/// program), and every lone `tanh`, `exp` or `sigmoid`, by one
-/// [`Instruction::Fused`] at its last op's place. Returns how many groups
-/// it made.
+/// program) by one [`Instruction::Fused`] at its last op's place. (A lone
+/// `tanh`, `exp` or `sigmoid` needs no group: the op table's runs as a pass
+/// of its own.) Returns how many groups it made.
 fn fuse_block(block: &mut Block, reads: &[u32]) -> usize {
     let mut made = 0;
     for ins in &mut block.instructions {
@@ -520,15 +538,6 @@ fn fuse_block(block: &mut Block, reads: &[u32]) -> usize {
         members[i] = group;
         root_writing.insert(call.first(), i);
     }
-    // a group runs as one pass if it has two ops or more, or one that MLX's
-    // CPU kernels compute slowly (elementwise_fusion::worth_alone)
-    let worth: Vec<bool> = (0..n)
-        .map(|r| match (members[r].len(), &block.instructions[r]) {
-            (0, _) => false,
-            (1, Instruction::Op(call)) => elementwise_fusion::worth_alone(call.op),
-            _ => true,
-        })
-        .collect();
     let mut kept = Vec::with_capacity(n);
     let mut taken: Vec<Option<Instruction>> = std::mem::take(&mut block.instructions)
         .into_iter()
@@ -536,7 +545,7 @@ fn fuse_block(block: &mut Block, reads: &[u32]) -> usize {
         .collect();
     for i in 0..n {
         match member_of[i] {
-            Some(root) if worth[root] => {
+            Some(root) if members[root].len() >= 2 => {
                 if root == i {
                     let ops: Vec<OpCall> = members[root]
                         .iter()
@@ -1438,13 +1447,11 @@ mod fusion_tests {
             shape,
             ["fused 3 ops of [0, 1]", "sum", "fused 2 ops of [4, 1, 0]"]
         );
-        // nothing to group: one element-wise op; but a lone tanh, exp or
-        // sigmoid runs as a pass of its own
+        // nothing to group: one element-wise op
         let mut single = Program::new(1, 1, vec![elementwise(Op::add, &[0, 1])], vec![2]).unwrap();
         assert!(!single.fuse(Device::Cpu));
         let mut lone = Program::new(1, 0, vec![elementwise(Op::exp, &[0])], vec![1]).unwrap();
-        assert!(lone.fuse(Device::Cpu));
-        assert!(matches!(&lone.main.instructions[..], [Instruction::Fused(g)] if g.ops.len() == 1));
+        assert!(!lone.fuse(Device::Cpu));
     }
 
     #[test]
