@@ -1,23 +1,19 @@
 //! Products of one row or one column with a float32 matrix on the CPU,
-//! through the process's CBLAS `sgemv`.
+//! computed here in one pass over the matrix.
 //!
 //! MLX's CPU matmul hands every float32 product to BLAS's `sgemm`. With one
 //! row (a batch of one: an MLP's or a language model's decoding step) the
-//! OpenBLAS that ExMLX's runtime links (Debian's 0.3.21, docs/architecture.md)
-//! packs the whole matrix first: `1×784 · 784×512` took 85 µs in `sgemm`
-//! and 28 µs in `sgemv` on this project's CPU machine (bench/README.md,
-//! session 14). Such products (at least [`MIN_MATRIX_ELEMENTS`] matrix
-//! elements, on a CPU stream) are computed here: the inputs are evaluated,
-//! `sgemv` writes the result, which is a new array. Its sums run in another
-//! order than `sgemm`'s, so the last bits may differ from MLX's product;
-//! every ExMLX path (eager ops, `ExMLX.Compiler`) goes through here alike.
-//!
-//! `sgemv` comes from the BLAS library already loaded for MLX (looked up by
-//! name among the loaded libraries, nothing is loaded); where there is none
-//! (macOS's Accelerate, a runtime with another BLAS), MLX's matmul runs.
-
-use std::ffi::{c_int, c_void, CStr};
-use std::sync::OnceLock;
+//! OpenBLAS that ExMLX's runtime links (Debian's 0.3.21, README) packs the
+//! whole matrix first: `1×784 · 784×512` took 85 µs in `sgemm` on this
+//! project's CPU machine, 22 µs in its `sgemv` on one thread and 16–29 µs on
+//! two (bench/README.md, session 14). Such products (at least
+//! [`MIN_MATRIX_ELEMENTS`] matrix elements, on a CPU stream) are computed
+//! here instead, on the calling worker's thread: the inputs are evaluated,
+//! then one pass over the matrix in vectors (copies for AVX-512F and AVX2
+//! chosen at run time, as crate::elementwise_fusion does) writes the result,
+//! a new array. The sums run in another order than `sgemm`'s, so the last
+//! bits may differ from MLX's product; every ExMLX path (eager ops,
+//! `ExMLX.Compiler`) goes through here alike.
 
 use mlx_rs::{Array, Dtype};
 
@@ -29,68 +25,11 @@ use crate::host::{is_col_contiguous, is_row_contiguous};
 /// there, and evaluating the inputs first would cost more than it saves).
 pub const MIN_MATRIX_ELEMENTS: usize = 16 * 1024;
 
-/// `cblas_sgemv(order, trans, m, n, alpha, a, lda, x, incx, beta, y, incy)`.
-type Sgemv = unsafe extern "C" fn(
-    c_int,
-    c_int,
-    c_int,
-    c_int,
-    f32,
-    *const f32,
-    c_int,
-    *const f32,
-    c_int,
-    f32,
-    *mut f32,
-    c_int,
-);
-
-const ROW_MAJOR: c_int = 101;
-const NO_TRANS: c_int = 111;
-const TRANS: c_int = 112;
-
-/// The loaded BLAS's `cblas_sgemv`, if one is loaded.
-fn sgemv() -> Option<Sgemv> {
-    static SGEMV: OnceLock<Option<Sgemv>> = OnceLock::new();
-    *SGEMV.get_or_init(|| {
-        let names: [&CStr; 4] = [
-            c"libopenblas.so.0",
-            c"libopenblas.so",
-            c"libcblas.so.3",
-            c"libblas.so.3",
-        ];
-        names.iter().find_map(|name| {
-            // SAFETY: RTLD_NOLOAD only looks the library up among those
-            // already loaded; it loads nothing and runs no initializer.
-            let handle =
-                unsafe { libc::dlopen(name.as_ptr(), libc::RTLD_NOLOAD | libc::RTLD_LAZY) };
-            if handle.is_null() {
-                return None;
-            }
-            // SAFETY: `handle` is a live handle from dlopen (never closed,
-            // so the library stays loaded), the name NUL-terminated.
-            let address: *mut c_void = unsafe { libc::dlsym(handle, c"cblas_sgemv".as_ptr()) };
-            // SAFETY: the CBLAS function of that name, whose C signature
-            // (cblas.h) the type spells, enums as ints.
-            (!address.is_null())
-                .then(|| unsafe { std::mem::transmute::<*mut c_void, Sgemv>(address) })
-        })
-    })
-}
-
-/// A matrix operand: its data, and whether it is stored transposed
-/// (column-major).
-struct Matrix {
-    data: *const f32,
-    rows: usize,
-    cols: usize,
-    column_major: bool,
-}
-
 /// `a · b` (MLX's matmul shapes) computed here when one side is a single
-/// row (of any rank, its other axes of size 1) or column and the other a float32 matrix of at least
-/// [`MIN_MATRIX_ELEMENTS`] elements, on a CPU stream, with a BLAS loaded;
-/// `None` otherwise (the caller runs MLX's matmul).
+/// row (of any rank, its other axes of size 1) or column and the other a
+/// float32 matrix of at least [`MIN_MATRIX_ELEMENTS`] elements, stored
+/// row-major or column-major, on a CPU stream; `None` otherwise (the caller
+/// runs MLX's matmul).
 pub fn vector_product(a: &Array, b: &Array) -> Result<Option<Array>> {
     if a.dtype() != Dtype::Float32 || b.dtype() != Dtype::Float32 {
         return Ok(None);
@@ -110,9 +49,6 @@ pub fn vector_product(a: &Array, b: &Array) -> Result<Option<Array>> {
     if matrix.size() < MIN_MATRIX_ELEMENTS || !Device::current_is_cpu() {
         return Ok(None);
     }
-    let Some(sgemv) = sgemv() else {
-        return Ok(None);
-    };
     mlx_rs::transforms::eval([vector, matrix])?;
     let column_major = if is_row_contiguous(matrix)? {
         false
@@ -125,48 +61,27 @@ pub fn vector_product(a: &Array, b: &Array) -> Result<Option<Array>> {
     if !is_row_contiguous(vector)? {
         return Ok(None);
     }
-    let m = Matrix {
-        data: data(matrix)?,
-        rows: matrix.shape()[0] as usize,
-        cols: matrix.shape()[1] as usize,
-        column_major,
-    };
-    let x = data(vector)?;
-    let len = if row_times { m.cols } else { m.rows };
-    let mut y = vec![0.0f32; len];
-    // y = matrixᵀ x (row times matrix) or matrix x; a column-major matrix
-    // is the row-major transpose of its storage.
-    let transposed = row_times != m.column_major;
-    let (stored_rows, stored_cols) = if m.column_major {
-        (m.cols, m.rows)
+    let (rows, cols) = (matrix.shape()[0] as usize, matrix.shape()[1] as usize);
+    // the matrix as stored: row-major, or the row-major transpose
+    let (stored_rows, stored_cols) = if column_major {
+        (cols, rows)
     } else {
-        (m.rows, m.cols)
+        (rows, cols)
     };
-    let int =
-        |v: usize| c_int::try_from(v).map_err(|_| Error::arg("b", "matrix too large for BLAS"));
-    let (rows, cols, lda) = (int(stored_rows)?, int(stored_cols)?, int(stored_cols)?);
-    // SAFETY: `m.data` points to the matrix's stored_rows × stored_cols
-    // float32 values in row-major order (its layout checked above, the
-    // arrays evaluated and held by the caller for this call), `x` to the
-    // vector's len(x) = (transposed ? stored_rows : stored_cols) values, `y`
-    // to `len` writable values (len = the other dimension); sgemv reads and
-    // writes only those, and returns when done.
-    unsafe {
-        sgemv(
-            ROW_MAJOR,
-            if transposed { TRANS } else { NO_TRANS },
-            rows,
-            cols,
-            1.0,
-            m.data,
-            lda,
-            x,
-            1,
-            0.0,
-            y.as_mut_ptr(),
-            1,
-        )
-    };
+    let stored = values(matrix, rows * cols)?;
+    let len = if row_times { cols } else { rows };
+    let x = values(vector, if row_times { rows } else { cols })?;
+    let mut y = vec![0.0f32; len];
+    // y = matrixᵀ x (row times matrix) or matrix x: with the storage, the
+    // first is a sum of its rows scaled by x when stored row-major, and
+    // the second one dot product per stored row; column-major swaps them.
+    if row_times != column_major {
+        debug_assert_eq!((x.len(), y.len()), (stored_rows, stored_cols));
+        scaled_rows(x, stored, &mut y);
+    } else {
+        debug_assert_eq!((x.len(), y.len()), (stored_cols, stored_rows));
+        row_dots(stored, x, &mut y);
+    }
     // MLX's matmul shapes: a's leading axes and n; m, and 1 for a column
     let shape: Vec<i32> = if row_times {
         let mut shape = sa.to_vec();
@@ -182,15 +97,122 @@ pub fn vector_product(a: &Array, b: &Array) -> Result<Option<Array>> {
     Ok(Some(Array::from_slice(&y, &shape)))
 }
 
-/// An evaluated float32 array's data pointer.
-fn data(array: &Array) -> Result<*const f32> {
+/// The `len` values of an evaluated, contiguous float32 array (row- or
+/// column-major: its storage in order).
+fn values(array: &Array, len: usize) -> Result<&[f32]> {
     // SAFETY: `array` is a live, evaluated float32 array (checked by the
     // caller), so its data pointer is set; mlx_array_data_float32 returns it.
     let data = unsafe { mlx_sys::mlx_array_data_float32(array.as_ptr()) };
-    if data.is_null() {
-        return Err(Error::Internal("an evaluated array has no data".into()));
+    if data.is_null() || data.align_offset(std::mem::align_of::<f32>()) != 0 {
+        return Err(Error::Internal(
+            "an evaluated array has no float32 data".into(),
+        ));
     }
-    Ok(data)
+    // SAFETY: the array is contiguous (checked by the caller) with `len`
+    // elements, so its storage is `len` float32 values from `data`, aligned
+    // (checked); the slice borrows `array`, which keeps the buffer alive, and
+    // nothing writes to an evaluated array.
+    Ok(unsafe { std::slice::from_raw_parts(data, len) })
+}
+
+/// y = Σ_i x[i] · rows[i] (`rows`: x.len() rows of y.len() values).
+fn scaled_rows(x: &[f32], rows: &[f32], y: &mut [f32]) {
+    #[cfg(target_arch = "x86_64")]
+    if std::is_x86_feature_detected!("avx512f") {
+        // SAFETY: the CPU has AVX-512F (checked just above).
+        return unsafe { scaled_rows_avx512(x, rows, y) };
+    }
+    #[cfg(target_arch = "x86_64")]
+    if std::is_x86_feature_detected!("avx2") {
+        // SAFETY: the CPU has AVX2 (checked just above).
+        return unsafe { scaled_rows_avx2(x, rows, y) };
+    }
+    scaled_rows_plain(x, rows, y)
+}
+
+/// [`scaled_rows_plain`] compiled for AVX-512F.
+///
+/// # Safety
+/// Only on a CPU that has AVX-512F.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+unsafe fn scaled_rows_avx512(x: &[f32], rows: &[f32], y: &mut [f32]) {
+    scaled_rows_plain(x, rows, y)
+}
+
+/// [`scaled_rows_plain`] compiled for AVX2.
+///
+/// # Safety
+/// Only on a CPU that has AVX2.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+unsafe fn scaled_rows_avx2(x: &[f32], rows: &[f32], y: &mut [f32]) {
+    scaled_rows_plain(x, rows, y)
+}
+
+#[inline(always)]
+fn scaled_rows_plain(x: &[f32], rows: &[f32], y: &mut [f32]) {
+    y.fill(0.0);
+    for (&xi, row) in x.iter().zip(rows.chunks_exact(y.len())) {
+        for (yj, &r) in y.iter_mut().zip(row) {
+            *yj += xi * r;
+        }
+    }
+}
+
+/// y[i] = rows[i] · x (`rows`: y.len() rows of x.len() values).
+fn row_dots(rows: &[f32], x: &[f32], y: &mut [f32]) {
+    #[cfg(target_arch = "x86_64")]
+    if std::is_x86_feature_detected!("avx512f") {
+        // SAFETY: the CPU has AVX-512F (checked just above).
+        return unsafe { row_dots_avx512(rows, x, y) };
+    }
+    #[cfg(target_arch = "x86_64")]
+    if std::is_x86_feature_detected!("avx2") {
+        // SAFETY: the CPU has AVX2 (checked just above).
+        return unsafe { row_dots_avx2(rows, x, y) };
+    }
+    row_dots_plain(rows, x, y)
+}
+
+/// [`row_dots_plain`] compiled for AVX-512F.
+///
+/// # Safety
+/// Only on a CPU that has AVX-512F.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+unsafe fn row_dots_avx512(rows: &[f32], x: &[f32], y: &mut [f32]) {
+    row_dots_plain(rows, x, y)
+}
+
+/// [`row_dots_plain`] compiled for AVX2.
+///
+/// # Safety
+/// Only on a CPU that has AVX2.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+unsafe fn row_dots_avx2(rows: &[f32], x: &[f32], y: &mut [f32]) {
+    row_dots_plain(rows, x, y)
+}
+
+/// Partial sums a dot product keeps (independent lanes the compiler can
+/// put in vectors: a single running sum would fix the order of additions).
+const LANES: usize = 16;
+
+#[inline(always)]
+fn row_dots_plain(rows: &[f32], x: &[f32], y: &mut [f32]) {
+    for (yi, row) in y.iter_mut().zip(rows.chunks_exact(x.len())) {
+        let mut sums = [0.0f32; LANES];
+        let (row_body, row_tail) = row.split_at(row.len() - row.len() % LANES);
+        let (x_body, x_tail) = x.split_at(row_body.len());
+        for (r, v) in row_body.chunks_exact(LANES).zip(x_body.chunks_exact(LANES)) {
+            for l in 0..LANES {
+                sums[l] += r[l] * v[l];
+            }
+        }
+        let tail: f32 = row_tail.iter().zip(x_tail).map(|(r, v)| r * v).sum();
+        *yi = sums.iter().sum::<f32>() + tail;
+    }
 }
 
 #[cfg(test)]
@@ -211,7 +233,7 @@ mod tests {
         out
     }
 
-    fn values(n: usize, seed: u32) -> Vec<f32> {
+    fn sample(n: usize, seed: u32) -> Vec<f32> {
         (0..n)
             .map(|i| {
                 ((i as u32).wrapping_mul(2_654_435_761).wrapping_add(seed) % 2001) as f32 / 1000.0
@@ -223,8 +245,8 @@ mod tests {
     #[test]
     fn one_row_or_column_times_a_matrix_in_every_layout() {
         let (k, n) = (300usize, 200usize);
-        let x = values(k, 1);
-        let w = values(k * n, 2);
+        let x = sample(k, 1);
+        let w = sample(k * n, 2);
         let wt: Vec<f32> = (0..n * k).map(|i| w[(i % k) * n + i / k]).collect();
         let want_row = reference(&x, &w, 1, k, n);
         let got = run_blocking(Device::Cpu, move || {
@@ -273,6 +295,37 @@ mod tests {
                     "{g} vs {want}"
                 );
             }
+        }
+    }
+
+    #[test]
+    fn every_compiled_copy_gives_the_plain_copy_s_bits() {
+        let (r, c) = (37usize, 301usize);
+        let m = sample(r * c, 5);
+        let xr = sample(r, 6);
+        let xc = sample(c, 7);
+        let mut plain_rows = vec![0.0; c];
+        scaled_rows_plain(&xr, &m, &mut plain_rows);
+        let mut plain_dots = vec![0.0; r];
+        row_dots_plain(&m, &xc, &mut plain_dots);
+        let mut best_rows = vec![0.0; c];
+        scaled_rows(&xr, &m, &mut best_rows);
+        let mut best_dots = vec![0.0; r];
+        row_dots(&m, &xc, &mut best_dots);
+        let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+        assert_eq!(bits(&plain_rows), bits(&best_rows));
+        assert_eq!(bits(&plain_dots), bits(&best_dots));
+        #[cfg(target_arch = "x86_64")]
+        if std::is_x86_feature_detected!("avx2") {
+            let mut rows2 = vec![0.0; c];
+            let mut dots2 = vec![0.0; r];
+            // SAFETY: the CPU has AVX2 (checked just above).
+            unsafe {
+                scaled_rows_avx2(&xr, &m, &mut rows2);
+                row_dots_avx2(&m, &xc, &mut dots2);
+            }
+            assert_eq!(bits(&plain_rows), bits(&rows2));
+            assert_eq!(bits(&plain_dots), bits(&dots2));
         }
     }
 

@@ -264,7 +264,7 @@ fn matmul_form(a: &Array, b: &Array, axes_a: &[i32], axes_b: &[i32]) -> Result<O
 }
 
 /// MLX's matmul of floating tensors, or one row or column times a float32
-/// matrix through BLAS's `sgemv` on the CPU (super::gemv).
+/// matrix computed in one pass on the CPU (super::gemv).
 fn float_matmul(a: &Array, b: &Array) -> Result<Array> {
     match super::gemv::vector_product(a, b)? {
         Some(product) => Ok(product),
