@@ -35,6 +35,7 @@ use crate::device::Device;
 use crate::error::{Error, Result};
 use crate::host::HostBuffer;
 use crate::memory;
+use crate::simd::multiversion;
 
 /// Fewer elements than this run op by one (an evaluation of the group's
 /// inputs in the middle of a program costs more than the pass saves).
@@ -263,42 +264,13 @@ fn f32_values(bytes: &[u8]) -> Result<&[f32]> {
     Ok(unsafe { std::slice::from_raw_parts(bytes.as_ptr().cast::<f32>(), bytes.len() / 4) })
 }
 
-fn compute(steps: &[Step], sources: &[Source], out: &mut [f32]) {
-    #[cfg(target_arch = "x86_64")]
-    if std::is_x86_feature_detected!("avx512f") {
-        // SAFETY: the CPU has AVX-512F (checked just above).
-        unsafe { compute_avx512(steps, sources, out) };
-        return;
-    }
-    #[cfg(target_arch = "x86_64")]
-    if std::is_x86_feature_detected!("avx2") {
-        // SAFETY: the CPU has AVX2 (checked just above).
-        unsafe { compute_avx2(steps, sources, out) };
-        return;
-    }
-    compute_chunks(steps, sources, out)
-}
-
-/// [`compute_chunks`] compiled for AVX2 (the same operations, so the same
-/// results, in wider vectors).
-///
-/// # Safety
-/// Only on a CPU that has AVX2.
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2")]
-unsafe fn compute_avx2(steps: &[Step], sources: &[Source], out: &mut [f32]) {
-    compute_chunks(steps, sources, out)
-}
-
-/// [`compute_chunks`] compiled for AVX-512F.
-///
-/// # Safety
-/// Only on a CPU that has AVX-512F.
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f")]
-unsafe fn compute_avx512(steps: &[Step], sources: &[Source], out: &mut [f32]) {
-    compute_chunks(steps, sources, out)
-}
+multiversion!(
+    fn compute = compute_avx512, compute_avx2, compute_chunks(
+        steps: &[Step],
+        sources: &[Source],
+        out: &mut [f32],
+    );
+);
 
 #[inline(always)]
 fn compute_chunks(steps: &[Step], sources: &[Source], out: &mut [f32]) {
@@ -457,35 +429,36 @@ fn sigmoid(x: f32) -> f32 {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// Units in the last place between two float32 values of one sign (NaN
-    /// only equals NaN).
-    fn ulps(a: f32, b: f32) -> u32 {
-        if a.is_nan() || b.is_nan() {
-            return if a.is_nan() && b.is_nan() {
-                0
-            } else {
-                u32::MAX
-            };
-        }
-        let key = |v: f32| {
-            let bits = v.to_bits() as i64;
-            if bits < 0 {
-                i64::from(i32::MIN) - bits
-            } else {
-                bits
-            }
-        };
-        let (ka, kb) = (key(a), key(b));
-        // (+0 and -0 are one apart here; they compare equal as floats)
-        if a == b {
+/// Units in the last place between two float32 values (for tests; NaN
+/// only equals NaN).
+pub(crate) fn ulps(a: f32, b: f32) -> u32 {
+    if a.is_nan() || b.is_nan() {
+        return if a.is_nan() && b.is_nan() {
             0
         } else {
-            (ka - kb).unsigned_abs() as u32
-        }
+            u32::MAX
+        };
     }
+    let key = |v: f32| {
+        let bits = v.to_bits() as i64;
+        if bits < 0 {
+            i64::from(i32::MIN) - bits
+        } else {
+            bits
+        }
+    };
+    let (ka, kb) = (key(a), key(b));
+    // (+0 and -0 are one apart here; they compare equal as floats)
+    if a == b {
+        0
+    } else {
+        (ka - kb).unsigned_abs() as u32
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
 
     /// Values across float32's range: a dense grid near zero and around the
     /// functions' bends, powers of ten down to the subnormals, their

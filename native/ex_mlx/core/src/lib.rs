@@ -29,6 +29,7 @@ pub mod mlx_c;
 pub mod ops;
 pub mod program;
 pub mod program_format;
+pub mod simd;
 pub mod unified;
 pub mod wire;
 pub mod worker;

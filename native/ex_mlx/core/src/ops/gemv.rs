@@ -20,6 +20,7 @@ use mlx_rs::{Array, Dtype};
 use crate::device::Device;
 use crate::error::{Error, Result};
 use crate::host::{is_col_contiguous, is_row_contiguous};
+use crate::simd::multiversion;
 
 /// Smaller matrices go through MLX's matmul (its `sgemm` is quick enough
 /// there, and evaluating the inputs first would cost more than it saves).
@@ -115,40 +116,14 @@ fn values(array: &Array, len: usize) -> Result<&[f32]> {
     Ok(unsafe { std::slice::from_raw_parts(data, len) })
 }
 
-/// y = Σ_i x[i] · rows[i] (`rows`: x.len() rows of y.len() values).
-fn scaled_rows(x: &[f32], rows: &[f32], y: &mut [f32]) {
-    #[cfg(target_arch = "x86_64")]
-    if std::is_x86_feature_detected!("avx512f") {
-        // SAFETY: the CPU has AVX-512F (checked just above).
-        return unsafe { scaled_rows_avx512(x, rows, y) };
-    }
-    #[cfg(target_arch = "x86_64")]
-    if std::is_x86_feature_detected!("avx2") {
-        // SAFETY: the CPU has AVX2 (checked just above).
-        return unsafe { scaled_rows_avx2(x, rows, y) };
-    }
-    scaled_rows_plain(x, rows, y)
-}
-
-/// [`scaled_rows_plain`] compiled for AVX-512F.
-///
-/// # Safety
-/// Only on a CPU that has AVX-512F.
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f")]
-unsafe fn scaled_rows_avx512(x: &[f32], rows: &[f32], y: &mut [f32]) {
-    scaled_rows_plain(x, rows, y)
-}
-
-/// [`scaled_rows_plain`] compiled for AVX2.
-///
-/// # Safety
-/// Only on a CPU that has AVX2.
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2")]
-unsafe fn scaled_rows_avx2(x: &[f32], rows: &[f32], y: &mut [f32]) {
-    scaled_rows_plain(x, rows, y)
-}
+multiversion!(
+    /// y = Σ_i x[i] · rows[i] (`rows`: x.len() rows of y.len() values).
+    fn scaled_rows = scaled_rows_avx512, scaled_rows_avx2, scaled_rows_plain(
+        x: &[f32],
+        rows: &[f32],
+        y: &mut [f32],
+    );
+);
 
 #[inline(always)]
 fn scaled_rows_plain(x: &[f32], rows: &[f32], y: &mut [f32]) {
@@ -160,40 +135,14 @@ fn scaled_rows_plain(x: &[f32], rows: &[f32], y: &mut [f32]) {
     }
 }
 
-/// y[i] = rows[i] · x (`rows`: y.len() rows of x.len() values).
-fn row_dots(rows: &[f32], x: &[f32], y: &mut [f32]) {
-    #[cfg(target_arch = "x86_64")]
-    if std::is_x86_feature_detected!("avx512f") {
-        // SAFETY: the CPU has AVX-512F (checked just above).
-        return unsafe { row_dots_avx512(rows, x, y) };
-    }
-    #[cfg(target_arch = "x86_64")]
-    if std::is_x86_feature_detected!("avx2") {
-        // SAFETY: the CPU has AVX2 (checked just above).
-        return unsafe { row_dots_avx2(rows, x, y) };
-    }
-    row_dots_plain(rows, x, y)
-}
-
-/// [`row_dots_plain`] compiled for AVX-512F.
-///
-/// # Safety
-/// Only on a CPU that has AVX-512F.
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f")]
-unsafe fn row_dots_avx512(rows: &[f32], x: &[f32], y: &mut [f32]) {
-    row_dots_plain(rows, x, y)
-}
-
-/// [`row_dots_plain`] compiled for AVX2.
-///
-/// # Safety
-/// Only on a CPU that has AVX2.
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2")]
-unsafe fn row_dots_avx2(rows: &[f32], x: &[f32], y: &mut [f32]) {
-    row_dots_plain(rows, x, y)
-}
+multiversion!(
+    /// y[i] = rows[i] · x (`rows`: y.len() rows of x.len() values).
+    fn row_dots = row_dots_avx512, row_dots_avx2, row_dots_plain(
+        rows: &[f32],
+        x: &[f32],
+        y: &mut [f32],
+    );
+);
 
 /// Partial sums a dot product keeps (independent lanes the compiler can
 /// put in vectors: a single running sum would fix the order of additions).

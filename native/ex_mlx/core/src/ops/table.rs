@@ -1158,24 +1158,8 @@ op_table! {
 mod tests {
     use super::*;
     use crate::device::Device;
+    use crate::elementwise_fusion::ulps;
     use crate::worker::run_blocking;
-
-    /// Units in the last place between two finite float32 values.
-    fn ulps(a: f32, b: f32) -> u32 {
-        let key = |v: f32| {
-            let bits = v.to_bits() as i64;
-            if bits < 0 {
-                i64::from(i32::MIN) - bits
-            } else {
-                bits
-            }
-        };
-        if a == b {
-            0
-        } else {
-            (key(a) - key(b)).unsigned_abs() as u32
-        }
-    }
 
     #[test]
     fn tanh_exp_and_sigmoid_of_large_f32_arrays_run_vectorized_on_the_cpu() {
