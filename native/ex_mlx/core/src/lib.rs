@@ -7,7 +7,8 @@
 //! ahead of reads on an idle worker), [`host`] (bytes in and
 //! out), [`item`], [`memory`], [`wire`], [`ops`] (the op table and the op
 //! families), [`program`] (op-table instructions run in one go), [`fusion`] and
-//! [`elementwise_fusion`] (`fuse: true` on the GPU and on the CPU), [`distributed`]
+//! [`elementwise_fusion`] (`fuse: true` on the GPU and on the CPU), [`simd`] (loops
+//! compiled for AVX-512F/AVX2 chosen at run time), [`distributed`]
 //! (MLX's distributed groups and collectives, and the thread they run on),
 //! [`collect`] (when to hint a garbage collection). The NIF
 //! crate (`ex_mlx`) turns Elixir terms into calls on these.
