@@ -93,7 +93,11 @@ defmodule ExMLX.Memory do
   transpose, broadcast, slice) allocate nothing and are not refused. Buffers
   MLX allocates for intermediate results within one evaluation are not
   checked. A limit below the memory in use is accepted: tensors already
-  there stay valid, new ones are refused until enough are freed.
+  there stay valid, new ones are refused until enough are freed. Each worker
+  thread reads MLX's figure once and then spends an allowance (an eighth of
+  the room it found, at most 16 MiB) before reading it again, so small
+  tensors cost no lock of MLX's allocator; a new limit voids every
+  allowance.
 
       iex> previous = ExMLX.Memory.set_memory_limit(1_000_000)
       iex> try do
