@@ -57,6 +57,35 @@ pub fn display_shape<T: std::fmt::Display>(shape: &[T]) -> String {
     format!("{{{}}}", dims.join(", "))
 }
 
+/// NumPy broadcasting of two shapes (an argument error naming `b` when
+/// they do not broadcast).
+pub fn broadcast_shape(a: &[i32], b: &[i32]) -> Result<Vec<i32>> {
+    let rank = a.len().max(b.len());
+    let dim = |s: &[i32], i: usize| {
+        let offset = rank - s.len();
+        if i < offset {
+            1
+        } else {
+            s[i - offset]
+        }
+    };
+    (0..rank)
+        .map(|i| match (dim(a, i), dim(b, i)) {
+            (x, y) if x == y => Ok(x),
+            (1, y) => Ok(y),
+            (x, 1) => Ok(x),
+            _ => Err(Error::arg(
+                "b",
+                format!(
+                    "shapes {} and {} do not broadcast",
+                    display_shape(a),
+                    display_shape(b)
+                ),
+            )),
+        })
+        .collect()
+}
+
 /// Bytes per element.
 pub fn size_of(dtype: Dtype) -> usize {
     match dtype {

@@ -229,20 +229,10 @@ impl Kernel {
 /// The shape the inputs broadcast to (NumPy's rule, as MLX's element-wise
 /// ops apply it), if they do; `None` for none at all.
 fn broadcast_shape(leaves: &[Array]) -> Option<Vec<i32>> {
-    let rank = leaves.iter().map(|a| a.ndim()).max()?;
-    let mut shape = vec![1i32; rank];
-    for a in leaves {
-        let offset = rank - a.ndim();
-        for (k, &d) in a.shape().iter().enumerate() {
-            let target = &mut shape[offset + k];
-            if *target == 1 {
-                *target = d;
-            } else if d != 1 && d != *target {
-                return None;
-            }
-        }
-    }
-    Some(shape)
+    let (first, rest) = leaves.split_first()?;
+    rest.iter().try_fold(first.shape().to_vec(), |shape, a| {
+        crate::dtype::broadcast_shape(&shape, a.shape()).ok()
+    })
 }
 
 /// A group's input: one value for every element, or its elements.

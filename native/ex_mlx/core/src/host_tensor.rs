@@ -327,7 +327,7 @@ fn result_of(op: Op, args: &[&HostTensor], params: &[Param]) -> Option<(Dtype, V
             (a.dtype, lengths.clone())
         }
         (_, [a, b], []) => {
-            let out = broadcast_shapes(&a.shape, &b.shape)?;
+            let out = crate::dtype::broadcast_shape(&a.shape, &b.shape).ok()?;
             match op {
                 Op::equal
                 | Op::not_equal
@@ -356,31 +356,6 @@ fn result_of(op: Op, args: &[&HostTensor], params: &[Param]) -> Option<(Dtype, V
         }
         _ => return None,
     })
-}
-
-/// NumPy's broadcast of two shapes.
-fn broadcast_shapes(a: &[i32], b: &[i32]) -> Option<Vec<i32>> {
-    let rank = a.len().max(b.len());
-    (0..rank)
-        .map(|i| {
-            let x = if i + a.len() >= rank {
-                a[i + a.len() - rank]
-            } else {
-                1
-            };
-            let y = if i + b.len() >= rank {
-                b[i + b.len() - rank]
-            } else {
-                1
-            };
-            match (x, y) {
-                (x, y) if x == y => Some(x),
-                (1, y) => Some(y),
-                (x, 1) => Some(x),
-                _ => None,
-            }
-        })
-        .collect()
 }
 
 /// An element-wise binary op on two values of one type of `bits` bits.

@@ -7,7 +7,7 @@
 use mlx_rs::{ops, Array, Dtype};
 use mlx_sys::{mlx_array, mlx_stream};
 
-use super::precise::broadcast_shape;
+use crate::dtype::broadcast_shape;
 use crate::dtype::{display, size_of};
 use crate::error::{Error, Result};
 

@@ -12,6 +12,7 @@
 
 use mlx_rs::{Array, Dtype};
 
+use crate::dtype::broadcast_shape;
 use crate::error::{Error, Result};
 use crate::host::{array_from_bytes, HostBuffer};
 
@@ -151,34 +152,6 @@ pub fn logaddexp(a: &Array, b: &Array) -> Result<Array> {
         })
         .collect();
     from_f64s(&values, &shape)
-}
-
-/// NumPy broadcasting of two shapes.
-pub fn broadcast_shape(a: &[i32], b: &[i32]) -> Result<Vec<i32>> {
-    let rank = a.len().max(b.len());
-    let dim = |s: &[i32], i: usize| {
-        let offset = rank - s.len();
-        if i < offset {
-            1
-        } else {
-            s[i - offset]
-        }
-    };
-    (0..rank)
-        .map(|i| match (dim(a, i), dim(b, i)) {
-            (x, y) if x == y => Ok(x),
-            (1, y) => Ok(y),
-            (x, 1) => Ok(x),
-            _ => Err(Error::arg(
-                "b",
-                format!(
-                    "shapes {} and {} do not broadcast",
-                    crate::dtype::display_shape(a),
-                    crate::dtype::display_shape(b)
-                ),
-            )),
-        })
-        .collect()
 }
 
 pub fn sigmoid(x: f64) -> f64 {
