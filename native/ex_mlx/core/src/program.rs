@@ -139,15 +139,17 @@ pub struct FusedOps {
 }
 
 impl FusedOps {
-    /// The group of `ops` (the last one its result); `None` if the kernel
-    /// cannot take them.
-    fn new(ops: Vec<OpCall>) -> Option<FusedOps> {
-        let described: Vec<(FusedKind, &[usize], usize)> = ops
+    /// The group of `ops` (the last one its result); the ops given back if
+    /// the kernel cannot take them.
+    fn new(ops: Vec<OpCall>) -> std::result::Result<FusedOps, Vec<OpCall>> {
+        let described: Option<Vec<(FusedKind, &[usize], usize)>> = ops
             .iter()
             .map(|c| Some((fused_kind(c.op)?, c.inputs.as_slice(), c.first)))
-            .collect::<Option<_>>()?;
-        let kernel = Kernel::new(&described)?;
-        Some(FusedOps { ops, kernel })
+            .collect();
+        match described.as_deref().and_then(Kernel::new) {
+            Some(kernel) => Ok(FusedOps { ops, kernel }),
+            None => Err(ops),
+        }
     }
 }
 
@@ -304,7 +306,8 @@ impl Program {
     /// Whether runs go through MLX's compile or have fused groups of
     /// element-wise ops ([`Program::fuse`]).
     pub fn fused(&self) -> bool {
-        self.fused.is_some() || has_fused_groups(&self.main)
+        self.fused.is_some()
+            || any_instruction(&self.main, &|ins| matches!(ins, Instruction::Fused(_)))
     }
 
     /// Runs the program on `inputs` and `constants` (on the worker of the
@@ -449,12 +452,26 @@ fn relax_comparisons(block: &mut Block, read_otherwise: &[bool]) {
 }
 
 fn has_loops(block: &Block) -> bool {
-    block.instructions.iter().any(|ins| match ins {
-        Instruction::Op(_) | Instruction::Fused(_) => false,
-        Instruction::Loop(_) => true,
-        Instruction::Branch(b) => {
-            b.clauses.iter().any(|(p, c)| has_loops(p) || has_loops(c)) || has_loops(&b.otherwise)
-        }
+    any_instruction(block, &|ins| matches!(ins, Instruction::Loop(_)))
+}
+
+/// Whether `pred` holds for an instruction of `block` or of a block nested
+/// in it.
+fn any_instruction(block: &Block, pred: &dyn Fn(&Instruction) -> bool) -> bool {
+    block.instructions.iter().any(|ins| {
+        pred(ins)
+            || match ins {
+                Instruction::Op(_) | Instruction::Fused(_) => false,
+                Instruction::Loop(l) => {
+                    any_instruction(&l.condition, pred) || any_instruction(&l.body, pred)
+                }
+                Instruction::Branch(b) => {
+                    b.clauses
+                        .iter()
+                        .any(|(p, c)| any_instruction(p, pred) || any_instruction(c, pred))
+                        || any_instruction(&b.otherwise, pred)
+                }
+            }
     })
 }
 
@@ -554,9 +571,14 @@ fn fuse_block(block: &mut Block, reads: &[u32]) -> usize {
                             _ => None,
                         })
                         .collect();
-                    if let Some(group) = FusedOps::new(ops) {
-                        kept.push(Instruction::Fused(group));
-                        made += 1;
+                    // (ops the kernel cannot take stay as they were, in
+                    // order: their inputs are written before the root)
+                    match FusedOps::new(ops) {
+                        Ok(group) => {
+                            kept.push(Instruction::Fused(group));
+                            made += 1;
+                        }
+                        Err(ops) => kept.extend(ops.into_iter().map(Instruction::Op)),
                     }
                 }
             }
@@ -569,20 +591,6 @@ fn fuse_block(block: &mut Block, reads: &[u32]) -> usize {
     }
     block.instructions = kept;
     made
-}
-
-fn has_fused_groups(block: &Block) -> bool {
-    block.instructions.iter().any(|ins| match ins {
-        Instruction::Op(_) => false,
-        Instruction::Fused(_) => true,
-        Instruction::Loop(l) => has_fused_groups(&l.condition) || has_fused_groups(&l.body),
-        Instruction::Branch(b) => {
-            b.clauses
-                .iter()
-                .any(|(p, c)| has_fused_groups(p) || has_fused_groups(c))
-                || has_fused_groups(&b.otherwise)
-        }
-    })
 }
 
 fn check_block(block: &mut Block, scope: &mut Scope, place: &str, depth: usize) -> Result<()> {
@@ -1332,22 +1340,15 @@ mod fusion_tests {
     fn mlx_s_compile_gives_the_unfused_results() {
         // tanh(x * c + c) * c, then its sum, fused and not
         let make = || {
-            let op = |op: Op, inputs: &[usize], params: Vec<Param>| {
-                Instruction::Op(OpCall::new(op, inputs.to_vec(), params, None, 1))
-            };
             Program::new(
                 1,
                 1,
                 vec![
-                    op(Op::multiply, &[0, 1], vec![]),
-                    op(Op::add, &[2, 1], vec![]),
-                    op(Op::tanh, &[3], vec![]),
-                    op(Op::multiply, &[4, 1], vec![]),
-                    op(
-                        Op::sum,
-                        &[5],
-                        vec![Param::OptInts(None), Param::Bool(false)],
-                    ),
+                    elementwise(Op::multiply, &[0, 1]),
+                    elementwise(Op::add, &[2, 1]),
+                    elementwise(Op::tanh, &[3]),
+                    elementwise(Op::multiply, &[4, 1]),
+                    sum_of(5),
                 ],
                 vec![5, 6],
             )
@@ -1361,13 +1362,7 @@ mod fusion_tests {
         assert!(!plain.fused());
         let (a, b) = run_blocking(Device::Cpu, move || {
             let x: Vec<f32> = (0..1000).map(|i| i as f32 / 1000.0 - 0.5).collect();
-            let go = |p: &Program| -> Result<Vec<Vec<f32>>> {
-                let out = p.run(
-                    vec![Array::from_slice(&x, &[1000])],
-                    vec![Array::from_f32(0.75)],
-                )?;
-                Ok(out.iter().map(|a| a.as_slice::<f32>().to_vec()).collect())
-            };
+            let go = |p: &Program| run_on(p, x.clone(), 0.75);
             // twice: the second call reuses the compiled function
             let f1 = go(&fused)?;
             let f2 = go(&fused)?;
