@@ -25,6 +25,12 @@
 //! the CPU has it (the same operations, so the same bits: no fused
 //! multiply-add, which would round otherwise).
 //!
+//! The same pass also serves single ops whose inputs are ready
+//! ([`ready_or`]): an exactly rounded op (arithmetic, `max`, `min`, `sqrt`,
+//! ...) of float32 arrays that are already computed runs at once on the
+//! calling worker's thread, without a round trip through MLX's CPU stream
+//! thread; the bits are MLX's.
+//!
 //! MLX's compile (crate::fusion), which the GPU uses for `fuse: true`,
 //! builds C++ with `g++` at run time on the CPU; its kernels were slower than
 //! MLX's unfused ones there (bench/README.md).
@@ -52,6 +58,11 @@ pub enum Kind {
     Subtract,
     Multiply,
     Divide,
+    /// MLX's `maximum`: NaN if either value is NaN, else the larger (the
+    /// second value when they compare equal, so `max(-0.0, 0.0)` is `0.0`).
+    Maximum,
+    /// MLX's `minimum`, as `Maximum` with the smaller value.
+    Minimum,
     Negate,
     Abs,
     Sqrt,
@@ -69,6 +80,102 @@ impl Kind {
     pub fn worth_alone(self) -> bool {
         matches!(self, Kind::Tanh | Kind::Exp | Kind::Sigmoid)
     }
+
+    /// Whether the pass gives exactly MLX's bits for this kind (IEEE 754
+    /// operations rounded once, compared or copied): every kind but the
+    /// transcendental ones, whose values are closer to the exact ones.
+    pub fn exactly_mlx(self) -> bool {
+        !self.worth_alone()
+    }
+}
+
+/// At most this many values are computed by [`ready_or`] on the worker's
+/// thread (64 KiB of float32: the pass and the copy into MLX's buffer take a
+/// few µs). Beyond them, MLX's kernel on its stream thread overlaps with the
+/// worker's next ops, and the copy would cost as much as the op.
+pub const READY_MAX_ELEMENTS: usize = 1 << 14;
+
+/// `kind` (an exactly rounded one: [`Kind::exactly_mlx`]) of `inputs` (one
+/// or two) computed at once on this thread when this thread's stream is a
+/// CPU's and every input is a float32 array that is already computed
+/// (MLX's `is_available`), laid out in row-major order, and a single value,
+/// of the result's shape, or a row the result repeats (a bias); at most
+/// [`READY_MAX_ELEMENTS`] values. Otherwise `otherwise()` (MLX's op, queued
+/// on the stream as usual). The result is an array that is already computed:
+/// the ops after it that are ready too run here as well, and reading it
+/// needs no evaluation. Same bits as MLX's op either way, so which path ran
+/// never shows in the values (an input whose computation is under way on the
+/// stream thread just takes MLX's path).
+///
+/// Products of one row (crate::ops::gemv) give computed results, so a batch
+/// of one through an MLP (product, bias, ReLU, product...) runs without
+/// waiting for the stream thread between its layers.
+pub fn ready_or(
+    kind: Kind,
+    inputs: &[&Array],
+    otherwise: impl FnOnce() -> Result<Array>,
+) -> Result<Array> {
+    match on_ready_inputs(kind, inputs)? {
+        Some(out) => Ok(out),
+        None => otherwise(),
+    }
+}
+
+fn on_ready_inputs(kind: Kind, inputs: &[&Array]) -> Result<Option<Array>> {
+    if !kind.exactly_mlx()
+        || !(1..=2).contains(&inputs.len())
+        || inputs.iter().any(|a| a.dtype() != Dtype::Float32)
+        || !inputs.iter().all(|a| crate::ahead::is_available(a))
+        || !Device::current_is_cpu()
+    {
+        return Ok(None);
+    }
+    let Some(shape) = broadcast_shape(inputs.iter().map(|a| a.shape())) else {
+        return Ok(None);
+    };
+    let n: usize = shape.iter().map(|&d| d as usize).product();
+    if n == 0 || n > READY_MAX_ELEMENTS {
+        return Ok(None);
+    }
+    let mut buffers = Vec::with_capacity(inputs.len());
+    for a in inputs {
+        // (a view would be copied by MLX first: a round trip after all)
+        if !crate::host::is_row_contiguous(a)? {
+            return Ok(None);
+        }
+        buffers.push(HostBuffer::new(a)?);
+    }
+    let mut sources = Vec::with_capacity(buffers.len());
+    for (b, a) in buffers.iter().zip(inputs) {
+        let values = f32_values(b.bytes())?;
+        sources.push(match values.len() {
+            1 => Source::Value(values[0]),
+            len if len == n => Source::Values(values),
+            _ if repeats_as_row(a.shape(), &shape) => Source::Row(values),
+            _ => return Ok(None),
+        });
+    }
+    memory::check_allocation(n * 4)?;
+    let mut out = vec![0.0f32; n];
+    let second = inputs.len() - 1;
+    compute(
+        &[Step {
+            kind,
+            args: [0, second],
+        }],
+        &sources,
+        &mut out,
+    );
+    Ok(Some(Array::from_slice(&out, &shape)))
+}
+
+/// Whether an input of `shape` is, in row-major order, one row that the
+/// result (of `result` shape) repeats: its axes but leading ones of size 1
+/// are the result's last axes (a bias `{512}` added to `{64, 512}`).
+fn repeats_as_row(shape: &[i32], result: &[i32]) -> bool {
+    let first = shape.iter().position(|&d| d != 1).unwrap_or(shape.len());
+    let row = &shape[first..];
+    !row.is_empty() && row.len() <= result.len() && result.ends_with(row)
 }
 
 /// `kind` (`tanh`, `exp` or `sigmoid`) of `a` as a pass of its own when `a`
@@ -175,7 +282,7 @@ impl Kernel {
         if leaves.iter().any(|a| a.dtype() != Dtype::Float32) {
             return Ok(None);
         }
-        let Some(shape) = broadcast_shape(leaves) else {
+        let Some(shape) = broadcast_shape(leaves.iter().map(|a| a.shape())) else {
             return Ok(None);
         };
         let n: usize = shape.iter().map(|&d| d as usize).product();
@@ -226,19 +333,21 @@ impl Kernel {
     }
 }
 
-/// The shape the inputs broadcast to (NumPy's rule, as MLX's element-wise
-/// ops apply it), if they do; `None` for none at all.
-fn broadcast_shape(leaves: &[Array]) -> Option<Vec<i32>> {
-    let (first, rest) = leaves.split_first()?;
-    rest.iter().try_fold(first.shape().to_vec(), |shape, a| {
-        crate::dtype::broadcast_shape(&shape, a.shape()).ok()
+/// The shape inputs of `shapes` broadcast to (NumPy's rule, as MLX's
+/// element-wise ops apply it), if they do; `None` for none at all.
+fn broadcast_shape<'a>(mut shapes: impl Iterator<Item = &'a [i32]>) -> Option<Vec<i32>> {
+    let first = shapes.next()?.to_vec();
+    shapes.try_fold(first, |shape, next| {
+        crate::dtype::broadcast_shape(&shape, next).ok()
     })
 }
 
-/// A group's input: one value for every element, or its elements.
+/// A group's input: one value for every element, its elements, or a row
+/// of values repeated over the result.
 enum Source<'a> {
     Value(f32),
     Values(&'a [f32]),
+    Row(&'a [f32]),
 }
 
 /// `bytes` (a row-contiguous float32 array's, crate::host) as values.
@@ -278,8 +387,12 @@ fn compute_chunks(steps: &[Step], sources: &[Source], out: &mut [f32]) {
     while start < out.len() {
         let len = CHUNK.min(out.len() - start);
         for (r, source) in sources.iter().enumerate() {
-            if let Source::Values(values) = source {
-                registers[r][..len].copy_from_slice(&values[start..start + len]);
+            match source {
+                Source::Values(values) => {
+                    registers[r][..len].copy_from_slice(&values[start..start + len])
+                }
+                Source::Row(row) => fill_from_row(&mut registers[r][..len], row, start),
+                Source::Value(_) => {}
             }
         }
         for (k, step) in steps.iter().enumerate() {
@@ -294,6 +407,19 @@ fn compute_chunks(steps: &[Step], sources: &[Source], out: &mut [f32]) {
     }
 }
 
+/// `target` filled with elements `start..` of `row` repeated without end.
+#[inline(always)]
+fn fill_from_row(target: &mut [f32], row: &[f32], start: usize) {
+    let mut offset = start % row.len();
+    let mut filled = 0;
+    while filled < target.len() {
+        let take = (row.len() - offset).min(target.len() - filled);
+        target[filled..filled + take].copy_from_slice(&row[offset..offset + take]);
+        filled += take;
+        offset = 0;
+    }
+}
+
 #[inline(always)]
 fn apply(kind: Kind, a: &[f32], b: &[f32], out: &mut [f32]) {
     match kind {
@@ -301,6 +427,8 @@ fn apply(kind: Kind, a: &[f32], b: &[f32], out: &mut [f32]) {
         Kind::Subtract => binary(a, b, out, |x, y| x - y),
         Kind::Multiply => binary(a, b, out, |x, y| x * y),
         Kind::Divide => binary(a, b, out, |x, y| x / y),
+        Kind::Maximum => binary(a, b, out, |x, y| if x.is_nan() || x > y { x } else { y }),
+        Kind::Minimum => binary(a, b, out, |x, y| if x.is_nan() || x < y { x } else { y }),
         Kind::Negate => unary(a, out, |x| -x),
         Kind::Abs => unary(a, out, f32::abs),
         Kind::Sqrt => unary(a, out, f32::sqrt),
@@ -570,6 +698,162 @@ mod tests {
         for k in (0..xs.len()).step_by(997) {
             assert_eq!(plain[k].to_bits(), one(xs[k]).to_bits(), "at {}", xs[k]);
         }
+    }
+
+    /// Special values (NaN at one place, ±0, ±∞, subnormals, extremes) and
+    /// a spread of ordinary ones, `len` of them, starting at `from`.
+    fn mixed(len: usize, from: usize) -> Vec<f32> {
+        let special = [
+            0.0,
+            -0.0,
+            f32::INFINITY,
+            f32::NEG_INFINITY,
+            f32::MIN_POSITIVE,
+            1e-45,
+            -1e-45,
+            f32::MAX,
+            f32::MIN,
+            1.0,
+            -1.0,
+            3.0,
+        ];
+        (from..from + len)
+            .map(|i| match i % 61 {
+                0 if i == 61 => f32::NAN,
+                k if k < special.len() => special[k],
+                k => (k as f32 - 30.0) * 0.731 * 10f32.powi((i % 7) as i32 - 3),
+            })
+            .collect()
+    }
+
+    fn computed(values: &[f32], shape: &[i32]) -> Array {
+        let a = Array::from_slice(values, shape);
+        a.eval().unwrap();
+        a
+    }
+
+    fn bits(a: &Array) -> Vec<u32> {
+        a.eval().unwrap();
+        a.as_slice::<f32>().iter().map(|x| x.to_bits()).collect()
+    }
+
+    fn must_not_run() -> Result<Array> {
+        Err(Error::Internal("MLX's op ran".into()))
+    }
+
+    type MlxBinary = fn(&Array, &Array) -> std::result::Result<Array, mlx_rs::error::Exception>;
+    type MlxUnary = fn(&Array) -> std::result::Result<Array, mlx_rs::error::Exception>;
+
+    const BINARY: [(Kind, MlxBinary); 6] = [
+        (Kind::Add, |a, b| mlx_rs::ops::add(a, b)),
+        (Kind::Subtract, |a, b| mlx_rs::ops::subtract(a, b)),
+        (Kind::Multiply, |a, b| mlx_rs::ops::multiply(a, b)),
+        (Kind::Divide, |a, b| mlx_rs::ops::divide(a, b)),
+        (Kind::Maximum, |a, b| mlx_rs::ops::maximum(a, b)),
+        (Kind::Minimum, |a, b| mlx_rs::ops::minimum(a, b)),
+    ];
+
+    #[test]
+    fn ready_inputs_give_mlx_s_bits_at_once() {
+        let n = 61 * 40;
+        let a = computed(&mixed(n, 0), &[40, 61]);
+        // the same values shifted, so every pair of specials meets
+        let b = computed(&mixed(n, 17), &[40, 61]);
+        let row = computed(&mixed(61, 5), &[61]);
+        let one = computed(&[-0.0], &[]);
+        for (kind, mlx) in BINARY {
+            for (x, y) in [
+                (&a, &b),
+                (&b, &a),
+                (&a, &row),
+                (&row, &a),
+                (&a, &one),
+                (&one, &b),
+            ] {
+                let ours = ready_or(kind, &[x, y], must_not_run).unwrap();
+                assert!(crate::ahead::is_available(&ours), "{kind:?}: not computed");
+                let theirs = mlx(x, y).unwrap();
+                assert_eq!(ours.shape(), theirs.shape(), "{kind:?}");
+                assert_eq!(
+                    bits(&ours),
+                    bits(&theirs),
+                    "{kind:?} {:?} {:?}",
+                    x.shape(),
+                    y.shape()
+                );
+            }
+        }
+        let unary: [(Kind, MlxUnary); 4] = [
+            (Kind::Negate, |a| mlx_rs::ops::negative(a)),
+            (Kind::Abs, |a| mlx_rs::ops::abs(a)),
+            (Kind::Sqrt, |a| mlx_rs::ops::sqrt(a)),
+            (Kind::Square, |a| mlx_rs::ops::square(a)),
+        ];
+        for (kind, mlx) in unary {
+            let ours = ready_or(kind, &[&a], must_not_run).unwrap();
+            assert_eq!(bits(&ours), bits(&mlx(&a).unwrap()), "{kind:?}");
+        }
+    }
+
+    #[test]
+    fn other_inputs_take_mlx_s_op() {
+        let a = computed(&mixed(64, 0), &[8, 8]);
+        let mlx = |x: &Array, y: &Array| Ok(mlx_rs::ops::add(x, y)?);
+        let taken = |inputs: &[&Array]| {
+            let ran = std::cell::Cell::new(false);
+            let out = ready_or(Kind::Add, inputs, || {
+                ran.set(true);
+                mlx(inputs[0], inputs[inputs.len() - 1])
+            })
+            .unwrap();
+            (
+                ran.get(),
+                bits(&out) == bits(&mlx_rs::ops::add(inputs[0], inputs[inputs.len() - 1]).unwrap()),
+            )
+        };
+        // not computed yet
+        let pending = mlx_rs::ops::multiply(&a, &a).unwrap();
+        assert_eq!(taken(&[&pending, &a]), (true, true));
+        // a view (a transpose) and a column the result does not repeat as a row
+        let transposed = mlx_rs::ops::transpose_axes(&a, &[1, 0]).unwrap();
+        transposed.eval().unwrap();
+        assert_eq!(taken(&[&transposed, &a]), (true, true));
+        let column = computed(&mixed(8, 3), &[8, 1]);
+        assert_eq!(taken(&[&a, &column]), (true, true));
+        // another dtype (int32), and more values than are computed here
+        let ints = Array::from_slice(&[1i32; 64], &[8, 8]);
+        ints.eval().unwrap();
+        let ran = std::cell::Cell::new(false);
+        let sum = ready_or(Kind::Add, &[&ints, &ints], || {
+            ran.set(true);
+            Ok(mlx_rs::ops::add(&ints, &ints)?)
+        })
+        .unwrap();
+        assert!(ran.get());
+        assert_eq!(sum.as_slice::<i32>(), &[2; 64]);
+        let big = computed(
+            &vec![0.5; READY_MAX_ELEMENTS + 1],
+            &[READY_MAX_ELEMENTS as i32 + 1],
+        );
+        assert_eq!(taken(&[&big, &big]), (true, true));
+        // transcendental kinds keep their own rule (vectorized_or)
+        let out = ready_or(Kind::Exp, &[&a], || Ok(mlx_rs::ops::exp(&a)?)).unwrap();
+        assert_eq!(bits(&out), bits(&mlx_rs::ops::exp(&a).unwrap()));
+        // and the ready ones do not
+        assert!(!taken(&[&a, &a]).0);
+    }
+
+    #[test]
+    fn a_row_repeats_from_any_start() {
+        let row = [1.0f32, 2.0, 3.0];
+        let mut target = [0.0f32; 7];
+        fill_from_row(&mut target, &row, 4);
+        assert_eq!(target, [2.0, 3.0, 1.0, 2.0, 3.0, 1.0, 2.0]);
+        assert!(repeats_as_row(&[512], &[64, 512]));
+        assert!(repeats_as_row(&[1, 1, 512], &[64, 512]));
+        assert!(repeats_as_row(&[4, 5], &[3, 4, 5]));
+        assert!(!repeats_as_row(&[64, 1], &[64, 512]));
+        assert!(!repeats_as_row(&[1], &[64, 512]));
     }
 
     /// Prints how long the bench's 20-op chain (tanh(x * 1.1 + 0.1) * 0.9 -

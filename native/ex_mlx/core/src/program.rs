@@ -482,6 +482,8 @@ fn fused_kind(op: Op) -> Option<FusedKind> {
         Op::subtract => FusedKind::Subtract,
         Op::multiply => FusedKind::Multiply,
         Op::divide => FusedKind::Divide,
+        Op::max => FusedKind::Maximum,
+        Op::min => FusedKind::Minimum,
         Op::negate => FusedKind::Negate,
         Op::abs => FusedKind::Abs,
         Op::sqrt => FusedKind::Sqrt,

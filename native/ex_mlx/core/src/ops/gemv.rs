@@ -24,7 +24,11 @@ use crate::simd::multiversion;
 
 /// Smaller matrices go through MLX's matmul (its `sgemm` is quick enough
 /// there, and evaluating the inputs first would cost more than it saves).
-pub const MIN_MATRIX_ELEMENTS: usize = 16 * 1024;
+/// From this size on the product here is computed, ready, on the worker:
+/// an MLP's last layer (`512×10`) after its hidden ones needs no
+/// evaluation on MLX's stream thread then (crate::elementwise_fusion's
+/// `ready_or` computes the bias and ReLU between the layers the same way).
+pub const MIN_MATRIX_ELEMENTS: usize = 4 * 1024;
 
 /// `a · b` (MLX's matmul shapes) computed here when one side is a single
 /// row (of any rank, its other axes of size 1) or column and the other a
@@ -283,13 +287,13 @@ mod tests {
         let left = run_blocking(Device::Cpu, || {
             let square = Array::from_slice(&vec![1.0f32; 256 * 256], &[256, 256]);
             let row = Array::from_slice(&vec![1.0f32; 256], &[1, 256]);
-            let small = Array::from_slice(&vec![1.0f32; 64 * 64], &[64, 64]);
-            let row64 = Array::from_slice(&vec![1.0f32; 64], &[1, 64]);
+            let small = Array::from_slice(&vec![1.0f32; 32 * 32], &[32, 32]);
+            let row32 = Array::from_slice(&[1.0f32; 32], &[1, 32]);
             let f64_row = row.as_dtype(Dtype::Float64)?;
             let broadcast = mlx_rs::ops::broadcast_to(Array::from_f32(1.0), &[256, 256])?;
             Ok(vec![
                 vector_product(&square, &square)?.is_none(),
-                vector_product(&row64, &small)?.is_none(),
+                vector_product(&row32, &small)?.is_none(),
                 vector_product(&f64_row, &square)?.is_none(),
                 vector_product(&row, &broadcast)?.is_none(),
                 vector_product(&row, &square)?.is_some(),
