@@ -122,12 +122,7 @@ pub fn ready_or(
 }
 
 fn on_ready_inputs(kind: Kind, inputs: &[&Array]) -> Result<Option<Array>> {
-    if !kind.exactly_mlx()
-        || !(1..=2).contains(&inputs.len())
-        || inputs.iter().any(|a| a.dtype() != Dtype::Float32)
-        || !inputs.iter().all(|a| crate::ahead::is_available(a))
-        || !Device::current_is_cpu()
-    {
+    if !kind.exactly_mlx() || !(1..=2).contains(&inputs.len()) {
         return Ok(None);
     }
     let Some(shape) = broadcast_shape(inputs.iter().map(|a| a.shape())) else {
@@ -137,14 +132,9 @@ fn on_ready_inputs(kind: Kind, inputs: &[&Array]) -> Result<Option<Array>> {
     if n == 0 || n > READY_MAX_ELEMENTS {
         return Ok(None);
     }
-    let mut buffers = Vec::with_capacity(inputs.len());
-    for a in inputs {
-        // (a view would be copied by MLX first: a round trip after all)
-        if !crate::host::is_row_contiguous(a)? {
-            return Ok(None);
-        }
-        buffers.push(HostBuffer::new(a)?);
-    }
+    let Some(buffers) = ready_buffers(inputs)? else {
+        return Ok(None);
+    };
     let mut sources = Vec::with_capacity(buffers.len());
     for (b, a) in buffers.iter().zip(inputs) {
         let values = f32_values(b.bytes())?;
@@ -167,6 +157,33 @@ fn on_ready_inputs(kind: Kind, inputs: &[&Array]) -> Result<Option<Array>> {
         &mut out,
     );
     Ok(Some(Array::from_slice(&out, &shape)))
+}
+
+/// The bytes of `inputs` when this thread's stream is a CPU's and each is a
+/// float32 array that is already computed (MLX's `is_available`) and laid
+/// out in row-major order (a view would be copied by MLX first: a round
+/// trip after all); `None` otherwise. What [`ready_or`] and the op table's
+/// ready sums (crate::ops::reduce) read.
+pub fn ready_buffers(inputs: &[&Array]) -> Result<Option<Vec<HostBuffer>>> {
+    if inputs.iter().any(|a| a.dtype() != Dtype::Float32)
+        || !inputs.iter().all(|a| crate::ahead::is_available(a))
+        || !Device::current_is_cpu()
+    {
+        return Ok(None);
+    }
+    let mut buffers = Vec::with_capacity(inputs.len());
+    for a in inputs {
+        if !crate::host::is_row_contiguous(a)? {
+            return Ok(None);
+        }
+        buffers.push(HostBuffer::new(a)?);
+    }
+    Ok(Some(buffers))
+}
+
+/// `bytes` (a ready float32 array's, [`ready_buffers`]) as values.
+pub fn ready_values(bytes: &[u8]) -> Result<&[f32]> {
+    f32_values(bytes)
 }
 
 /// Whether an input of `shape` is, in row-major order, one row that the

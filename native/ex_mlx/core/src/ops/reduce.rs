@@ -24,6 +24,61 @@ pub fn in_f32_for_halves(a: &Array, f: impl FnOnce(&Array) -> Result<Array>) -> 
     }
 }
 
+/// The sum over `axes` (all when `None`; f16 and bf16 in float32, as
+/// [`in_f32_for_halves`] says). A float32 array that is already computed on
+/// the CPU, of at most `READY_MAX_ELEMENTS` values, summed over all its axes
+/// or its last one, is summed here at once ([`ready_sum`]); otherwise MLX's
+/// sum is queued on the stream.
+pub fn sum(a: &Array, axes: Option<Vec<i64>>, keep_dims: bool) -> Result<Array> {
+    in_f32_for_halves(a, |t| {
+        over_checked(t, axes, keep_dims, |a, axes, keep| {
+            match ready_sum(a, axes, keep)? {
+                Some(sum) => Ok(sum),
+                None => Ok(a.sum_axes(axes, keep)?),
+            }
+        })
+    })
+}
+
+/// `a` summed here over all its axes or its last one (`axes`, checked)
+/// when it is ready (crate::elementwise_fusion::ready_buffers), in MLX's
+/// order on this CPU: from 0.0, each value added in turn, then 0.0 added
+/// (so a sum is never -0.0): the same bits as MLX's sum (tested). `None`
+/// for other sums.
+fn ready_sum(a: &Array, axes: &[i32], keep_dims: bool) -> Result<Option<Array>> {
+    use crate::elementwise_fusion::{ready_buffers, ready_values, READY_MAX_ELEMENTS};
+    let (n, ndim) = (a.size(), a.ndim());
+    if n == 0 || n > READY_MAX_ELEMENTS || ndim == 0 {
+        return Ok(None);
+    }
+    let mut sorted = axes.to_vec();
+    sorted.sort_unstable();
+    let all = sorted.iter().copied().eq(0..ndim as i32);
+    let last = sorted == [ndim as i32 - 1];
+    if !all && !last {
+        return Ok(None);
+    }
+    let Some(buffers) = ready_buffers(&[a])? else {
+        return Ok(None);
+    };
+    let values = ready_values(buffers[0].bytes())?;
+    let row = if all { n } else { a.shape()[ndim - 1] as usize };
+    let sums: Vec<f32> = values
+        .chunks_exact(row)
+        .map(|r| r.iter().fold(0.0f32, |acc, &v| v + acc) + 0.0)
+        .collect();
+    let mut shape = a.shape().to_vec();
+    if all {
+        shape = if keep_dims { vec![1; ndim] } else { vec![] };
+    } else if keep_dims {
+        shape[ndim - 1] = 1;
+    } else {
+        shape.pop();
+    }
+    crate::memory::check_allocation(sums.len() * 4)?;
+    Ok(Some(Array::from_slice(&sums, &shape)))
+}
+
 /// `f(a, axes, keep_dims)` over `axes` (all axes when `None`), keeping them
 /// as size-1 dimensions when `keep_dims`.
 pub fn over(
@@ -37,6 +92,20 @@ pub fn over(
         None => (0..a.ndim() as i32).collect(),
     };
     Ok(f(a, &axes, keep_dims)?)
+}
+
+/// [`over`] for an `f` that gives ExMLX's errors.
+fn over_checked(
+    a: &Array,
+    axes: Option<Vec<i64>>,
+    keep_dims: bool,
+    f: impl FnOnce(&Array, &[i32], bool) -> Result<Array>,
+) -> Result<Array> {
+    let axes: Vec<i32> = match axes {
+        Some(axes) => check_axes("axes", &axes, a.ndim())?,
+        None => (0..a.ndim() as i32).collect(),
+    };
+    f(a, &axes, keep_dims)
 }
 
 /// A minimum or maximum (`name`) over axes, like [`over`]: of no elements
@@ -84,4 +153,98 @@ pub fn arg(
         return Ok(ops::reshape(&out, &vec![1; a.ndim()])?);
     }
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::elementwise_fusion::READY_MAX_ELEMENTS;
+
+    /// Values of every magnitude and sign, so that the order of the
+    /// additions shows in the last bits.
+    fn values(n: usize, seed: u32) -> Vec<f32> {
+        let mut state = seed.wrapping_mul(2_654_435_761).wrapping_add(1);
+        (0..n)
+            .map(|_| {
+                state ^= state << 13;
+                state ^= state >> 17;
+                state ^= state << 5;
+                let mantissa = (state % 10_000) as f32 / 997.0 - 5.0;
+                mantissa * 10f32.powi((state >> 20) as i32 % 9 - 4)
+            })
+            .collect()
+    }
+
+    fn computed(values: &[f32], shape: &[i32]) -> Array {
+        let a = Array::from_slice(values, shape);
+        a.eval().unwrap();
+        a
+    }
+
+    fn bits(a: &Array) -> Vec<u32> {
+        a.eval().unwrap();
+        a.as_slice::<f32>().iter().map(|x| x.to_bits()).collect()
+    }
+
+    #[test]
+    fn ready_sums_give_mlx_s_bits() {
+        let cases: [(&[i32], Option<Vec<i64>>); 7] = [
+            (&[1000], None),
+            (&[7, 300], None),
+            (&[7, 300], Some(vec![1])),
+            (&[7, 300], Some(vec![-1])),
+            (&[4, 5, 6], Some(vec![2, 0, 1])),
+            (&[4, 5, 6], Some(vec![2])),
+            (&[READY_MAX_ELEMENTS as i32], None),
+        ];
+        for (seed, (shape, axes)) in cases.into_iter().enumerate() {
+            let n = shape.iter().product::<i32>() as usize;
+            let a = computed(&values(n, seed as u32), shape);
+            for keep in [false, true] {
+                let ours = sum(&a, axes.clone(), keep).unwrap();
+                assert!(
+                    crate::ahead::is_available(&ours),
+                    "{shape:?} {axes:?}: not here"
+                );
+                let theirs = over(&a, axes.clone(), keep, |a, axes, keep| {
+                    a.sum_axes(axes, keep)
+                })
+                .unwrap();
+                assert_eq!(ours.shape(), theirs.shape(), "{shape:?} {axes:?} {keep}");
+                assert_eq!(bits(&ours), bits(&theirs), "{shape:?} {axes:?} {keep}");
+            }
+        }
+        // special values: -0.0 sums to 0.0, NaN and infinities propagate
+        for row in [
+            vec![-0.0f32, -0.0],
+            vec![1.0, f32::NAN, 2.0],
+            vec![f32::INFINITY, f32::NEG_INFINITY],
+            vec![f32::MAX, f32::MAX, -f32::MAX],
+            vec![1e-45, -1e-45, 1e-45],
+        ] {
+            let a = computed(&row, &[row.len() as i32]);
+            let ours = sum(&a, None, false).unwrap();
+            assert!(crate::ahead::is_available(&ours));
+            assert_eq!(
+                bits(&ours),
+                bits(&a.sum_axes(&[0], false).unwrap()),
+                "{row:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn other_sums_are_mlx_s() {
+        let a = computed(&values(60, 9), &[3, 4, 5]);
+        // a middle axis, and an input not computed yet: queued on the stream
+        for (input, axes) in [
+            (a.clone(), vec![1i64]),
+            (mlx_rs::ops::multiply(&a, &a).unwrap(), vec![2]),
+        ] {
+            let ours = sum(&input, Some(axes.clone()), false).unwrap();
+            assert!(!crate::ahead::is_available(&ours));
+            let axes32: Vec<i32> = axes.iter().map(|&x| x as i32).collect();
+            assert_eq!(bits(&ours), bits(&input.sum_axes(&axes32, false).unwrap()));
+        }
+    }
 }

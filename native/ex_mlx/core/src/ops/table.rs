@@ -783,7 +783,7 @@ op_table! {
         ///
         ///     iex> ExMLX.iota({:s, 32}, {2, 3}) |> ExMLX.sum(axes: [1]) |> ExMLX.to_list()
         ///     [3, 12]
-        sum(tensor; axes: OptInts = "nil", keep_dims: Bool = "false") -> accumulate => reduce::in_f32_for_halves(tensor, |t| reduce::over(t, axes, keep_dims, |a, axes, keep| a.sum_axes(axes, keep)));
+        sum(tensor; axes: OptInts = "nil", keep_dims: Bool = "false") -> accumulate => reduce::sum(tensor, axes, keep_dims);
         /// The product over `:axes` (all axes by default); `keep_dims: true`
         /// keeps the reduced axes with size 1.
         ///
