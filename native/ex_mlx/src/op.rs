@@ -6,10 +6,14 @@
 //! table's order. Each is checked here, on the calling scheduler, against the
 //! op's signature (errors name the input or parameter); the MLX work is
 //! queued on the device's worker (`crate::reply`: a reply, or a deferred
-//! tensor for one-result ops).
+//! tensor for one-result ops). An op that `ex_mlx_core::ops::computed`
+//! computes on the host, given CPU tensors known to be computed, is computed
+//! here instead, on the calling thread: no worker, no MLX stream
+//! ([`computed_here`]).
 
-use ex_mlx_core::device::{check_dtype, Device};
+use ex_mlx_core::device::{check_dtype, Device, Kind};
 use ex_mlx_core::error::{Error, Result};
+use ex_mlx_core::ops::computed;
 use ex_mlx_core::ops::params::Param;
 use ex_mlx_core::ops::table::{Inputs, Op, Outputs};
 use mlx_rs::Array;
@@ -32,6 +36,9 @@ fn op<'a>(
 ) -> AsyncResult {
     let op = name.0;
     let (inputs, params, device) = check_call(op, inputs, params).map_err(error_tuple)?;
+    if let Some(done) = computed_here(tag, op, &inputs, &params, device) {
+        return Ok(done);
+    }
     submit(env, tag, device, move || {
         let result = run(op, &inputs, params, device);
         tensor::release_later(inputs);
@@ -62,6 +69,33 @@ fn check_call(op: Op, inputs: Term, params: Term) -> Result<(InputRefs, Vec<Para
         }
     }
     Ok((inputs, params, device))
+}
+
+/// `op` computed on the calling thread, when it is one
+/// `ex_mlx_core::ops::computed` computes on the host, on a CPU device, and
+/// every input tensor is known to be computed (its array is made from host
+/// bytes or was computed by the worker: `Tensor::evaluated_array`, read in
+/// place, never evaluated here): the reply the worker would give, with a
+/// computed tensor. `None` otherwise, and on any error (the worker then runs
+/// the op and reports it as usual). The worker's queue is not involved: the
+/// inputs are computed, so no job queued before this call can change them.
+fn computed_here(
+    tag: Tag,
+    op: Op,
+    inputs: &[TensorRef],
+    params: &[Param],
+    device: Device,
+) -> Option<crate::reply::Submitted> {
+    if device.kind() != Kind::Cpu || !computed::has_host_path(op) {
+        return None;
+    }
+    let arrays = inputs
+        .iter()
+        .map(|t| t.evaluated_array())
+        .collect::<Option<SmallVec<[Array; 3]>>>()?;
+    let refs: SmallVec<[&Array; 3]> = arrays.iter().collect();
+    let array = computed::on_host(op, &refs, params).ok()??;
+    crate::reply::computed_here(tag, array, device)
 }
 
 /// Runs `op` on the worker and wraps its results.

@@ -125,6 +125,21 @@ pub fn done_here<T: Encoder + Send + 'static>(
     }
 }
 
+/// The reply for a tensor computed on the calling thread (a computed CPU
+/// array, `crate::op`): `{:deferred, tensor, device}` for a deferred tag
+/// whose type (and shape) the array already has, `{:ok, tensor}` for a
+/// reference tag; `None` otherwise (a cast is MLX work: the caller queues
+/// the op as usual).
+pub fn computed_here(tag: Tag, array: mlx_rs::Array, device: Device) -> Option<Submitted> {
+    match expected_result(tag.0).ok()? {
+        Some(expected) if expected.met_by(&array) => {
+            Some(Submitted::Deferred(Tensor::wrap(array, device, true)))
+        }
+        Some(_) => None,
+        None => done_here(tag, Results::One(NewTensor::from_host(array, device))).ok(),
+    }
+}
+
 /// What a deferred result must be.
 enum Expected {
     /// `{:deferred, :any}`: whatever MLX produces (for intermediate results
@@ -144,6 +159,15 @@ impl Expected {
         match self {
             Expected::Any => None,
             Expected::Cast(d) | Expected::Exact(d, _) => Some(*d),
+        }
+    }
+
+    /// Whether `array` is the result as it is (no cast, no check to fail).
+    fn met_by(&self, array: &mlx_rs::Array) -> bool {
+        match self {
+            Expected::Any => true,
+            Expected::Cast(dtype) => array.dtype() == *dtype,
+            Expected::Exact(dtype, shape) => array.dtype() == *dtype && array.shape() == shape,
         }
     }
 

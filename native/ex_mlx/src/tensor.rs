@@ -161,12 +161,16 @@ impl Tensor {
             .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
-    /// Gives a pending tensor its array or error and wakes its waiters.
+    /// Gives a pending tensor its array or error and wakes its waiters
+    /// (call on the device's worker: an array that is already computed, such
+    /// as the host's results, ex_mlx_core::ops::computed, or a program's
+    /// evaluated outputs, is recorded as such, so it is read in place).
     pub fn fill(&self, result: Result<Array>) {
+        let computed = matches!(&result, Ok(array) if ex_mlx_core::ahead::is_available(array));
         let mut state = self.lock();
         if matches!(*state, State::Pending) {
             *state = match result {
-                Ok(array) => ready(array, false),
+                Ok(array) => ready(array, computed),
                 Err(e) => State::Failed(e),
             };
         }

@@ -115,14 +115,37 @@ pub fn ready_or(
     inputs: &[&Array],
     otherwise: impl FnOnce() -> Result<Array>,
 ) -> Result<Array> {
-    match on_ready_inputs(kind, inputs)? {
-        Some(out) => Ok(out),
-        None => otherwise(),
+    if inputs_ready(inputs) {
+        if let Some(out) = computed_on_host(kind, inputs)? {
+            return Ok(out);
+        }
     }
+    otherwise()
 }
 
-fn on_ready_inputs(kind: Kind, inputs: &[&Array]) -> Result<Option<Array>> {
-    if !kind.exactly_mlx() || !(1..=2).contains(&inputs.len()) {
+/// Whether every one of `inputs` is a float32 array that is already
+/// computed (MLX's `is_available`) and this thread's stream is a CPU's: the
+/// condition under which a worker computes ready ops at once
+/// ([`ready_or`], crate::ops::reduce's sums).
+pub fn inputs_ready(inputs: &[&Array]) -> bool {
+    inputs.iter().all(|a| a.dtype() == Dtype::Float32)
+        && inputs.iter().all(|a| crate::ahead::is_available(a))
+        && Device::current_is_cpu()
+}
+
+/// `kind` of `inputs` computed here, on any thread, or `None` where it is
+/// not: a transcendental kind, an input that is not float32 or not laid out
+/// in row-major order, inputs that are not a single value, of the result's
+/// shape, or a row the result repeats (a bias), a result of more than
+/// [`READY_MAX_ELEMENTS`] values. The caller knows the inputs are computed
+/// CPU arrays ([`inputs_ready`] on a worker; a NIF on the calling thread
+/// knows it from the tensors); their data is read in place, not evaluated.
+/// The result is a new, computed array; the bits are MLX's.
+pub fn computed_on_host(kind: Kind, inputs: &[&Array]) -> Result<Option<Array>> {
+    if !kind.exactly_mlx()
+        || !(1..=2).contains(&inputs.len())
+        || inputs.iter().any(|a| a.dtype() != Dtype::Float32)
+    {
         return Ok(None);
     }
     let Some(shape) = broadcast_shape(inputs.iter().map(|a| a.shape())) else {
@@ -132,7 +155,7 @@ fn on_ready_inputs(kind: Kind, inputs: &[&Array]) -> Result<Option<Array>> {
     if n == 0 || n > READY_MAX_ELEMENTS {
         return Ok(None);
     }
-    let Some(buffers) = ready_buffers(inputs)? else {
+    let Some(buffers) = in_place(inputs)? else {
         return Ok(None);
     };
     let mut sources = Vec::with_capacity(buffers.len());
@@ -159,30 +182,21 @@ fn on_ready_inputs(kind: Kind, inputs: &[&Array]) -> Result<Option<Array>> {
     Ok(Some(Array::from_slice(&out, &shape)))
 }
 
-/// The bytes of `inputs` when this thread's stream is a CPU's and each is a
-/// float32 array that is already computed (MLX's `is_available`) and laid
-/// out in row-major order (a view would be copied by MLX first: a round
-/// trip after all); `None` otherwise. What [`ready_or`] and the op table's
-/// ready sums (crate::ops::reduce) read.
-pub fn ready_buffers(inputs: &[&Array]) -> Result<Option<Vec<HostBuffer>>> {
-    if inputs.iter().any(|a| a.dtype() != Dtype::Float32)
-        || !inputs.iter().all(|a| crate::ahead::is_available(a))
-        || !Device::current_is_cpu()
-    {
-        return Ok(None);
-    }
+/// The bytes of computed arrays, read in place; `None` if one is not laid
+/// out in row-major order (a view: MLX would copy it first).
+pub fn in_place(inputs: &[&Array]) -> Result<Option<Vec<HostBuffer>>> {
     let mut buffers = Vec::with_capacity(inputs.len());
     for a in inputs {
-        if !crate::host::is_row_contiguous(a)? {
-            return Ok(None);
+        match HostBuffer::in_place(a)? {
+            Some(buffer) => buffers.push(buffer),
+            None => return Ok(None),
         }
-        buffers.push(HostBuffer::new(a)?);
     }
     Ok(Some(buffers))
 }
 
-/// `bytes` (a ready float32 array's, [`ready_buffers`]) as values.
-pub fn ready_values(bytes: &[u8]) -> Result<&[f32]> {
+/// `bytes` (a float32 array's, [`in_place`]) as values.
+pub fn f32_slice(bytes: &[u8]) -> Result<&[f32]> {
     f32_values(bytes)
 }
 

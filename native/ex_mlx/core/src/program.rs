@@ -144,7 +144,13 @@ impl FusedOps {
     fn new(ops: Vec<OpCall>) -> std::result::Result<FusedOps, Vec<OpCall>> {
         let described: Option<Vec<(FusedKind, &[usize], usize)>> = ops
             .iter()
-            .map(|c| Some((fused_kind(c.op)?, c.inputs.as_slice(), c.first)))
+            .map(|c| {
+                Some((
+                    crate::ops::computed::elementwise_kind(c.op)?,
+                    c.inputs.as_slice(),
+                    c.first,
+                ))
+            })
             .collect();
         match described.as_deref().and_then(Kernel::new) {
             Some(kernel) => Ok(FusedOps { ops, kernel }),
@@ -475,30 +481,10 @@ fn any_instruction(block: &Block, pred: &dyn Fn(&Instruction) -> bool) -> bool {
     })
 }
 
-/// The fused pass's kind of `op`, if it computes it.
-fn fused_kind(op: Op) -> Option<FusedKind> {
-    Some(match op {
-        Op::add => FusedKind::Add,
-        Op::subtract => FusedKind::Subtract,
-        Op::multiply => FusedKind::Multiply,
-        Op::divide => FusedKind::Divide,
-        Op::max => FusedKind::Maximum,
-        Op::min => FusedKind::Minimum,
-        Op::negate => FusedKind::Negate,
-        Op::abs => FusedKind::Abs,
-        Op::sqrt => FusedKind::Sqrt,
-        Op::square => FusedKind::Square,
-        Op::tanh => FusedKind::Tanh,
-        Op::exp => FusedKind::Exp,
-        Op::sigmoid => FusedKind::Sigmoid,
-        _ => return None,
-    })
-}
-
 /// Whether `call` can join a fused group (it may still run unfused, when
 /// its inputs turn out not to be float32).
 fn fusible(call: &OpCall) -> bool {
-    fused_kind(call.op).is_some()
+    crate::ops::computed::elementwise_kind(call.op).is_some()
         && call.results == 1
         && matches!(call.cast, None | Some(Dtype::Float32))
 }

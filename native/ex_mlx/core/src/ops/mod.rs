@@ -3,6 +3,7 @@
 //! so that errors name the argument.
 
 pub mod bitwise;
+pub mod computed;
 pub mod conv;
 pub mod convert;
 pub mod creation;

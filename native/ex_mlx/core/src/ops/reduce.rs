@@ -26,29 +26,32 @@ pub fn in_f32_for_halves(a: &Array, f: impl FnOnce(&Array) -> Result<Array>) -> 
 
 /// The sum over `axes` (all when `None`; f16 and bf16 in float32, as
 /// [`in_f32_for_halves`] says). A float32 array that is already computed on
-/// the CPU, of at most `READY_MAX_ELEMENTS` values, summed over all its axes
-/// or its last one, is summed here at once ([`ready_sum`]); otherwise MLX's
-/// sum is queued on the stream.
+/// the CPU (crate::elementwise_fusion::inputs_ready), summed over all its
+/// axes or its last one, is summed here at once ([`sum_on_host`]);
+/// otherwise MLX's sum is queued on the stream.
 pub fn sum(a: &Array, axes: Option<Vec<i64>>, keep_dims: bool) -> Result<Array> {
     in_f32_for_halves(a, |t| {
         over_checked(t, axes, keep_dims, |a, axes, keep| {
-            match ready_sum(a, axes, keep)? {
-                Some(sum) => Ok(sum),
-                None => Ok(a.sum_axes(axes, keep)?),
+            if crate::elementwise_fusion::inputs_ready(&[a]) {
+                if let Some(sum) = sum_on_host(a, axes, keep)? {
+                    return Ok(sum);
+                }
             }
+            Ok(a.sum_axes(axes, keep)?)
         })
     })
 }
 
-/// `a` summed here over all its axes or its last one (`axes`, checked)
-/// when it is ready (crate::elementwise_fusion::ready_buffers), in MLX's
-/// order on this CPU: from 0.0, each value added in turn, then 0.0 added
-/// (so a sum is never -0.0): the same bits as MLX's sum (tested). `None`
-/// for other sums.
-fn ready_sum(a: &Array, axes: &[i32], keep_dims: bool) -> Result<Option<Array>> {
-    use crate::elementwise_fusion::{ready_buffers, ready_values, READY_MAX_ELEMENTS};
+/// A computed float32 CPU array (the caller knows it is: see
+/// crate::elementwise_fusion::computed_on_host) summed here over all its
+/// axes or its last one (`axes`, checked), in MLX's order on this CPU: from
+/// 0.0, each value added in turn, then 0.0 added (so a sum is never -0.0):
+/// the same bits as MLX's sum (tested). `None` for other sums, more than
+/// `READY_MAX_ELEMENTS` values, or a view.
+pub fn sum_on_host(a: &Array, axes: &[i32], keep_dims: bool) -> Result<Option<Array>> {
+    use crate::elementwise_fusion::{f32_slice, in_place, READY_MAX_ELEMENTS};
     let (n, ndim) = (a.size(), a.ndim());
-    if n == 0 || n > READY_MAX_ELEMENTS || ndim == 0 {
+    if a.dtype() != mlx_rs::Dtype::Float32 || n == 0 || n > READY_MAX_ELEMENTS || ndim == 0 {
         return Ok(None);
     }
     let mut sorted = axes.to_vec();
@@ -58,10 +61,10 @@ fn ready_sum(a: &Array, axes: &[i32], keep_dims: bool) -> Result<Option<Array>> 
     if !all && !last {
         return Ok(None);
     }
-    let Some(buffers) = ready_buffers(&[a])? else {
+    let Some(buffers) = in_place(&[a])? else {
         return Ok(None);
     };
-    let values = ready_values(buffers[0].bytes())?;
+    let values = f32_slice(buffers[0].bytes())?;
     let row = if all { n } else { a.shape()[ndim - 1] as usize };
     let sums: Vec<f32> = values
         .chunks_exact(row)
