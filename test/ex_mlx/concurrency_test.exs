@@ -130,6 +130,57 @@ defmodule ExMLX.ConcurrencyTest do
     assert_receive {^hold, {:ok, true}}, 5_000
   end
 
+  test "element-wise ops and sums of computed float32 CPU tensors run without the worker" do
+    # ex_mlx_core::ops::computed: with the CPU worker held busy, these
+    # complete, so they ran on the calling thread. The expected values are
+    # worked out by hand (IEEE float32: every one is exact; to_list is flat).
+    f32 = fn values -> for v <- values, into: <<>>, do: <<v::float-32-little>> end
+    a = ExMLX.from_binary(f32.([1.0, -2.0, 3.5, 0.25, 8.0, -0.5]), {:f, 32}, {2, 3}, device: :cpu)
+    row = ExMLX.from_binary(f32.([0.5, 4.0, -1.0]), {:f, 32}, {3}, device: :cpu)
+    # (a view MLX has not computed: not known to be computed)
+    lazy = a |> ExMLX.reshape({6}) |> ExMLX.reshape({2, 3})
+    # ExMLX.Prediction reads MLX's type rules with the first call of each
+    # op, on the worker: make those calls before holding it
+    for op <- [&ExMLX.add/2, &ExMLX.multiply/2, &ExMLX.max/2], do: op.(a, row) |> ExMLX.eval()
+    ExMLX.negate(row) |> ExMLX.eval()
+    ExMLX.sum(a, axes: [1]) |> ExMLX.eval()
+    hold = make_ref()
+    :ok = ExMLX.Native.hold_worker_for_test(hold)
+    parent = self()
+
+    try do
+      spawn_link(fn ->
+        shifted = ExMLX.add(a, row)
+        product = ExMLX.multiply(shifted, row)
+        capped = ExMLX.max(product, ExMLX.negate(row))
+
+        send(
+          parent,
+          {:done, ExMLX.to_list(shifted), ExMLX.to_list(product), ExMLX.to_list(capped),
+           ExMLX.sum(product, axes: [1]) |> ExMLX.to_list(), ExMLX.sum(product) |> ExMLX.item()}
+        )
+      end)
+
+      assert_receive {:done, shifted, product, capped, row_sums, total}, 5_000
+      assert shifted == [1.5, 2.0, 2.5, 0.75, 12.0, -1.5]
+      assert product == [0.75, 8.0, -2.5, 0.375, 48.0, 1.5]
+      # max(product, [-0.5, -4.0, 1.0])
+      assert capped == [0.75, 8.0, 1.0, 0.375, 48.0, 1.5]
+      assert row_sums == [6.25, 49.875]
+      assert total == 56.125
+
+      # an input that is not computed yet needs the worker: the op waits
+      reader = Task.async(fn -> ExMLX.add(lazy, row) |> ExMLX.to_list() end)
+      refute Task.yield(reader, 100)
+      ExMLX.Native.release_worker_for_test()
+      assert Task.await(reader, 5_000) == [1.5, 2.0, 2.5, 0.75, 12.0, -1.5]
+    after
+      ExMLX.Native.release_worker_for_test()
+    end
+
+    assert_receive {^hold, {:ok, true}}, 5_000
+  end
+
   # Polls a process's status until it is `status` (each poll lets the
   # scheduler run others); the assertion guards against a hang.
   defp wait_for_status(pid, status, polls \\ 50_000)

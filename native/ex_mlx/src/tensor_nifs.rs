@@ -86,6 +86,17 @@ fn eval<'a>(env: Env<'a>, tag: Tag<'a>, tensor: Tensor) -> AsyncResult {
 #[rustler::nif]
 fn item<'a>(env: Env<'a>, tag: Tag<'a>, tensor: Tensor) -> AsyncResult {
     let tensor = tensor.0;
+    // A computed, row-contiguous CPU tensor of one element is read here, as
+    // `to_binary` reads it (crate::data::evaluated_host_buffer).
+    if let Ok(Some(buffer)) = crate::data::evaluated_host_buffer(&tensor) {
+        if buffer.shape().iter().product::<i32>() == 1 {
+            if let Ok(number) = ex_mlx_core::item::read(buffer.bytes(), buffer.dtype()) {
+                if let Ok(done) = crate::reply::done_here(tag, NumberTerm(number)) {
+                    return Ok(done);
+                }
+            }
+        }
+    }
     submit(env, tag, tensor.device, move || {
         Ok(NumberTerm(ex_mlx_core::item::item(&tensor.array()?)?))
     })
