@@ -205,7 +205,12 @@ defmodule Bench.Suite do
         "Op dispatch (lower is better; ratio = ExMLX / Python mlx, median over " <>
           "#{rounds} alternating round(s))",
       columns: ["ExMLX", "Python mlx", "ratio"],
-      rows: rows
+      rows: rows,
+      notes:
+        "On the CPU an add of computed float32 tensors is computed at once on the calling " <>
+          "thread (README, \"Threads\"; ex_mlx_core::ops::computed): the ExMLX rows add " <>
+          "without building a graph, and \"graph building only\" computes. The floor row " <>
+          "builds and evaluates MLX's graph on the worker, as Python mlx does."
     }
   end
 
