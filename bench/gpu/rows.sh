@@ -23,14 +23,29 @@ mkdir -p "$out"
 py=${TORCH_PYTHON:-python3}
 rounds=${BENCH_ROUNDS:-2}
 files=()
+# The three run one after another on one GPU, whose clocks follow its power
+# and heat: odd rounds run ExMLX first, even rounds last, so no side always
+# gets the GPU as the one before left it.
+run_exmlx() {
+  MLX_ENABLE_TF32=$tf32 $EXMLX_SCRIPT bench/gpu/bench.exs "$out/exmlx.$r$mode.tsv" $mode
+}
+run_mlx() {
+  MLX_ENABLE_TF32=$tf32 PYTHONPATH="${MLX_PYTHONPATH:-}" \
+    "$py" bench/gpu/reference.py mlx "$out/mlx.$r$mode.tsv" $mode
+}
+run_torch() {
+  PYTHONPATH="${TORCH_PYTHONPATH:-}" "$py" bench/gpu/reference.py torch "$out/torch.$r$mode.tsv" $mode
+}
 for r in $(seq "$rounds"); do
   for mode in "" tf32-off; do
-    echo "==> round $r ${mode:-(TF32 on)}: ExMLX, Python mlx, PyTorch"
     tf32=$([[ $mode == tf32-off ]] && echo 0 || echo 1)
-    MLX_ENABLE_TF32=$tf32 $EXMLX_SCRIPT bench/gpu/bench.exs "$out/exmlx.$r$mode.tsv" $mode
-    MLX_ENABLE_TF32=$tf32 PYTHONPATH="${MLX_PYTHONPATH:-}" \
-      "$py" bench/gpu/reference.py mlx "$out/mlx.$r$mode.tsv" $mode
-    PYTHONPATH="${TORCH_PYTHONPATH:-}" "$py" bench/gpu/reference.py torch "$out/torch.$r$mode.tsv" $mode
+    if (( r % 2 == 1 )); then
+      echo "==> round $r ${mode:-(TF32 on)}: ExMLX, Python mlx, PyTorch"
+      run_exmlx && run_mlx && run_torch
+    else
+      echo "==> round $r ${mode:-(TF32 on)}: PyTorch, Python mlx, ExMLX"
+      run_torch && run_mlx && run_exmlx
+    fi
     files+=("$out/exmlx.$r$mode.tsv" "$out/mlx.$r$mode.tsv" "$out/torch.$r$mode.tsv")
   done
 done

@@ -405,8 +405,10 @@ multiversion!(
 #[inline(always)]
 fn compute_chunks(steps: &[Step], sources: &[Source], out: &mut [f32]) {
     let leaves = sources.len();
+    // (registers no longer than the result: a few values need no 2 KiB each)
+    let width = CHUNK.min(out.len()).max(1);
     let mut registers: Vec<Vec<f32>> = (0..leaves + steps.len())
-        .map(|_| vec![0.0f32; CHUNK])
+        .map(|_| vec![0.0f32; width])
         .collect();
     for (r, source) in sources.iter().enumerate() {
         if let Source::Value(v) = source {
@@ -416,7 +418,7 @@ fn compute_chunks(steps: &[Step], sources: &[Source], out: &mut [f32]) {
     let last = leaves + steps.len() - 1;
     let mut start = 0;
     while start < out.len() {
-        let len = CHUNK.min(out.len() - start);
+        let len = width.min(out.len() - start);
         for (r, source) in sources.iter().enumerate() {
             match source {
                 Source::Values(values) => {

@@ -46,7 +46,21 @@ struct Worker {
     backlog: Arc<AtomicUsize>,
     /// Arrays released on other threads, for this worker to drop ([`release`]).
     graveyard: Arc<Mutex<Vec<mlx_rs::Array>>>,
+    /// A job that empties the graveyard is queued and has not run yet.
+    burial_queued: Arc<AtomicBool>,
 }
+
+/// An idle worker is woken to drop released arrays once this many wait, or
+/// once one of at least [`WAKE_FOR_BYTES`] does; fewer, smaller ones wait
+/// for its next job (it drops them before running it) or until it is about
+/// to sleep after one. Waking a sleeping thread costs more than freeing a
+/// small array: a chain of ops computed on the calling thread
+/// (crate::ops::computed) dropped a tensor, and woke the worker, every few
+/// ops (bench/README.md, session 15).
+const WAKE_FOR_GRAVES: usize = 256;
+
+/// See [`WAKE_FOR_GRAVES`]: 1 MiB.
+const WAKE_FOR_BYTES: usize = 1 << 20;
 
 thread_local! {
     /// Whether this thread is a worker (see [`release`]).
@@ -134,7 +148,9 @@ fn start(device: Device) -> std::result::Result<Worker, String> {
     let (queue, jobs) = mpsc::channel::<Job>();
     let backlog = Arc::new(AtomicUsize::new(0));
     let done = backlog.clone();
-    let graveyard = Arc::new(Mutex::new(Vec::new()));
+    let graveyard: Arc<Mutex<Vec<mlx_rs::Array>>> = Arc::new(Mutex::new(Vec::new()));
+    let burial_queued = Arc::new(AtomicBool::new(false));
+    let own_graveyard = graveyard.clone();
     thread::Builder::new()
         .name(match device.stream() {
             0 => format!("ex_mlx_{}", device.name()),
@@ -162,8 +178,9 @@ fn start(device: Device) -> std::result::Result<Worker, String> {
             });
             exit::register();
             mlx_rs::with_stream(&stream, || {
-                while let Some(job) = next_job(&jobs, &in_mlx) {
+                while let Some(job) = next_job(&jobs, &in_mlx, &own_graveyard) {
                     exit::in_mlx(&in_mlx, || {
+                        empty(&own_graveyard);
                         job();
                         done.fetch_sub(1, Ordering::AcqRel);
                         // start evaluating what was built (crate::ahead)
@@ -180,7 +197,18 @@ fn start(device: Device) -> std::result::Result<Worker, String> {
         queue,
         backlog,
         graveyard,
+        burial_queued,
     })
+}
+
+/// Drops the arrays waiting in `graveyard` (on its worker's thread), unless
+/// a releasing thread holds it at this moment (they wait for the next time).
+fn empty(graveyard: &Mutex<Vec<mlx_rs::Array>>) {
+    let dead = match graveyard.try_lock() {
+        Ok(mut graves) if !graves.is_empty() => std::mem::take(&mut *graves),
+        _ => return,
+    };
+    drop(dead);
 }
 
 /// Runs `work` with this thread under Linux's `SCHED_BATCH` policy, then
@@ -292,7 +320,11 @@ pub fn on_worker() -> bool {
 /// sender is gone. Before it blocks, it starts evaluating whatever results
 /// were built and not read (crate::ahead), however few, and runs the hook
 /// of [`set_before_sleep`].
-fn next_job(jobs: &mpsc::Receiver<Job>, in_mlx: &AtomicBool) -> Option<Job> {
+fn next_job(
+    jobs: &mpsc::Receiver<Job>,
+    in_mlx: &AtomicBool,
+    graveyard: &Mutex<Vec<mlx_rs::Array>>,
+) -> Option<Job> {
     let mut next = None;
     let mut poll = || {
         poll_until(POLL, || match jobs.try_recv() {
@@ -309,6 +341,7 @@ fn next_job(jobs: &mpsc::Receiver<Job>, in_mlx: &AtomicBool) -> Option<Job> {
     };
     if !poll() {
         let (evaluating, released) = exit::in_mlx(in_mlx, || {
+            empty(graveyard);
             let evaluating = ahead::evaluate(1);
             (evaluating, BEFORE_SLEEP.get().is_some_and(|hook| hook()))
         });
@@ -379,14 +412,23 @@ pub fn release(device: Device, array: mlx_rs::Array) {
 }
 
 fn bury(worker: &Worker, device: Device, array: mlx_rs::Array) {
+    let large = array.nbytes() >= WAKE_FOR_BYTES;
     let mut graves = locked(&worker.graveyard);
-    let first = graves.is_empty();
     graves.push(array);
+    let count = graves.len();
     drop(graves);
-    // the first array of a batch sends the worker the job that drops them all
-    if first {
+    // A busy worker gets the job that drops them all with the first array of
+    // a batch (it is awake anyway); an idle one only for many or large ones
+    // (WAKE_FOR_GRAVES): otherwise it drops them before its next job, or
+    // before it sleeps.
+    let busy = worker.backlog.load(Ordering::Acquire) > 0;
+    if (busy || large || count >= WAKE_FOR_GRAVES)
+        && !worker.burial_queued.swap(true, Ordering::AcqRel)
+    {
         let graveyard = worker.graveyard.clone();
+        let queued = worker.burial_queued.clone();
         let job: Job = Box::new(move || {
+            queued.store(false, Ordering::Release);
             let dead = std::mem::take(&mut *locked(&graveyard));
             drop(dead);
         });
@@ -402,6 +444,17 @@ fn buried(device: Device) -> usize {
     let worker = streams().get(&device).cloned().expect("a stream's worker");
     let count = locked(&worker.graveyard).len();
     count
+}
+
+/// Whether a job to empty `device`'s graveyard is queued, and how many
+/// jobs are queued or running there (for tests).
+#[cfg(test)]
+fn burial_and_backlog(device: Device) -> (bool, usize) {
+    let worker = streams().get(&device).cloned().expect("a stream's worker");
+    (
+        worker.burial_queued.load(Ordering::Acquire),
+        worker.backlog.load(Ordering::Acquire),
+    )
 }
 
 fn locked<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -578,6 +631,41 @@ mod tests {
         })
         .unwrap();
         assert_eq!(buried(stream), 0);
+    }
+
+    #[test]
+    fn an_idle_worker_is_woken_only_for_many_or_large_released_arrays() {
+        let stream = new_stream(Device::Cpu).unwrap();
+        let idle = || {
+            run_blocking(stream, || Ok(())).unwrap();
+            // (the reply comes before the job counts itself done)
+            assert!(poll_until(std::time::Duration::from_secs(10), || {
+                burial_and_backlog(stream).1 == 0
+            }));
+        };
+        idle();
+        // a small array: no job for it, it waits for the next one
+        release(stream, make_on_this_thread());
+        assert_eq!(burial_and_backlog(stream), (false, 0));
+        run_blocking(stream, || Ok(())).unwrap();
+        assert_eq!(buried(stream), 0);
+        // as many as WAKE_FOR_GRAVES: the last one queues the job
+        idle();
+        for _ in 1..WAKE_FOR_GRAVES {
+            release(stream, make_on_this_thread());
+        }
+        assert!(!burial_and_backlog(stream).0);
+        release(stream, make_on_this_thread());
+        let gone = || buried(stream) == 0;
+        assert!(poll_until(std::time::Duration::from_secs(10), gone));
+        // a large one queues it at once
+        idle();
+        let large = mlx_rs::Array::from_slice(
+            &vec![0.5f32; WAKE_FOR_BYTES / 4],
+            &[WAKE_FOR_BYTES as i32 / 4],
+        );
+        release(stream, large);
+        assert!(poll_until(std::time::Duration::from_secs(10), gone));
     }
 
     fn make_on_this_thread() -> mlx_rs::Array {
