@@ -610,6 +610,7 @@ pub(crate) fn ulps(a: f32, b: f32) -> u32 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::test_arrays::{bits, computed};
 
     /// Values across float32's range: a dense grid near zero and around the
     /// functions' bends, powers of ten down to the subnormals, their
@@ -757,17 +758,6 @@ mod tests {
                 k => (k as f32 - 30.0) * 0.731 * 10f32.powi((i % 7) as i32 - 3),
             })
             .collect()
-    }
-
-    fn computed(values: &[f32], shape: &[i32]) -> Array {
-        let a = Array::from_slice(values, shape);
-        a.eval().unwrap();
-        a
-    }
-
-    fn bits(a: &Array) -> Vec<u32> {
-        a.eval().unwrap();
-        a.as_slice::<f32>().iter().map(|x| x.to_bits()).collect()
     }
 
     fn must_not_run() -> Result<Array> {

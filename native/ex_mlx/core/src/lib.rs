@@ -31,6 +31,8 @@ pub mod ops;
 pub mod program;
 pub mod program_format;
 pub mod simd;
+#[cfg(test)]
+mod test_arrays;
 pub mod unified;
 pub mod wire;
 pub mod worker;

@@ -65,17 +65,7 @@ pub fn on_host(op: Op, inputs: &[&Array], params: &[Param]) -> Result<Option<Arr
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn computed(values: &[f32], shape: &[i32]) -> Array {
-        let a = Array::from_slice(values, shape);
-        a.eval().unwrap();
-        a
-    }
-
-    fn bits(a: &Array) -> Vec<u32> {
-        a.eval().unwrap();
-        a.as_slice::<f32>().iter().map(|x| x.to_bits()).collect()
-    }
+    use crate::test_arrays::{bits, computed};
 
     #[test]
     fn the_table_s_ops_with_their_params() {

@@ -162,6 +162,7 @@ pub fn arg(
 mod tests {
     use super::*;
     use crate::elementwise_fusion::READY_MAX_ELEMENTS;
+    use crate::test_arrays::{bits, computed};
 
     /// Values of every magnitude and sign, so that the order of the
     /// additions shows in the last bits.
@@ -176,17 +177,6 @@ mod tests {
                 mantissa * 10f32.powi((state >> 20) as i32 % 9 - 4)
             })
             .collect()
-    }
-
-    fn computed(values: &[f32], shape: &[i32]) -> Array {
-        let a = Array::from_slice(values, shape);
-        a.eval().unwrap();
-        a
-    }
-
-    fn bits(a: &Array) -> Vec<u32> {
-        a.eval().unwrap();
-        a.as_slice::<f32>().iter().map(|x| x.to_bits()).collect()
     }
 
     #[test]
