@@ -48,10 +48,12 @@ struct Worker {
     graveyard: Arc<Mutex<Vec<mlx_rs::Array>>>,
     /// A job that empties the graveyard is queued and has not run yet.
     burial_queued: Arc<AtomicBool>,
+    /// The bytes of the arrays in the graveyard (as they were buried).
+    buried_bytes: Arc<AtomicUsize>,
 }
 
 /// An idle worker is woken to drop released arrays once this many wait, or
-/// once one of at least [`WAKE_FOR_BYTES`] does; fewer, smaller ones wait
+/// once they hold [`WAKE_FOR_BYTES`] or more; fewer, smaller ones wait
 /// for its next job (it drops them before running it) or until it is about
 /// to sleep after one. Waking a sleeping thread costs more than freeing a
 /// small array: a chain of ops computed on the calling thread
@@ -150,7 +152,9 @@ fn start(device: Device) -> std::result::Result<Worker, String> {
     let done = backlog.clone();
     let graveyard: Arc<Mutex<Vec<mlx_rs::Array>>> = Arc::new(Mutex::new(Vec::new()));
     let burial_queued = Arc::new(AtomicBool::new(false));
+    let buried_bytes = Arc::new(AtomicUsize::new(0));
     let own_graveyard = graveyard.clone();
+    let own_bytes = buried_bytes.clone();
     thread::Builder::new()
         .name(match device.stream() {
             0 => format!("ex_mlx_{}", device.name()),
@@ -178,9 +182,9 @@ fn start(device: Device) -> std::result::Result<Worker, String> {
             });
             exit::register();
             mlx_rs::with_stream(&stream, || {
-                while let Some(job) = next_job(&jobs, &in_mlx, &own_graveyard) {
+                while let Some(job) = next_job(&jobs, &in_mlx, &own_graveyard, &own_bytes) {
                     exit::in_mlx(&in_mlx, || {
-                        empty(&own_graveyard);
+                        empty(&own_graveyard, &own_bytes);
                         job();
                         done.fetch_sub(1, Ordering::AcqRel);
                         // start evaluating what was built (crate::ahead)
@@ -198,14 +202,18 @@ fn start(device: Device) -> std::result::Result<Worker, String> {
         backlog,
         graveyard,
         burial_queued,
+        buried_bytes,
     })
 }
 
 /// Drops the arrays waiting in `graveyard` (on its worker's thread), unless
 /// a releasing thread holds it at this moment (they wait for the next time).
-fn empty(graveyard: &Mutex<Vec<mlx_rs::Array>>) {
+fn empty(graveyard: &Mutex<Vec<mlx_rs::Array>>, bytes: &AtomicUsize) {
     let dead = match graveyard.try_lock() {
-        Ok(mut graves) if !graves.is_empty() => std::mem::take(&mut *graves),
+        Ok(mut graves) if !graves.is_empty() => {
+            bytes.store(0, Ordering::Release);
+            std::mem::take(&mut *graves)
+        }
         _ => return,
     };
     drop(dead);
@@ -324,6 +332,7 @@ fn next_job(
     jobs: &mpsc::Receiver<Job>,
     in_mlx: &AtomicBool,
     graveyard: &Mutex<Vec<mlx_rs::Array>>,
+    buried_bytes: &AtomicUsize,
 ) -> Option<Job> {
     let mut next = None;
     let mut poll = || {
@@ -341,7 +350,7 @@ fn next_job(
     };
     if !poll() {
         let (evaluating, released) = exit::in_mlx(in_mlx, || {
-            empty(graveyard);
+            empty(graveyard, buried_bytes);
             let evaluating = ahead::evaluate(1);
             (evaluating, BEFORE_SLEEP.get().is_some_and(|hook| hook()))
         });
@@ -412,10 +421,11 @@ pub fn release(device: Device, array: mlx_rs::Array) {
 }
 
 fn bury(worker: &Worker, device: Device, array: mlx_rs::Array) {
-    let large = array.nbytes() >= WAKE_FOR_BYTES;
+    let size = array.nbytes();
     let mut graves = locked(&worker.graveyard);
     graves.push(array);
     let count = graves.len();
+    let large = worker.buried_bytes.fetch_add(size, Ordering::AcqRel) + size >= WAKE_FOR_BYTES;
     drop(graves);
     // A busy worker gets the job that drops them all with the first array of
     // a batch (it is awake anyway); an idle one only for many or large ones
@@ -427,9 +437,14 @@ fn bury(worker: &Worker, device: Device, array: mlx_rs::Array) {
     {
         let graveyard = worker.graveyard.clone();
         let queued = worker.burial_queued.clone();
+        let bytes = worker.buried_bytes.clone();
         let job: Job = Box::new(move || {
             queued.store(false, Ordering::Release);
-            let dead = std::mem::take(&mut *locked(&graveyard));
+            let dead = {
+                let mut graves = locked(&graveyard);
+                bytes.store(0, Ordering::Release);
+                std::mem::take(&mut *graves)
+            };
             drop(dead);
         });
         if queue(worker, device, job).is_err() {
@@ -658,13 +673,14 @@ mod tests {
         release(stream, make_on_this_thread());
         let gone = || buried(stream) == 0;
         assert!(poll_until(std::time::Duration::from_secs(10), gone));
-        // a large one queues it at once
+        // arrays holding WAKE_FOR_BYTES in all queue it: 0.6 MiB does not,
+        // 1.2 MiB does
         idle();
-        let large = mlx_rs::Array::from_slice(
-            &vec![0.5f32; WAKE_FOR_BYTES / 4],
-            &[WAKE_FOR_BYTES as i32 / 4],
-        );
-        release(stream, large);
+        let part = WAKE_FOR_BYTES * 6 / 10 / 4;
+        let make_part = || mlx_rs::Array::from_slice(&vec![0.5f32; part], &[part as i32]);
+        release(stream, make_part());
+        assert_eq!(burial_and_backlog(stream), (false, 0));
+        release(stream, make_part());
         assert!(poll_until(std::time::Duration::from_secs(10), gone));
     }
 
