@@ -1,8 +1,8 @@
 //! Ops of the table that can be computed at once on the host from float32
 //! arrays that are already computed, with MLX's bits: the element-wise ones
 //! crate::elementwise_fusion computes (arithmetic, `max`, `min`, `negate`,
-//! `abs`, `sqrt`, `square`) and `sum` over all axes or the last one
-//! (super::reduce). A CPU worker takes this path inside the op table's
+//! `abs`, `sqrt`, `square`) and `sum` and `mean` over all axes or the last
+//! one (super::reduce). A CPU worker takes this path inside the op table's
 //! entries when an op's inputs are ready; the `op` NIF takes it on the
 //! calling thread when the tensors it is given are known to be computed
 //! (ExMLX's `native/ex_mlx/src/op.rs`), so such an op needs no worker at all.
@@ -37,21 +37,25 @@ pub fn elementwise_kind(op: Op) -> Option<Kind> {
 
 /// Whether [`on_host`] may compute `op` (a check before reading tensors).
 pub fn has_host_path(op: Op) -> bool {
-    op == Op::sum || elementwise_kind(op).is_some_and(Kind::exactly_mlx)
+    op == Op::sum || op == Op::mean || elementwise_kind(op).is_some_and(Kind::exactly_mlx)
 }
 
 /// `op` of `inputs` (computed CPU arrays, as the caller knows) with its
 /// checked `params`, computed here on the calling thread; `None` where this
 /// path does not apply (then the op is queued on the worker as usual).
 pub fn on_host(op: Op, inputs: &[&Array], params: &[Param]) -> Result<Option<Array>> {
-    if op == Op::sum {
+    if op == Op::sum || op == Op::mean {
         return match (inputs, params) {
             ([a], [Param::OptInts(axes), Param::Bool(keep)]) => {
                 let axes: Vec<i32> = match axes {
                     Some(axes) => super::check_axes("axes", axes, a.ndim())?,
                     None => (0..a.ndim() as i32).collect(),
                 };
-                super::reduce::sum_on_host(a, &axes, *keep)
+                if op == Op::sum {
+                    super::reduce::sum_on_host(a, &axes, *keep)
+                } else {
+                    super::reduce::mean_on_host(a, &axes, *keep)
+                }
             }
             _ => Ok(None),
         };
@@ -85,6 +89,14 @@ mod tests {
             .unwrap()
             .unwrap();
         assert_eq!(bits(&all), bits(&a.sum(false).unwrap()));
+        let mean = on_host(
+            Op::mean,
+            &[&a],
+            &[Param::OptInts(Some(vec![2])), Param::Bool(false)],
+        )
+        .unwrap()
+        .unwrap();
+        assert_eq!(bits(&mean), bits(&a.mean_axes(&[2], false).unwrap()));
         let max = on_host(Op::max, &[&a, &row], &[]).unwrap().unwrap();
         assert_eq!(bits(&max), bits(&mlx_rs::ops::maximum(&a, &row).unwrap()));
         // a sum over a middle axis, a transcendental op and a bad axis are

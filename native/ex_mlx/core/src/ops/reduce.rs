@@ -42,6 +42,36 @@ pub fn sum(a: &Array, axes: Option<Vec<i64>>, keep_dims: bool) -> Result<Array> 
     })
 }
 
+/// The mean over `axes`, as [`sum`] (MLX's mean is the sum times `1 / n`
+/// rounded to float32: [`mean_on_host`] computes it so for a computed float32
+/// CPU array).
+pub fn mean(a: &Array, axes: Option<Vec<i64>>, keep_dims: bool) -> Result<Array> {
+    in_f32_for_halves(a, |t| {
+        over_checked(t, axes, keep_dims, |a, axes, keep| {
+            if crate::elementwise_fusion::inputs_ready(&[a]) {
+                if let Some(mean) = mean_on_host(a, axes, keep)? {
+                    return Ok(mean);
+                }
+            }
+            Ok(a.mean_axes(axes, keep)?)
+        })
+    })
+}
+
+/// [`sum_on_host`] times `1 / n` (`n` the count of values each sum adds,
+/// the reciprocal computed in float64 and rounded to float32), as MLX's
+/// `mean` computes it: the same bits (tested).
+pub fn mean_on_host(a: &Array, axes: &[i32], keep_dims: bool) -> Result<Option<Array>> {
+    let Some((mut sums, shape)) = sums_on_host(a, axes, keep_dims)? else {
+        return Ok(None);
+    };
+    let n = a.size() / sums.len().max(1);
+    let scale = (1.0f64 / n as f64) as f32;
+    sums.iter_mut().for_each(|s| *s *= scale);
+    crate::memory::check_allocation(sums.len() * 4)?;
+    Ok(Some(Array::from_slice(&sums, &shape)))
+}
+
 /// A computed float32 CPU array (the caller knows it is: see
 /// crate::elementwise_fusion::computed_on_host) summed here over all its
 /// axes or its last one (`axes`, checked), in MLX's order on this CPU: from
@@ -49,6 +79,15 @@ pub fn sum(a: &Array, axes: Option<Vec<i64>>, keep_dims: bool) -> Result<Array> 
 /// the same bits as MLX's sum (tested). `None` for other sums, more than
 /// `READY_MAX_ELEMENTS` values, or a view.
 pub fn sum_on_host(a: &Array, axes: &[i32], keep_dims: bool) -> Result<Option<Array>> {
+    let Some((sums, shape)) = sums_on_host(a, axes, keep_dims)? else {
+        return Ok(None);
+    };
+    crate::memory::check_allocation(sums.len() * 4)?;
+    Ok(Some(Array::from_slice(&sums, &shape)))
+}
+
+/// The values and shape [`sum_on_host`] gives, or `None`.
+fn sums_on_host(a: &Array, axes: &[i32], keep_dims: bool) -> Result<Option<(Vec<f32>, Vec<i32>)>> {
     use crate::elementwise_fusion::{f32_slice, in_place, READY_MAX_ELEMENTS};
     let (n, ndim) = (a.size(), a.ndim());
     if a.dtype() != mlx_rs::Dtype::Float32 || n == 0 || n > READY_MAX_ELEMENTS || ndim == 0 {
@@ -78,8 +117,7 @@ pub fn sum_on_host(a: &Array, axes: &[i32], keep_dims: bool) -> Result<Option<Ar
     } else {
         shape.pop();
     }
-    crate::memory::check_allocation(sums.len() * 4)?;
-    Ok(Some(Array::from_slice(&sums, &shape)))
+    Ok(Some((sums, shape)))
 }
 
 /// `f(a, axes, keep_dims)` over `axes` (all axes when `None`), keeping them
@@ -194,6 +232,13 @@ mod tests {
             let n = shape.iter().product::<i32>() as usize;
             let a = computed(&values(n, seed as u32), shape);
             for keep in [false, true] {
+                let ours = mean(&a, axes.clone(), keep).unwrap();
+                assert!(crate::ahead::is_available(&ours), "mean {shape:?} {axes:?}");
+                let theirs = over(&a, axes.clone(), keep, |a, axes, keep| {
+                    a.mean_axes(axes, keep)
+                })
+                .unwrap();
+                assert_eq!(bits(&ours), bits(&theirs), "mean {shape:?} {axes:?} {keep}");
                 let ours = sum(&a, axes.clone(), keep).unwrap();
                 assert!(
                     crate::ahead::is_available(&ours),

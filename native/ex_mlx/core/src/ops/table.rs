@@ -819,7 +819,7 @@ op_table! {
         ///
         ///     iex> ExMLX.iota({:s, 32}, {2, 3}) |> ExMLX.mean(axes: [1]) |> ExMLX.to_list()
         ///     [1.0, 4.0]
-        mean(tensor; axes: OptInts = "nil", keep_dims: Bool = "false") -> float => reduce::in_f32_for_halves(tensor, |t| reduce::over(t, axes, keep_dims, |a, axes, keep| a.mean_axes(axes, keep)));
+        mean(tensor; axes: OptInts = "nil", keep_dims: Bool = "false") -> float => reduce::mean(tensor, axes, keep_dims);
         /// Index of the largest element along `:axis` (of the flattened tensor
         /// by default); ties go to the lowest index.
         ///
