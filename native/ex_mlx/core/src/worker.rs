@@ -420,21 +420,24 @@ pub fn release(device: Device, array: mlx_rs::Array) {
     bury(worker, device, array)
 }
 
+/// Whether released arrays (`count` of them, `bytes` in all) are worth a
+/// job that drops them: on a busy worker, with the first array of a batch
+/// (it is awake anyway); on an idle one only for many or large ones
+/// ([`WAKE_FOR_GRAVES`]): otherwise it drops them before its next job, or
+/// before it sleeps.
+fn worth_a_burial(busy: bool, count: usize, bytes: usize) -> bool {
+    busy || count >= WAKE_FOR_GRAVES || bytes >= WAKE_FOR_BYTES
+}
+
 fn bury(worker: &Worker, device: Device, array: mlx_rs::Array) {
     let size = array.nbytes();
     let mut graves = locked(&worker.graveyard);
     graves.push(array);
     let count = graves.len();
-    let large = worker.buried_bytes.fetch_add(size, Ordering::AcqRel) + size >= WAKE_FOR_BYTES;
+    let bytes = worker.buried_bytes.fetch_add(size, Ordering::AcqRel) + size;
     drop(graves);
-    // A busy worker gets the job that drops them all with the first array of
-    // a batch (it is awake anyway); an idle one only for many or large ones
-    // (WAKE_FOR_GRAVES): otherwise it drops them before its next job, or
-    // before it sleeps.
     let busy = worker.backlog.load(Ordering::Acquire) > 0;
-    if (busy || large || count >= WAKE_FOR_GRAVES)
-        && !worker.burial_queued.swap(true, Ordering::AcqRel)
-    {
+    if worth_a_burial(busy, count, bytes) && !worker.burial_queued.swap(true, Ordering::AcqRel) {
         let graveyard = worker.graveyard.clone();
         let queued = worker.burial_queued.clone();
         let bytes = worker.buried_bytes.clone();
@@ -649,7 +652,16 @@ mod tests {
     }
 
     #[test]
-    fn an_idle_worker_is_woken_only_for_many_or_large_released_arrays() {
+    fn released_arrays_wake_an_idle_worker_only_when_many_or_large() {
+        assert!(worth_a_burial(true, 1, 8));
+        assert!(!worth_a_burial(
+            false,
+            WAKE_FOR_GRAVES - 1,
+            WAKE_FOR_BYTES - 1
+        ));
+        assert!(worth_a_burial(false, WAKE_FOR_GRAVES, 8));
+        assert!(worth_a_burial(false, 2, WAKE_FOR_BYTES));
+
         let stream = new_stream(Device::Cpu).unwrap();
         let idle = || {
             run_blocking(stream, || Ok(())).unwrap();
@@ -659,28 +671,20 @@ mod tests {
             }));
         };
         idle();
-        // a small array: no job for it, it waits for the next one
+        // a small array on an idle worker: no job for it; the next job
+        // drops it first
         release(stream, make_on_this_thread());
         assert_eq!(burial_and_backlog(stream), (false, 0));
         run_blocking(stream, || Ok(())).unwrap();
         assert_eq!(buried(stream), 0);
-        // as many as WAKE_FOR_GRAVES: the last one queues the job
+        // one of WAKE_FOR_BYTES: the job that drops it is queued at once
         idle();
-        for _ in 1..WAKE_FOR_GRAVES {
-            release(stream, make_on_this_thread());
-        }
-        assert!(!burial_and_backlog(stream).0);
-        release(stream, make_on_this_thread());
+        let large = vec![0.5f32; WAKE_FOR_BYTES / 4];
+        release(
+            stream,
+            mlx_rs::Array::from_slice(&large, &[large.len() as i32]),
+        );
         let gone = || buried(stream) == 0;
-        assert!(poll_until(std::time::Duration::from_secs(10), gone));
-        // arrays holding WAKE_FOR_BYTES in all queue it: 0.6 MiB does not,
-        // 1.2 MiB does
-        idle();
-        let part = WAKE_FOR_BYTES * 6 / 10 / 4;
-        let make_part = || mlx_rs::Array::from_slice(&vec![0.5f32; part], &[part as i32]);
-        release(stream, make_part());
-        assert_eq!(burial_and_backlog(stream), (false, 0));
-        release(stream, make_part());
         assert!(poll_until(std::time::Duration::from_secs(10), gone));
     }
 
