@@ -45,11 +45,47 @@ struct Worker {
     /// Jobs queued or running.
     backlog: Arc<AtomicUsize>,
     /// Arrays released on other threads, for this worker to drop ([`release`]).
-    graveyard: Arc<Mutex<Vec<mlx_rs::Array>>>,
+    graveyard: Arc<Graveyard>,
+}
+
+/// Arrays released on other threads, waiting for their worker to drop them.
+#[derive(Default)]
+struct Graveyard {
+    arrays: Mutex<Vec<mlx_rs::Array>>,
+    /// Their bytes (as they were buried).
+    bytes: AtomicUsize,
     /// A job that empties the graveyard is queued and has not run yet.
-    burial_queued: Arc<AtomicBool>,
-    /// The bytes of the arrays in the graveyard (as they were buried).
-    buried_bytes: Arc<AtomicUsize>,
+    burial_queued: AtomicBool,
+}
+
+impl Graveyard {
+    /// Adds `array`; how many arrays and bytes are now waiting.
+    fn bury(&self, array: mlx_rs::Array) -> (usize, usize) {
+        let size = array.nbytes();
+        let mut arrays = locked(&self.arrays);
+        arrays.push(array);
+        (
+            arrays.len(),
+            self.bytes.fetch_add(size, Ordering::AcqRel) + size,
+        )
+    }
+
+    /// Takes every waiting array; without `wait`, none while a releasing
+    /// thread holds the list at this moment (they wait for the next time).
+    fn take(&self, wait: bool) -> Vec<mlx_rs::Array> {
+        let mut arrays = if wait {
+            locked(&self.arrays)
+        } else {
+            match self.arrays.try_lock() {
+                Ok(arrays) => arrays,
+                Err(_) => return Vec::new(),
+            }
+        };
+        if !arrays.is_empty() {
+            self.bytes.store(0, Ordering::Release);
+        }
+        std::mem::take(&mut *arrays)
+    }
 }
 
 /// An idle worker is woken to drop released arrays once this many wait, or
@@ -150,11 +186,8 @@ fn start(device: Device) -> std::result::Result<Worker, String> {
     let (queue, jobs) = mpsc::channel::<Job>();
     let backlog = Arc::new(AtomicUsize::new(0));
     let done = backlog.clone();
-    let graveyard: Arc<Mutex<Vec<mlx_rs::Array>>> = Arc::new(Mutex::new(Vec::new()));
-    let burial_queued = Arc::new(AtomicBool::new(false));
-    let buried_bytes = Arc::new(AtomicUsize::new(0));
+    let graveyard = Arc::new(Graveyard::default());
     let own_graveyard = graveyard.clone();
-    let own_bytes = buried_bytes.clone();
     thread::Builder::new()
         .name(match device.stream() {
             0 => format!("ex_mlx_{}", device.name()),
@@ -182,9 +215,10 @@ fn start(device: Device) -> std::result::Result<Worker, String> {
             });
             exit::register();
             mlx_rs::with_stream(&stream, || {
-                while let Some(job) = next_job(&jobs, &in_mlx, &own_graveyard, &own_bytes) {
+                while let Some(job) = next_job(&jobs, &in_mlx, &own_graveyard) {
                     exit::in_mlx(&in_mlx, || {
-                        empty(&own_graveyard, &own_bytes);
+                        // released arrays that did not wake the worker
+                        drop(own_graveyard.take(false));
                         job();
                         done.fetch_sub(1, Ordering::AcqRel);
                         // start evaluating what was built (crate::ahead)
@@ -201,22 +235,7 @@ fn start(device: Device) -> std::result::Result<Worker, String> {
         queue,
         backlog,
         graveyard,
-        burial_queued,
-        buried_bytes,
     })
-}
-
-/// Drops the arrays waiting in `graveyard` (on its worker's thread), unless
-/// a releasing thread holds it at this moment (they wait for the next time).
-fn empty(graveyard: &Mutex<Vec<mlx_rs::Array>>, bytes: &AtomicUsize) {
-    let dead = match graveyard.try_lock() {
-        Ok(mut graves) if !graves.is_empty() => {
-            bytes.store(0, Ordering::Release);
-            std::mem::take(&mut *graves)
-        }
-        _ => return,
-    };
-    drop(dead);
 }
 
 /// Runs `work` with this thread under Linux's `SCHED_BATCH` policy, then
@@ -328,12 +347,7 @@ pub fn on_worker() -> bool {
 /// sender is gone. Before it blocks, it starts evaluating whatever results
 /// were built and not read (crate::ahead), however few, and runs the hook
 /// of [`set_before_sleep`].
-fn next_job(
-    jobs: &mpsc::Receiver<Job>,
-    in_mlx: &AtomicBool,
-    graveyard: &Mutex<Vec<mlx_rs::Array>>,
-    buried_bytes: &AtomicUsize,
-) -> Option<Job> {
+fn next_job(jobs: &mpsc::Receiver<Job>, in_mlx: &AtomicBool, graveyard: &Graveyard) -> Option<Job> {
     let mut next = None;
     let mut poll = || {
         poll_until(POLL, || match jobs.try_recv() {
@@ -350,7 +364,7 @@ fn next_job(
     };
     if !poll() {
         let (evaluating, released) = exit::in_mlx(in_mlx, || {
-            empty(graveyard, buried_bytes);
+            drop(graveyard.take(false));
             let evaluating = ahead::evaluate(1);
             (evaluating, BEFORE_SLEEP.get().is_some_and(|hook| hook()))
         });
@@ -430,28 +444,18 @@ fn worth_a_burial(busy: bool, count: usize, bytes: usize) -> bool {
 }
 
 fn bury(worker: &Worker, device: Device, array: mlx_rs::Array) {
-    let size = array.nbytes();
-    let mut graves = locked(&worker.graveyard);
-    graves.push(array);
-    let count = graves.len();
-    let bytes = worker.buried_bytes.fetch_add(size, Ordering::AcqRel) + size;
-    drop(graves);
+    let (count, bytes) = worker.graveyard.bury(array);
     let busy = worker.backlog.load(Ordering::Acquire) > 0;
-    if worth_a_burial(busy, count, bytes) && !worker.burial_queued.swap(true, Ordering::AcqRel) {
+    if worth_a_burial(busy, count, bytes)
+        && !worker.graveyard.burial_queued.swap(true, Ordering::AcqRel)
+    {
         let graveyard = worker.graveyard.clone();
-        let queued = worker.burial_queued.clone();
-        let bytes = worker.buried_bytes.clone();
         let job: Job = Box::new(move || {
-            queued.store(false, Ordering::Release);
-            let dead = {
-                let mut graves = locked(&graveyard);
-                bytes.store(0, Ordering::Release);
-                std::mem::take(&mut *graves)
-            };
-            drop(dead);
+            graveyard.burial_queued.store(false, Ordering::Release);
+            drop(graveyard.take(true));
         });
         if queue(worker, device, job).is_err() {
-            locked(&worker.graveyard).clear();
+            drop(worker.graveyard.take(true));
         }
     }
 }
@@ -460,7 +464,7 @@ fn bury(worker: &Worker, device: Device, array: mlx_rs::Array) {
 #[cfg(test)]
 fn buried(device: Device) -> usize {
     let worker = streams().get(&device).cloned().expect("a stream's worker");
-    let count = locked(&worker.graveyard).len();
+    let count = locked(&worker.graveyard.arrays).len();
     count
 }
 
@@ -470,7 +474,7 @@ fn buried(device: Device) -> usize {
 fn burial_and_backlog(device: Device) -> (bool, usize) {
     let worker = streams().get(&device).cloned().expect("a stream's worker");
     (
-        worker.burial_queued.load(Ordering::Acquire),
+        worker.graveyard.burial_queued.load(Ordering::Acquire),
         worker.backlog.load(Ordering::Acquire),
     )
 }
