@@ -160,15 +160,11 @@ pub fn computed_on_host(kind: Kind, inputs: &[&Array]) -> Result<Option<Array>> 
     };
     let mut sources = Vec::with_capacity(buffers.len());
     for (b, a) in buffers.iter().zip(inputs) {
-        let values = f32_values(b.bytes())?;
-        sources.push(match values.len() {
-            1 => Source::Value(values[0]),
-            len if len == n => Source::Values(values),
-            _ if repeats_as_row(a.shape(), &shape) => Source::Row(values),
-            _ => return Ok(None),
-        });
+        match source(f32_values(b.bytes())?, a.shape(), &shape) {
+            Some(source) => sources.push(source),
+            None => return Ok(None),
+        }
     }
-    memory::check_allocation(n * 4)?;
     let mut out = vec![0.0f32; n];
     let second = inputs.len() - 1;
     compute(
@@ -179,7 +175,7 @@ pub fn computed_on_host(kind: Kind, inputs: &[&Array]) -> Result<Option<Array>> 
         &sources,
         &mut out,
     );
-    Ok(Some(Array::from_slice(&out, &shape)))
+    host_array(&out, &shape).map(Some)
 }
 
 /// The bytes of computed arrays, read in place; `None` if one is not laid
@@ -195,9 +191,26 @@ pub fn in_place(inputs: &[&Array]) -> Result<Option<Vec<HostBuffer>>> {
     Ok(Some(buffers))
 }
 
-/// `bytes` (a float32 array's, [`in_place`]) as values.
-pub fn f32_slice(bytes: &[u8]) -> Result<&[f32]> {
-    f32_values(bytes)
+/// A new, computed array of `values` in `shape`, refused with an
+/// `:out_of_memory` error first if its buffer would pass the memory limit:
+/// the results of the host's computations ([`computed_on_host`],
+/// crate::ops::reduce's sums and means).
+pub fn host_array(values: &[f32], shape: &[i32]) -> Result<Array> {
+    memory::check_allocation(std::mem::size_of_val(values))?;
+    Ok(Array::from_slice(values, shape))
+}
+
+/// How an input of `input` shape, whose row-major `values` these are, feeds
+/// a result of `result` shape: one value for all, one for each, or a row the
+/// result repeats; `None` for another broadcast.
+fn source<'a>(values: &'a [f32], input: &[i32], result: &[i32]) -> Option<Source<'a>> {
+    let n: usize = result.iter().map(|&d| d as usize).product();
+    match values.len() {
+        1 => Some(Source::Value(values[0])),
+        len if len == n => Some(Source::Values(values)),
+        _ if repeats_as_row(input, result) => Some(Source::Row(values)),
+        _ => None,
+    }
 }
 
 /// Whether an input of `shape` is, in row-major order, one row that the
@@ -306,9 +319,10 @@ impl Kernel {
     /// The group's result computed in one pass over `leaves` (the arrays of
     /// [`Kernel::leaves`], on the CPU worker), or `None` where the group
     /// must run op by op: an input that is not float32, shapes that do not
-    /// broadcast, a result of fewer than [`MIN_ELEMENTS`] elements. Inputs
-    /// of fewer elements than the result are broadcast to its shape by MLX
-    /// first (single values are read once).
+    /// broadcast, a result of fewer than [`MIN_ELEMENTS`] elements. Single
+    /// values are read once and a row the result repeats (a bias) row by
+    /// row; other inputs of fewer elements than the result are broadcast to
+    /// its shape by MLX first.
     pub fn run(&self, leaves: &[Array]) -> Result<Option<Array>> {
         if leaves.iter().any(|a| a.dtype() != Dtype::Float32) {
             return Ok(None);
@@ -320,12 +334,12 @@ impl Kernel {
         if n < MIN_ELEMENTS {
             return Ok(None);
         }
-        // an input of fewer elements than the result (a bias row, a row's
-        // maximum) is spread to the result's shape first, by MLX
+        // an input the pass cannot read as it is (a row's maximum, a column)
+        // is spread to the result's shape first, by MLX
         let spread: Vec<Array> = leaves
             .iter()
             .map(|a| {
-                if a.size() == 1 || a.shape() == shape.as_slice() {
+                if a.size() == 1 || a.size() == n || repeats_as_row(a.shape(), &shape) {
                     Ok(a.clone())
                 } else {
                     mlx_rs::ops::broadcast_to(a, &shape)
@@ -335,13 +349,11 @@ impl Kernel {
         mlx_rs::transforms::eval(&spread)?;
         let buffers: Vec<HostBuffer> = spread.iter().map(HostBuffer::new).collect::<Result<_>>()?;
         let mut sources = Vec::with_capacity(buffers.len());
-        for b in &buffers {
-            let values = f32_values(b.bytes())?;
-            sources.push(if values.len() == 1 {
-                Source::Value(values[0])
-            } else {
-                Source::Values(values)
-            });
+        for (b, a) in buffers.iter().zip(&spread) {
+            match source(f32_values(b.bytes())?, a.shape(), &shape) {
+                Some(source) => sources.push(source),
+                None => return Ok(None),
+            }
         }
         memory::check_allocation(n * 4)?;
         let out = mlx_rs::ops::zeros::<f32>(&shape)?;
@@ -382,7 +394,7 @@ enum Source<'a> {
 }
 
 /// `bytes` (a row-contiguous float32 array's, crate::host) as values.
-fn f32_values(bytes: &[u8]) -> Result<&[f32]> {
+pub fn f32_values(bytes: &[u8]) -> Result<&[f32]> {
     if !bytes.len().is_multiple_of(4) || bytes.as_ptr().align_offset(4) != 0 {
         return Err(Error::Internal(
             "a float32 array's bytes are not 4-byte aligned".into(),

@@ -47,10 +47,7 @@ pub fn on_host(op: Op, inputs: &[&Array], params: &[Param]) -> Result<Option<Arr
     if op == Op::sum || op == Op::mean {
         return match (inputs, params) {
             ([a], [Param::OptInts(axes), Param::Bool(keep)]) => {
-                let axes: Vec<i32> = match axes {
-                    Some(axes) => super::check_axes("axes", axes, a.ndim())?,
-                    None => (0..a.ndim() as i32).collect(),
-                };
+                let axes = super::reduce::axes_or_all(axes.clone(), a.ndim())?;
                 if op == Op::sum {
                     super::reduce::sum_on_host(a, &axes, *keep)
                 } else {

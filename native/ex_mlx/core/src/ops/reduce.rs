@@ -3,6 +3,7 @@
 use mlx_rs::{ops, Array};
 
 use super::{check_axes, check_axis};
+use crate::elementwise_fusion::host_array;
 use crate::error::{Error, Result};
 
 type MlxResult = mlx_rs::error::Result<Array>;
@@ -30,15 +31,8 @@ pub fn in_f32_for_halves(a: &Array, f: impl FnOnce(&Array) -> Result<Array>) -> 
 /// axes or its last one, is summed here at once ([`sum_on_host`]);
 /// otherwise MLX's sum is queued on the stream.
 pub fn sum(a: &Array, axes: Option<Vec<i64>>, keep_dims: bool) -> Result<Array> {
-    in_f32_for_halves(a, |t| {
-        over_checked(t, axes, keep_dims, |a, axes, keep| {
-            if crate::elementwise_fusion::inputs_ready(&[a]) {
-                if let Some(sum) = sum_on_host(a, axes, keep)? {
-                    return Ok(sum);
-                }
-            }
-            Ok(a.sum_axes(axes, keep)?)
-        })
+    on_host_or(a, axes, keep_dims, sum_on_host, |a, axes, keep| {
+        a.sum_axes(axes, keep)
     })
 }
 
@@ -46,15 +40,28 @@ pub fn sum(a: &Array, axes: Option<Vec<i64>>, keep_dims: bool) -> Result<Array> 
 /// rounded to float32: [`mean_on_host`] computes it so for a computed float32
 /// CPU array).
 pub fn mean(a: &Array, axes: Option<Vec<i64>>, keep_dims: bool) -> Result<Array> {
+    on_host_or(a, axes, keep_dims, mean_on_host, |a, axes, keep| {
+        a.mean_axes(axes, keep)
+    })
+}
+
+/// `host` over `axes` when `a` (in float32 for halves) is ready on the CPU
+/// and `host` computes it, else `mlx`'s reduction.
+fn on_host_or(
+    a: &Array,
+    axes: Option<Vec<i64>>,
+    keep_dims: bool,
+    host: fn(&Array, &[i32], bool) -> Result<Option<Array>>,
+    mlx: impl FnOnce(&Array, &[i32], bool) -> MlxResult,
+) -> Result<Array> {
     in_f32_for_halves(a, |t| {
-        over_checked(t, axes, keep_dims, |a, axes, keep| {
-            if crate::elementwise_fusion::inputs_ready(&[a]) {
-                if let Some(mean) = mean_on_host(a, axes, keep)? {
-                    return Ok(mean);
-                }
+        let axes = axes_or_all(axes, t.ndim())?;
+        if crate::elementwise_fusion::inputs_ready(&[t]) {
+            if let Some(out) = host(t, &axes, keep_dims)? {
+                return Ok(out);
             }
-            Ok(a.mean_axes(axes, keep)?)
-        })
+        }
+        Ok(mlx(t, &axes, keep_dims)?)
     })
 }
 
@@ -68,8 +75,7 @@ pub fn mean_on_host(a: &Array, axes: &[i32], keep_dims: bool) -> Result<Option<A
     let n = a.size() / sums.len().max(1);
     let scale = (1.0f64 / n as f64) as f32;
     sums.iter_mut().for_each(|s| *s *= scale);
-    crate::memory::check_allocation(sums.len() * 4)?;
-    Ok(Some(Array::from_slice(&sums, &shape)))
+    host_array(&sums, &shape).map(Some)
 }
 
 /// A computed float32 CPU array (the caller knows it is: see
@@ -82,13 +88,12 @@ pub fn sum_on_host(a: &Array, axes: &[i32], keep_dims: bool) -> Result<Option<Ar
     let Some((sums, shape)) = sums_on_host(a, axes, keep_dims)? else {
         return Ok(None);
     };
-    crate::memory::check_allocation(sums.len() * 4)?;
-    Ok(Some(Array::from_slice(&sums, &shape)))
+    host_array(&sums, &shape).map(Some)
 }
 
 /// The values and shape [`sum_on_host`] gives, or `None`.
 fn sums_on_host(a: &Array, axes: &[i32], keep_dims: bool) -> Result<Option<(Vec<f32>, Vec<i32>)>> {
-    use crate::elementwise_fusion::{f32_slice, in_place, READY_MAX_ELEMENTS};
+    use crate::elementwise_fusion::{f32_values, in_place, READY_MAX_ELEMENTS};
     let (n, ndim) = (a.size(), a.ndim());
     if a.dtype() != mlx_rs::Dtype::Float32 || n == 0 || n > READY_MAX_ELEMENTS || ndim == 0 {
         return Ok(None);
@@ -103,7 +108,7 @@ fn sums_on_host(a: &Array, axes: &[i32], keep_dims: bool) -> Result<Option<(Vec<
     let Some(buffers) = in_place(&[a])? else {
         return Ok(None);
     };
-    let values = f32_slice(buffers[0].bytes())?;
+    let values = f32_values(buffers[0].bytes())?;
     let row = if all { n } else { a.shape()[ndim - 1] as usize };
     let sums: Vec<f32> = values
         .chunks_exact(row)
@@ -128,25 +133,16 @@ pub fn over(
     keep_dims: bool,
     f: impl FnOnce(&Array, &[i32], bool) -> MlxResult,
 ) -> Result<Array> {
-    let axes: Vec<i32> = match axes {
-        Some(axes) => check_axes("axes", &axes, a.ndim())?,
-        None => (0..a.ndim() as i32).collect(),
-    };
+    let axes = axes_or_all(axes, a.ndim())?;
     Ok(f(a, &axes, keep_dims)?)
 }
 
-/// [`over`] for an `f` that gives ExMLX's errors.
-fn over_checked(
-    a: &Array,
-    axes: Option<Vec<i64>>,
-    keep_dims: bool,
-    f: impl FnOnce(&Array, &[i32], bool) -> Result<Array>,
-) -> Result<Array> {
-    let axes: Vec<i32> = match axes {
-        Some(axes) => check_axes("axes", &axes, a.ndim())?,
-        None => (0..a.ndim() as i32).collect(),
-    };
-    f(a, &axes, keep_dims)
+/// A reduction's `axes` checked against `rank`, or every axis for `None`.
+pub fn axes_or_all(axes: Option<Vec<i64>>, rank: usize) -> Result<Vec<i32>> {
+    match axes {
+        Some(axes) => check_axes("axes", &axes, rank),
+        None => Ok((0..rank as i32).collect()),
+    }
 }
 
 /// A minimum or maximum (`name`) over axes, like [`over`]: of no elements
