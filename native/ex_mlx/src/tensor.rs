@@ -162,11 +162,14 @@ impl Tensor {
     }
 
     /// Gives a pending tensor its array or error and wakes its waiters
-    /// (call on the device's worker: an array that is already computed, such
-    /// as the host's results, ex_mlx_core::ops::computed, or a program's
-    /// evaluated outputs, is recorded as such, so it is read in place).
+    /// (call on the device's worker: on the CPU, an array that is already
+    /// computed, such as the host's results, ex_mlx_core::ops::computed, or a
+    /// program's evaluated outputs, is recorded as such, so it is read in
+    /// place and computed on; only CPU tensors are read or computed on the
+    /// calling thread, so a GPU fill does not ask).
     pub fn fill(&self, result: Result<Array>) {
-        let computed = matches!(&result, Ok(array) if ex_mlx_core::ahead::is_available(array));
+        let computed = self.device.kind() == Kind::Cpu
+            && matches!(&result, Ok(array) if ex_mlx_core::ahead::is_available(array));
         let mut state = self.lock();
         if matches!(*state, State::Pending) {
             *state = match result {
