@@ -45,60 +45,8 @@ struct Worker {
     /// Jobs queued or running.
     backlog: Arc<AtomicUsize>,
     /// Arrays released on other threads, for this worker to drop ([`release`]).
-    graveyard: Arc<Graveyard>,
+    graveyard: Arc<Mutex<Vec<mlx_rs::Array>>>,
 }
-
-/// Arrays released on other threads, waiting for their worker to drop them.
-#[derive(Default)]
-struct Graveyard {
-    arrays: Mutex<Vec<mlx_rs::Array>>,
-    /// Their bytes (as they were buried).
-    bytes: AtomicUsize,
-    /// A job that empties the graveyard is queued and has not run yet.
-    burial_queued: AtomicBool,
-}
-
-impl Graveyard {
-    /// Adds `array`; how many arrays and bytes are now waiting.
-    fn bury(&self, array: mlx_rs::Array) -> (usize, usize) {
-        let size = array.nbytes();
-        let mut arrays = locked(&self.arrays);
-        arrays.push(array);
-        (
-            arrays.len(),
-            self.bytes.fetch_add(size, Ordering::AcqRel) + size,
-        )
-    }
-
-    /// Takes every waiting array; without `wait`, none while a releasing
-    /// thread holds the list at this moment (they wait for the next time).
-    fn take(&self, wait: bool) -> Vec<mlx_rs::Array> {
-        let mut arrays = if wait {
-            locked(&self.arrays)
-        } else {
-            match self.arrays.try_lock() {
-                Ok(arrays) => arrays,
-                Err(_) => return Vec::new(),
-            }
-        };
-        if !arrays.is_empty() {
-            self.bytes.store(0, Ordering::Release);
-        }
-        std::mem::take(&mut *arrays)
-    }
-}
-
-/// An idle worker is woken to drop released arrays once this many wait, or
-/// once they hold [`WAKE_FOR_BYTES`] or more; fewer, smaller ones wait
-/// for its next job (it drops them before running it) or until it is about
-/// to sleep after one. Waking a sleeping thread costs more than freeing a
-/// small array: a chain of ops computed on the calling thread
-/// (crate::ops::computed) dropped a tensor, and woke the worker, every few
-/// ops (bench/README.md, session 15).
-const WAKE_FOR_GRAVES: usize = 256;
-
-/// See [`WAKE_FOR_GRAVES`]: 1 MiB.
-const WAKE_FOR_BYTES: usize = 1 << 20;
 
 thread_local! {
     /// Whether this thread is a worker (see [`release`]).
@@ -186,8 +134,7 @@ fn start(device: Device) -> std::result::Result<Worker, String> {
     let (queue, jobs) = mpsc::channel::<Job>();
     let backlog = Arc::new(AtomicUsize::new(0));
     let done = backlog.clone();
-    let graveyard = Arc::new(Graveyard::default());
-    let own_graveyard = graveyard.clone();
+    let graveyard = Arc::new(Mutex::new(Vec::new()));
     thread::Builder::new()
         .name(match device.stream() {
             0 => format!("ex_mlx_{}", device.name()),
@@ -215,10 +162,8 @@ fn start(device: Device) -> std::result::Result<Worker, String> {
             });
             exit::register();
             mlx_rs::with_stream(&stream, || {
-                while let Some(job) = next_job(&jobs, &in_mlx, &own_graveyard) {
+                while let Some(job) = next_job(&jobs, &in_mlx) {
                     exit::in_mlx(&in_mlx, || {
-                        // released arrays that did not wake the worker
-                        drop(own_graveyard.take(false));
                         job();
                         done.fetch_sub(1, Ordering::AcqRel);
                         // start evaluating what was built (crate::ahead)
@@ -347,7 +292,7 @@ pub fn on_worker() -> bool {
 /// sender is gone. Before it blocks, it starts evaluating whatever results
 /// were built and not read (crate::ahead), however few, and runs the hook
 /// of [`set_before_sleep`].
-fn next_job(jobs: &mpsc::Receiver<Job>, in_mlx: &AtomicBool, graveyard: &Graveyard) -> Option<Job> {
+fn next_job(jobs: &mpsc::Receiver<Job>, in_mlx: &AtomicBool) -> Option<Job> {
     let mut next = None;
     let mut poll = || {
         poll_until(POLL, || match jobs.try_recv() {
@@ -364,7 +309,6 @@ fn next_job(jobs: &mpsc::Receiver<Job>, in_mlx: &AtomicBool, graveyard: &Graveya
     };
     if !poll() {
         let (evaluating, released) = exit::in_mlx(in_mlx, || {
-            drop(graveyard.take(false));
             let evaluating = ahead::evaluate(1);
             (evaluating, BEFORE_SLEEP.get().is_some_and(|hook| hook()))
         });
@@ -434,28 +378,20 @@ pub fn release(device: Device, array: mlx_rs::Array) {
     bury(worker, device, array)
 }
 
-/// Whether released arrays (`count` of them, `bytes` in all) are worth a
-/// job that drops them: on a busy worker, with the first array of a batch
-/// (it is awake anyway); on an idle one only for many or large ones
-/// ([`WAKE_FOR_GRAVES`]): otherwise it drops them before its next job, or
-/// before it sleeps.
-fn worth_a_burial(busy: bool, count: usize, bytes: usize) -> bool {
-    busy || count >= WAKE_FOR_GRAVES || bytes >= WAKE_FOR_BYTES
-}
-
 fn bury(worker: &Worker, device: Device, array: mlx_rs::Array) {
-    let (count, bytes) = worker.graveyard.bury(array);
-    let busy = worker.backlog.load(Ordering::Acquire) > 0;
-    if worth_a_burial(busy, count, bytes)
-        && !worker.graveyard.burial_queued.swap(true, Ordering::AcqRel)
-    {
+    let mut graves = locked(&worker.graveyard);
+    let first = graves.is_empty();
+    graves.push(array);
+    drop(graves);
+    // the first array of a batch sends the worker the job that drops them all
+    if first {
         let graveyard = worker.graveyard.clone();
         let job: Job = Box::new(move || {
-            graveyard.burial_queued.store(false, Ordering::Release);
-            drop(graveyard.take(true));
+            let dead = std::mem::take(&mut *locked(&graveyard));
+            drop(dead);
         });
         if queue(worker, device, job).is_err() {
-            drop(worker.graveyard.take(true));
+            locked(&worker.graveyard).clear();
         }
     }
 }
@@ -464,19 +400,8 @@ fn bury(worker: &Worker, device: Device, array: mlx_rs::Array) {
 #[cfg(test)]
 fn buried(device: Device) -> usize {
     let worker = streams().get(&device).cloned().expect("a stream's worker");
-    let count = locked(&worker.graveyard.arrays).len();
+    let count = locked(&worker.graveyard).len();
     count
-}
-
-/// Whether a job to empty `device`'s graveyard is queued, and how many
-/// jobs are queued or running there (for tests).
-#[cfg(test)]
-fn burial_and_backlog(device: Device) -> (bool, usize) {
-    let worker = streams().get(&device).cloned().expect("a stream's worker");
-    (
-        worker.graveyard.burial_queued.load(Ordering::Acquire),
-        worker.backlog.load(Ordering::Acquire),
-    )
 }
 
 fn locked<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -653,43 +578,6 @@ mod tests {
         })
         .unwrap();
         assert_eq!(buried(stream), 0);
-    }
-
-    #[test]
-    fn released_arrays_wake_an_idle_worker_only_when_many_or_large() {
-        assert!(worth_a_burial(true, 1, 8));
-        assert!(!worth_a_burial(
-            false,
-            WAKE_FOR_GRAVES - 1,
-            WAKE_FOR_BYTES - 1
-        ));
-        assert!(worth_a_burial(false, WAKE_FOR_GRAVES, 8));
-        assert!(worth_a_burial(false, 2, WAKE_FOR_BYTES));
-
-        let stream = new_stream(Device::Cpu).unwrap();
-        let idle = || {
-            run_blocking(stream, || Ok(())).unwrap();
-            // (the reply comes before the job counts itself done)
-            assert!(poll_until(std::time::Duration::from_secs(10), || {
-                burial_and_backlog(stream).1 == 0
-            }));
-        };
-        idle();
-        // a small array on an idle worker: no job for it; the next job
-        // drops it first
-        release(stream, make_on_this_thread());
-        assert_eq!(burial_and_backlog(stream), (false, 0));
-        run_blocking(stream, || Ok(())).unwrap();
-        assert_eq!(buried(stream), 0);
-        // one of WAKE_FOR_BYTES: the job that drops it is queued at once
-        idle();
-        let large = vec![0.5f32; WAKE_FOR_BYTES / 4];
-        release(
-            stream,
-            mlx_rs::Array::from_slice(&large, &[large.len() as i32]),
-        );
-        let gone = || buried(stream) == 0;
-        assert!(poll_until(std::time::Duration::from_secs(10), gone));
     }
 
     fn make_on_this_thread() -> mlx_rs::Array {
