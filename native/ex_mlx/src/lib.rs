@@ -79,6 +79,12 @@ rustler::init!("Elixir.ExMLX.Native", load = load);
 /// thread's arena lock, contended once per op; mimalloc hands such a block
 /// back without a lock (bench/README.md, session 11, has the measurements).
 /// Built with the local-dynamic TLS model: the BEAM loads the NIF with
-/// `dlopen`, where the initial-exec model can run out of static TLS.
+/// `dlopen`, where the initial-exec model can run out of static TLS. Built
+/// without transparent huge pages (`no_thp`): mimalloc otherwise asks the
+/// kernel for huge pages on its memory (`MADV_HUGEPAGE`), and where the
+/// kernel compacts memory to find one on a page fault (Debian's `defrag`
+/// setting `madvise`), an allocation stalled for milliseconds: one
+/// `program_new` in ten took 5–10 ms instead of 0.4 (bench/README.md,
+/// session 16).
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;

@@ -594,17 +594,22 @@ fn check_block(block: &mut Block, scope: &mut Scope, place: &str, depth: usize) 
     for (i, ins) in block.instructions.iter_mut().enumerate() {
         match ins {
             Instruction::Op(call) => {
-                let place = within(place, format!("instruction {i} ({})", call.op.name()));
-                check_reads(&call.inputs, scope, &place)?;
+                // (the place is named only in an error: a program of
+                // thousands of ops is checked at every compile)
+                let place = || within(place, format!("instruction {i} ({})", call.op.name()));
+                check_reads(&call.inputs, scope, place)?;
                 if !call.op.takes_inputs(call.inputs.len()) {
-                    return Err(malformed(&place, format!("{} inputs", call.inputs.len())));
+                    return Err(malformed(&place(), format!("{} inputs", call.inputs.len())));
                 }
                 if !call.op.takes_params(&call.params) {
-                    return Err(malformed(&place, "parameters of the wrong number or kinds"));
+                    return Err(malformed(
+                        &place(),
+                        "parameters of the wrong number or kinds",
+                    ));
                 }
                 if call.results != call.op.results().len() {
                     return Err(malformed(
-                        &place,
+                        &place(),
                         format!(
                             "{} results declared, the op has {}",
                             call.results,
@@ -622,7 +627,7 @@ fn check_block(block: &mut Block, scope: &mut Scope, place: &str, depth: usize) 
             }
             Instruction::Loop(l) => {
                 let place = within(place, format!("instruction {i} (while)"));
-                check_reads(&l.initial, scope, &place)?;
+                check_reads(&l.initial, scope, || place.clone())?;
                 let n = l.initial.len();
                 l.state = scope.define(n);
                 check_block(
@@ -663,13 +668,14 @@ fn check_block(block: &mut Block, scope: &mut Scope, place: &str, depth: usize) 
             }
         }
     }
-    check_reads(&block.outputs, scope, &within(place, "outputs"))
+    check_reads(&block.outputs, scope, || within(place, "outputs"))
 }
 
-fn check_reads(slots: &[usize], scope: &Scope, place: &str) -> Result<()> {
+/// Checks that `slots` are readable; `place` names where, for the error.
+fn check_reads(slots: &[usize], scope: &Scope, place: impl FnOnce() -> String) -> Result<()> {
     match slots.iter().find(|&&s| !scope.readable(s)) {
         Some(slot) => Err(malformed(
-            place,
+            &place(),
             format!("reads slot {slot}, which is not written before it"),
         )),
         None => Ok(()),
