@@ -10,13 +10,14 @@ if Code.ensure_loaded?(Nx) do
     Options: `:device` (`:cpu` or `:gpu`; default `ExMLX.default_device/0`);
     `:fuse` (default `false`): fuse element-wise ops. On the CPU, every
     group of float32 `add`, `subtract`, `multiply`, `divide`, `negate`,
-    `abs`, `sqrt`, `square`, `tanh`, `exp` and `sigmoid` whose intermediate
-    results nothing else reads (in loops and branches too) runs as one pass
-    over its inputs (broadcast to the result's shape), from 4,096 elements;
-    `tanh`, `exp` and `sigmoid` are computed in float64 and rounded once
-    (within one unit in the last place, where MLX's own CPU kernels are up
-    to 2–9 units off; ExMLX's `tanh`, `exp` and `sigmoid` of such tensors
-    give the same values with or without `:fuse`), the other ops give the
+    `abs`, `sqrt`, `square`, `tanh`, `exp`, `sigmoid` and `erf` whose
+    intermediate results nothing else reads (in loops and branches too) runs
+    as one pass over its inputs (broadcast to the result's shape), from 4,096
+    elements; `tanh`, `exp`, `sigmoid` and `erf` are computed in float64 and
+    rounded once (within one unit in the last place, where MLX's own CPU
+    kernels are up to 2–9 units off, and its `erf` up to 4.5e-7; ExMLX's
+    `tanh`, `exp`, `sigmoid` and `erf` of such tensors give the same values
+    with or without `:fuse`), the other ops give the
     same bits as unfused. On a GPU the program runs through
     MLX's compile (kernels built with NVRTC at the first call), for programs
     without `while`/`cond` (others run unfused). bin/bench measures both.

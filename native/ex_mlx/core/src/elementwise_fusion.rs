@@ -14,11 +14,14 @@
 //!
 //! * `add`, `subtract`, `multiply`, `divide`, `negate`, `abs`, `sqrt` and
 //!   `square` round to float32 after every op, as MLX does: the same bits;
-//! * `tanh`, `exp` and `sigmoid` are computed in float64 (a polynomial after
-//!   a range reduction, [`exp_f64`]) and rounded once to float32: within one
-//!   unit in the last place of the exact value, where MLX's CPU kernels are
-//!   up to 2 (`tanh`), 8 (`exp`) and 9 (`sigmoid`) units away (measured over
-//!   2.4 million values, bench/README.md, session 14).
+//! * `tanh`, `exp`, `sigmoid` and `erf` are computed in float64 (a
+//!   polynomial after a range reduction, [`exp_f64`]; `erf` a series of
+//!   positive terms, [`erf`]) and rounded once to float32: within one unit in
+//!   the last place of the exact value, where MLX's CPU kernels are up to 2
+//!   (`tanh`), 8 (`exp`) and 9 (`sigmoid`) units away (measured over 2.4
+//!   million values, bench/README.md, session 14) and its `erf` (a
+//!   five-term approximation) up to 4.5e-7 off, 14,792 units at −0.0002
+//!   (bench/README.md, session 16).
 //!
 //! The loops are written so the compiler vectorizes them (no branches, no
 //! calls); on x86-64 they run in a copy compiled for AVX-512F or AVX2 where
@@ -70,15 +73,16 @@ pub enum Kind {
     Tanh,
     Exp,
     Sigmoid,
+    Erf,
 }
 
 impl Kind {
     /// Whether a lone op of this kind is worth a pass of its own: MLX's CPU
-    /// kernels for `tanh`, `exp` and `sigmoid` call the C library's function
-    /// value by value (about 10 ns a value), the pass computes them in
-    /// vectors (about 1).
+    /// kernels for `tanh`, `exp`, `sigmoid` and `erf` compute value by value
+    /// with calls to the C library (about 10 ns a value; `erf` more), the
+    /// pass computes them in vectors (about 1).
     pub fn worth_alone(self) -> bool {
-        matches!(self, Kind::Tanh | Kind::Exp | Kind::Sigmoid)
+        matches!(self, Kind::Tanh | Kind::Exp | Kind::Sigmoid | Kind::Erf)
     }
 
     /// Whether the pass gives exactly MLX's bits for this kind (IEEE 754
@@ -225,8 +229,8 @@ fn repeats_as_row(shape: &[i32], result: &[i32]) -> bool {
 /// `kind` (`tanh`, `exp` or `sigmoid`) of `a` as a pass of its own when `a`
 /// is a float32 array of [`MIN_ELEMENTS`] values or more and this thread's
 /// stream is a CPU's; else `otherwise(a)` (MLX's op). The op table's
-/// `tanh`, `exp` and `sigmoid` go through here, so eager ops and programs,
-/// fused or not, give the same values.
+/// `tanh`, `exp`, `sigmoid` and `erf` go through here, so eager ops and
+/// programs, fused or not, give the same values.
 pub fn vectorized_or(
     kind: Kind,
     a: &Array,
@@ -481,6 +485,7 @@ fn apply(kind: Kind, a: &[f32], b: &[f32], out: &mut [f32]) {
         Kind::Tanh => unary(a, out, tanh),
         Kind::Exp => unary(a, out, exp),
         Kind::Sigmoid => unary(a, out, sigmoid),
+        Kind::Erf => unary(a, out, erf),
     }
 }
 
@@ -591,6 +596,45 @@ fn sigmoid(x: f32) -> f32 {
     (1.0 / (1.0 + exp_f64(z))) as f32
 }
 
+/// How many terms of erf's series [`erf`] sums.
+const ERF_TERMS: usize = 58;
+
+/// 4^n n! / (2n + 1)! for n = 0, 1, ...: the coefficients of erf's series of
+/// positive terms, erf(a) = 2/√π · a · e^−a² · Σ c_n a^2n (each c_n is
+/// c_n−1 · 2 / (2n + 1)).
+const ERF_SERIES: [f64; ERF_TERMS] = erf_series();
+
+const fn erf_series() -> [f64; ERF_TERMS] {
+    let mut c = [0.0; ERF_TERMS];
+    c[0] = 1.0;
+    let mut n = 1;
+    while n < ERF_TERMS {
+        c[n] = c[n - 1] * 2.0 / (2 * n + 1) as f64;
+        n += 1;
+    }
+    c
+}
+
+/// erf of a float32, rounded once from a float64 value within about 1e-11
+/// of it: for |x| ≤ 4, 2/√π · |x| · e^−x² · Σ c_n x^2n ([`ERF_SERIES`]: its
+/// terms are positive, so nothing cancels, and the 58 summed leave out less
+/// than 1e-15 of the sum at 4), with the sign of `x`. Beyond 4 the result
+/// is ±1 in float32 (1 − erf(4) is 1.5e-8, less than half the spacing of
+/// float32 below 1), which the value at 4 rounds to.
+#[inline(always)]
+fn erf(x: f32) -> f32 {
+    let x = x as f64;
+    let a = at_most(x.abs(), 4.0);
+    let y = a * a;
+    let mut p = ERF_SERIES[ERF_TERMS - 1];
+    for c in ERF_SERIES[..ERF_TERMS - 1].iter().rev() {
+        p = p * y + c;
+    }
+    let e = std::f64::consts::FRAC_2_SQRT_PI * a * exp_f64(-y) * p;
+    let sign = x.to_bits() & (1u64 << 63);
+    f64::from_bits(e.to_bits() | sign) as f32
+}
+
 #[cfg(test)]
 /// Units in the last place between two float32 values (for tests; NaN
 /// only equals NaN).
@@ -674,10 +718,12 @@ mod tests {
     }
 
     #[test]
-    fn tanh_exp_and_sigmoid_are_within_one_ulp_of_the_exact_values() {
+    fn tanh_exp_sigmoid_and_erf_are_within_one_ulp_of_the_exact_values() {
         within_one_ulp("tanh", tanh, f64::tanh);
         within_one_ulp("exp", exp, f64::exp);
         within_one_ulp("sigmoid", sigmoid, |x| 1.0 / (1.0 + (-x).exp()));
+        // (the C library's erf in float64)
+        within_one_ulp("erf", erf, crate::ops::precise::erf);
     }
 
     #[test]
@@ -693,6 +739,12 @@ mod tests {
         assert_eq!(sigmoid(f32::INFINITY), 1.0);
         assert_eq!(sigmoid(f32::NEG_INFINITY), 0.0);
         assert_eq!(sigmoid(0.0), 0.5);
+        assert!(erf(f32::NAN).is_nan());
+        assert_eq!(erf(f32::INFINITY), 1.0);
+        assert_eq!(erf(f32::NEG_INFINITY), -1.0);
+        assert_eq!(erf(4.5), 1.0);
+        assert_eq!(erf(-0.0f32).to_bits(), (-0.0f32).to_bits());
+        assert_eq!(erf(1e-45), 1e-45 * std::f32::consts::FRAC_2_SQRT_PI);
     }
 
     fn step(kind: Kind, a: usize, b: usize) -> Step {
@@ -707,7 +759,8 @@ mod tests {
             step(Kind::Tanh, 2, 2),
             step(Kind::Exp, 3, 3),
             step(Kind::Sigmoid, 4, 4),
-            step(Kind::Divide, 5, 0),
+            step(Kind::Erf, 5, 5),
+            step(Kind::Divide, 6, 0),
         ];
         let sources = [Source::Values(&xs), Source::Value(0.37)];
         let mut plain = vec![0.0; xs.len()];

@@ -31,6 +31,7 @@ pub fn elementwise_kind(op: Op) -> Option<Kind> {
         Op::tanh => Kind::Tanh,
         Op::exp => Kind::Exp,
         Op::sigmoid => Kind::Sigmoid,
+        Op::erf => Kind::Erf,
         _ => return None,
     })
 }

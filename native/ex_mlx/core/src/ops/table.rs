@@ -506,7 +506,7 @@ op_table! {
         ///
         ///     iex> ExMLX.full(0.75, {:f, 32}, {2}) |> ExMLX.erf() |> ExMLX.to_list() |> Enum.map(&Float.round(&1, 4))
         ///     [0.7112, 0.7112]
-        erf(tensor) -> float => precise::f64_on_host("erf", tensor, precise::erf, |a| ops::erf(a));
+        erf(tensor) -> float => elementwise_fusion::vectorized_or(Kind::Erf, tensor, |a| precise::f64_on_host("erf", a, precise::erf, |a| ops::erf(a)));
         /// The complementary error function, `1 - erf(x)` (for every float
         /// type, computed through f64).
         ///
@@ -1162,11 +1162,12 @@ mod tests {
     use crate::worker::run_blocking;
 
     #[test]
-    fn tanh_exp_and_sigmoid_of_large_f32_arrays_run_vectorized_on_the_cpu() {
-        // 8,192 values: the op table's tanh, exp and sigmoid, against the
-        // exact values (Rust's float64 functions rounded once): within one
-        // unit everywhere and exact almost everywhere, where MLX's own CPU
-        // kernels miss a few percent of them (bench/README.md, session 14)
+    fn tanh_exp_sigmoid_and_erf_of_large_f32_arrays_run_vectorized_on_the_cpu() {
+        // 8,192 values: the op table's tanh, exp, sigmoid and erf, against
+        // the exact values (Rust's float64 functions, the C library's erf,
+        // rounded once): within one unit everywhere and exact almost
+        // everywhere, where MLX's own CPU kernels miss a few percent of them
+        // (bench/README.md, sessions 14 and 16)
         let xs: Vec<f32> = (0..8192).map(|i| (i as f32 - 4096.0) / 256.0).collect();
         let small: Vec<f32> = xs[..100].to_vec();
         let (large, small_table, small_mlx) = run_blocking(Device::Cpu, move || {
@@ -1181,14 +1182,20 @@ mod tests {
                 vec![
                     (apply(Op::tanh, &x)?, xs.clone()),
                     (apply(Op::exp, &x)?, xs.clone()),
-                    (apply(Op::sigmoid, &x)?, xs),
+                    (apply(Op::sigmoid, &x)?, xs.clone()),
+                    (apply(Op::erf, &x)?, xs),
                 ],
                 apply(Op::tanh, &s)?,
                 ops::tanh(&s)?.as_slice::<f32>().to_vec(),
             ))
         })
         .unwrap();
-        let exact: [fn(f64) -> f64; 3] = [f64::tanh, f64::exp, |x| 1.0 / (1.0 + (-x).exp())];
+        let exact: [fn(f64) -> f64; 4] = [
+            f64::tanh,
+            f64::exp,
+            |x| 1.0 / (1.0 + (-x).exp()),
+            precise::erf,
+        ];
         for ((got, xs), f) in large.iter().zip(exact) {
             let off: Vec<u32> = got
                 .iter()
