@@ -14,6 +14,28 @@ fn promoted(a: &Array, b: &Array) -> Result<Dtype> {
     .dtype())
 }
 
+/// `a` to the power `b`. A float32 `a` to a float32 power 2 that is
+/// already computed and adds no dimension (Nx's `pow(x, 2)`, as in a layer
+/// norm's variance) is `a` squared: one multiplication, rounded once, where
+/// MLX's CPU power calls the C library's `powf` value by value (a twentieth
+/// of a BERT forward pass, bench/README.md, session 16) and is not always
+/// rounded correctly: glibc's `powf(x, 2)` missed x² for 42 of 20,000
+/// values of [-100, 100] and for most squares halfway between two float32
+/// values (4097², ...). The square is the correctly rounded x², as
+/// Nx.BinaryBackend's `pow` gives it.
+pub fn power(a: &Array, b: &Array) -> Result<Array> {
+    let squares = a.dtype() == Dtype::Float32
+        && b.dtype() == Dtype::Float32
+        && b.size() == 1
+        && b.ndim() <= a.ndim()
+        && crate::ahead::is_available(b)
+        && b.item::<f32>() == 2.0;
+    if squares {
+        return Ok(ops::square(a)?);
+    }
+    Ok(ops::power(a, b)?)
+}
+
 fn is_integer(dtype: Dtype) -> bool {
     !(dtype.is_float() || dtype.is_complex() || dtype == Dtype::Bool)
 }
@@ -184,5 +206,52 @@ mod tests {
         assert_eq!(q, vec![-1, -1, i32::MIN, i32::MIN / 2]);
         assert_eq!(r, vec![7, -7, 0, 0]);
         assert_eq!(q8, vec![255]);
+    }
+
+    #[test]
+    fn a_float32_power_two_is_the_square_rounded_once() {
+        let mut xs: Vec<f32> = (0..20_000)
+            .map(|i| (i as f32 - 10_000.0) * 1.000_123e-2)
+            .collect();
+        xs.extend([
+            f32::NAN,
+            f32::INFINITY,
+            f32::NEG_INFINITY,
+            -0.0,
+            1e20,
+            1e-30,
+        ]);
+        xs.extend([
+            f32::MIN_POSITIVE,
+            3.402_823_5e38,
+            16_777_215.0,
+            0.999_999_94,
+        ]);
+        // squares halfway between two float32 values (4097² is 2^24 + 8193),
+        // which the C library's powf rounds away from the even neighbour
+        xs.extend([4097.0, -4099.0, 5791.0]);
+        let given = xs.clone();
+        let (squares, wider) = run_blocking(Device::Cpu, move || {
+            let x = Array::from_slice(&given, &[given.len() as i32]);
+            let two = Array::from_f32(2.0);
+            two.eval()?;
+            // a power of shape {1, 1} adds a dimension: MLX's power
+            let two_2d = Array::from_slice(&[2.0f32], &[1, 1]);
+            two_2d.eval()?;
+            Ok((
+                power(&x, &two)?.as_slice::<f32>().to_vec(),
+                power(&x, &two_2d)?.shape().to_vec(),
+            ))
+        })
+        .unwrap();
+        for (x, got) in xs.iter().zip(&squares) {
+            // (a float32 product is exact in float64: rounded once here)
+            let want = (*x as f64 * *x as f64) as f32;
+            assert!(
+                got.to_bits() == want.to_bits() || (got.is_nan() && want.is_nan()),
+                "{x}² gave {got}, {want} expected"
+            );
+        }
+        assert_eq!(wider, vec![1, xs.len() as i32]);
     }
 }

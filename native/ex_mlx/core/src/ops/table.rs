@@ -627,7 +627,7 @@ op_table! {
         ///
         ///     iex> ExMLX.pow(ExMLX.full(3.0, {:f, 32}, {2}), ExMLX.full(2.0, {:f, 32}, {})) |> ExMLX.to_list()
         ///     [9.0, 9.0]
-        pow(a, b) -> promote => ops::power(a, b);
+        pow(a, b) -> promote => elementwise::power(a, b);
         /// The remainder of `a / b` with the sign of `a` (Elixir's `rem/2`).
         /// For integers, `x rem 0` is `x` (as XLA defines it; the CPU's
         /// division would trap).
