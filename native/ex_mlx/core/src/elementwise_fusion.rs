@@ -615,21 +615,52 @@ const fn erf_series() -> [f64; ERF_TERMS] {
     c
 }
 
+/// Terms of each of [`erf`]'s eight interleaved sums: ⌈58 / 8⌉.
+const ERF_CHAIN: usize = ERF_TERMS.div_ceil(8);
+
+/// [`ERF_SERIES`] dealt into eight sums of powers of w = y⁸: row j holds
+/// c_j, c_j+8, c_j+16, ... (zero past the series' end), so that
+/// Σ c_n y^n = Σ_j y^j · P_j(w).
+const ERF_CHAINS: [[f64; ERF_CHAIN]; 8] = erf_chains();
+
+const fn erf_chains() -> [[f64; ERF_CHAIN]; 8] {
+    let mut chains = [[0.0; ERF_CHAIN]; 8];
+    let mut n = 0;
+    while n < ERF_TERMS {
+        chains[n % 8][n / 8] = ERF_SERIES[n];
+        n += 1;
+    }
+    chains
+}
+
 /// erf of a float32, rounded once from a float64 value within about 1e-11
 /// of it: for |x| ≤ 4, 2/√π · |x| · e^−x² · Σ c_n x^2n ([`ERF_SERIES`]: its
 /// terms are positive, so nothing cancels, and the 58 summed leave out less
 /// than 1e-15 of the sum at 4), with the sign of `x`. Beyond 4 the result
 /// is ±1 in float32 (1 − erf(4) is 1.5e-8, less than half the spacing of
-/// float32 below 1), which the value at 4 rounds to.
+/// float32 below 1), which the value at 4 rounds to. The sum is evaluated
+/// as eight independent Horner chains in x¹⁶ ([`ERF_CHAINS`]), which the
+/// core runs side by side: one chain of 58 steps took 8.0 ns a value (ExMLX's
+/// erf of 1M values, AVX-512), four chains 5.4, eight 4.6–4.9 (exp: 2.4–3.1).
 #[inline(always)]
 fn erf(x: f32) -> f32 {
     let x = x as f64;
     let a = at_most(x.abs(), 4.0);
     let y = a * a;
-    let mut p = ERF_SERIES[ERF_TERMS - 1];
-    for c in ERF_SERIES[..ERF_TERMS - 1].iter().rev() {
-        p = p * y + c;
-    }
+    let y2 = y * y;
+    let y4 = y2 * y2;
+    let w = y4 * y4;
+    let chain = |c: &[f64; ERF_CHAIN]| {
+        let mut p = c[ERF_CHAIN - 1];
+        for k in (0..ERF_CHAIN - 1).rev() {
+            p = p * w + c[k];
+        }
+        p
+    };
+    let p: [f64; 8] = std::array::from_fn(|j| chain(&ERF_CHAINS[j]));
+    let p = (p[0] + y * p[1])
+        + y2 * (p[2] + y * p[3])
+        + y4 * ((p[4] + y * p[5]) + y2 * (p[6] + y * p[7]));
     let e = std::f64::consts::FRAC_2_SQRT_PI * a * exp_f64(-y) * p;
     let sign = x.to_bits() & (1u64 << 63);
     f64::from_bits(e.to_bits() | sign) as f32
