@@ -74,6 +74,9 @@ pub enum Kind {
     Exp,
     Sigmoid,
     Erf,
+    /// x³ (`pow(x, 3)`, as GPT-2's GELU takes it), from the exact square in
+    /// float64 times x, rounded once to float32.
+    Cube,
 }
 
 impl Kind {
@@ -82,7 +85,10 @@ impl Kind {
     /// with calls to the C library (about 10 ns a value; `erf` more), the
     /// pass computes them in vectors (about 1).
     pub fn worth_alone(self) -> bool {
-        matches!(self, Kind::Tanh | Kind::Exp | Kind::Sigmoid | Kind::Erf)
+        matches!(
+            self,
+            Kind::Tanh | Kind::Exp | Kind::Sigmoid | Kind::Erf | Kind::Cube
+        )
     }
 
     /// Whether the pass gives exactly MLX's bits for this kind (IEEE 754
@@ -229,7 +235,8 @@ fn repeats_as_row(shape: &[i32], result: &[i32]) -> bool {
 /// `kind` (`tanh`, `exp` or `sigmoid`) of `a` as a pass of its own when `a`
 /// is a float32 array of [`MIN_ELEMENTS`] values or more and this thread's
 /// stream is a CPU's; else `otherwise(a)` (MLX's op). The op table's
-/// `tanh`, `exp`, `sigmoid` and `erf` go through here, so eager ops and
+/// `tanh`, `exp`, `sigmoid` and `erf`, and `pow` by 3
+/// (crate::ops::elementwise::power), go through here, so eager ops and
 /// programs, fused or not, give the same values.
 pub fn vectorized_or(
     kind: Kind,
@@ -486,6 +493,7 @@ fn apply(kind: Kind, a: &[f32], b: &[f32], out: &mut [f32]) {
         Kind::Exp => unary(a, out, exp),
         Kind::Sigmoid => unary(a, out, sigmoid),
         Kind::Erf => unary(a, out, erf),
+        Kind::Cube => unary(a, out, cube),
     }
 }
 
@@ -666,6 +674,18 @@ fn erf(x: f32) -> f32 {
     f64::from_bits(e.to_bits() | sign) as f32
 }
 
+/// x³ of a float32: x² is exact in float64 (48 significant bits), x²·x
+/// rounded once there (a relative error below 2^-53), then to float32: the
+/// correctly rounded cube but where x³ lies within 2^-53 of a float32
+/// rounding boundary. MLX's CPU power calls the C library's `powf` value by
+/// value, which is slower and not correctly rounded (bench/README.md,
+/// session 16).
+#[inline(always)]
+fn cube(x: f32) -> f32 {
+    let x = x as f64;
+    (x * x * x) as f32
+}
+
 #[cfg(test)]
 /// Units in the last place between two float32 values (for tests; NaN
 /// only equals NaN).
@@ -757,6 +777,44 @@ mod tests {
         within_one_ulp("erf", erf, crate::ops::precise::erf);
     }
 
+    /// x³ correctly rounded to float32, from integers: |x| = m·2^e with m
+    /// an integer below 2^24, m³ exact in a u128, rounded to 24 significant
+    /// bits (ties to even). `None` where the cube is not a normal float32.
+    fn exact_cube(x: f32) -> Option<f32> {
+        if !x.is_normal() {
+            return None;
+        }
+        let bits = x.to_bits();
+        let m = u128::from((bits & 0x7f_ffff) | 0x80_0000);
+        let e = ((bits >> 23) & 0xff) as i32 - 150;
+        let c = m * m * m;
+        let shift = (128 - c.leading_zeros() as i32 - 24).max(0);
+        let (mut q, r) = (c >> shift, c & ((1u128 << shift) - 1));
+        let half = if shift > 0 { 1u128 << (shift - 1) } else { 0 };
+        if shift > 0 && (r > half || (r == half && q & 1 == 1)) {
+            q += 1;
+        }
+        let y = (q as f64 * 2f64.powi(3 * e + shift)) as f32;
+        let y = if x < 0.0 { -y } else { y };
+        y.is_normal().then_some(y)
+    }
+
+    #[test]
+    fn cube_is_the_correctly_rounded_cube() {
+        let mut checked = 0;
+        for x in inputs() {
+            if let Some(want) = exact_cube(x) {
+                assert_eq!(cube(x).to_bits(), want.to_bits(), "{x}³");
+                checked += 1;
+            }
+        }
+        assert!(checked > 400_000, "{checked}");
+        assert!(cube(f32::NAN).is_nan());
+        assert_eq!(cube(f32::NEG_INFINITY), f32::NEG_INFINITY);
+        assert_eq!(cube(-0.0).to_bits(), (-0.0f32).to_bits());
+        assert_eq!(cube(1e13), f32::INFINITY);
+    }
+
     #[test]
     fn special_values_follow_ieee() {
         assert!(tanh(f32::NAN).is_nan() && exp(f32::NAN).is_nan() && sigmoid(f32::NAN).is_nan());
@@ -791,7 +849,8 @@ mod tests {
             step(Kind::Exp, 3, 3),
             step(Kind::Sigmoid, 4, 4),
             step(Kind::Erf, 5, 5),
-            step(Kind::Divide, 6, 0),
+            step(Kind::Cube, 6, 6),
+            step(Kind::Divide, 7, 0),
         ];
         let sources = [Source::Values(&xs), Source::Value(0.37)];
         let mut plain = vec![0.0; xs.len()];

@@ -3,6 +3,7 @@
 
 use mlx_rs::{ops, Array, Dtype};
 
+use crate::elementwise_fusion::Kind;
 use crate::error::Result;
 
 /// The type MLX computes `a op b` in.
@@ -14,26 +15,35 @@ fn promoted(a: &Array, b: &Array) -> Result<Dtype> {
     .dtype())
 }
 
-/// `a` to the power `b`. A float32 `a` to a float32 power 2 that is
-/// already computed and adds no dimension (Nx's `pow(x, 2)`, as in a layer
-/// norm's variance) is `a` squared: one multiplication, rounded once, where
-/// MLX's CPU power calls the C library's `powf` value by value (a twentieth
-/// of a BERT forward pass, bench/README.md, session 16) and is not always
-/// rounded correctly: glibc's `powf(x, 2)` missed x² for 42 of 20,000
-/// values of [-100, 100] and for most squares halfway between two float32
-/// values (4097², ...). The square is the correctly rounded x², as
-/// Nx.BinaryBackend's `pow` gives it.
+/// `a` to the power `b`. A float32 `a` to a float32 power of 2 or 3 that
+/// is already computed and adds no dimension (Nx's `pow(x, 2)` in a layer
+/// norm's variance, `pow(x, 3)` in GPT-2's GELU) is computed without MLX's
+/// CPU power, which calls the C library's `powf` value by value (a tenth of
+/// a GPT-2 forward pass, bench/README.md, session 16) and is not always
+/// rounded correctly: glibc's `powf(x, 2)` missed x² for 42 of 20,000 values
+/// of [-100, 100] and for most squares halfway between two float32 values
+/// (4097², ...). x² is `square` (one multiplication, rounded once); x³ of
+/// 4,096 values or more on the CPU is computed in float64 and rounded once
+/// (crate::elementwise_fusion's `Cube`), fewer take MLX's power. Both are
+/// the correctly rounded powers, as Nx.BinaryBackend's `pow` gives them.
 pub fn power(a: &Array, b: &Array) -> Result<Array> {
-    let squares = a.dtype() == Dtype::Float32
+    let exponent = if a.dtype() == Dtype::Float32
         && b.dtype() == Dtype::Float32
         && b.size() == 1
         && b.ndim() <= a.ndim()
         && crate::ahead::is_available(b)
-        && b.try_item_exact::<f32>().is_ok_and(|v| v == 2.0);
-    if squares {
-        return Ok(ops::square(a)?);
+    {
+        b.try_item_exact::<f32>().ok()
+    } else {
+        None
+    };
+    match exponent {
+        Some(2.0) => Ok(ops::square(a)?),
+        Some(3.0) => {
+            crate::elementwise_fusion::vectorized_or(Kind::Cube, a, |a| Ok(ops::power(a, b)?))
+        }
+        _ => Ok(ops::power(a, b)?),
     }
-    Ok(ops::power(a, b)?)
 }
 
 fn is_integer(dtype: Dtype) -> bool {
@@ -253,5 +263,36 @@ mod tests {
             );
         }
         assert_eq!(wider, vec![1, xs.len() as i32]);
+    }
+
+    #[test]
+    fn a_float32_power_three_of_many_values_is_the_cube_rounded_once() {
+        let xs: Vec<f32> = (0..20_000)
+            .map(|i| (i as f32 - 10_000.0) * 3.7e-3)
+            .collect();
+        let few: Vec<f32> = xs[..100].to_vec();
+        let given = (xs.clone(), few.clone());
+        let (cubes, few_cubes, mlx_few) = run_blocking(Device::Cpu, move || {
+            let (xs, few) = given;
+            let three = Array::from_f32(3.0);
+            three.eval()?;
+            let x = Array::from_slice(&xs, &[xs.len() as i32]);
+            let f = Array::from_slice(&few, &[few.len() as i32]);
+            Ok((
+                power(&x, &three)?.as_slice::<f32>().to_vec(),
+                power(&f, &three)?.as_slice::<f32>().to_vec(),
+                ops::power(&f, &three)?.as_slice::<f32>().to_vec(),
+            ))
+        })
+        .unwrap();
+        // (x² is exact in float64; x²·x rounds once there, then to float32)
+        let off = xs
+            .iter()
+            .zip(&cubes)
+            .filter(|(&x, got)| ((x as f64).powi(3) as f32).to_bits() != got.to_bits())
+            .count();
+        assert_eq!(off, 0);
+        // below 4,096 values: MLX's power, bit for bit
+        assert_eq!(few_cubes, mlx_few);
     }
 }
