@@ -174,6 +174,19 @@ pub fn round_half_away(a: &Array) -> Result<Array> {
     Ok(ops::add(&t, &bump)?)
 }
 
+/// MLX's `erf`, with the sign of zero kept: MLX 0.32's CPU `erf` gives −0
+/// for +0 (it negates its value wherever x > 0 does not hold). (Float32
+/// arrays of 4,096 values or more on the CPU never get here: the op table
+/// computes those itself, crate::elementwise_fusion.)
+pub fn erf(a: &Array) -> mlx_rs::error::Result<Array> {
+    let e = ops::erf(a)?;
+    if !a.dtype().is_float() {
+        return Ok(e);
+    }
+    let zero = ops::eq(a, Array::from_f32(0.0).as_dtype(a.dtype())?)?;
+    ops::select(&zero, a, &e)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -216,6 +229,27 @@ mod tests {
         assert_eq!(q, vec![-1, -1, i32::MIN, i32::MIN / 2]);
         assert_eq!(r, vec![7, -7, 0, 0]);
         assert_eq!(q8, vec![255]);
+    }
+
+    #[test]
+    fn erf_keeps_the_sign_of_zero() {
+        let (ours, mlx) = run_blocking(Device::Cpu, || {
+            let x = Array::from_slice(&[0.0f32, -0.0, 0.5, -2.0], &[4]);
+            Ok((
+                erf(&x)?.as_slice::<f32>().to_vec(),
+                ops::erf(&x)?.as_slice::<f32>().to_vec(),
+            ))
+        })
+        .unwrap();
+        let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+        // erf(+0) is +0, erf(-0) is -0 (MLX's own gives -0 for both)
+        assert_eq!(
+            bits(&ours[..2]),
+            vec![0.0f32.to_bits(), (-0.0f32).to_bits()]
+        );
+        assert_eq!(mlx[0].to_bits(), (-0.0f32).to_bits());
+        // elsewhere MLX's values, bit for bit
+        assert_eq!(bits(&ours[2..]), bits(&mlx[2..]));
     }
 
     #[test]

@@ -506,7 +506,7 @@ op_table! {
         ///
         ///     iex> ExMLX.full(0.75, {:f, 32}, {2}) |> ExMLX.erf() |> ExMLX.to_list() |> Enum.map(&Float.round(&1, 4))
         ///     [0.7112, 0.7112]
-        erf(tensor) -> float => elementwise_fusion::vectorized_or(Kind::Erf, tensor, |a| precise::f64_on_host("erf", a, precise::erf, |a| ops::erf(a)));
+        erf(tensor) -> float => elementwise_fusion::vectorized_or(Kind::Erf, tensor, |a| precise::f64_on_host("erf", a, precise::erf, elementwise::erf));
         /// The complementary error function, `1 - erf(x)` (for every float
         /// type, computed through f64).
         ///
