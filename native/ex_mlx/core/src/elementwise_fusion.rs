@@ -81,9 +81,9 @@ pub enum Kind {
 
 impl Kind {
     /// Whether a lone op of this kind is worth a pass of its own: MLX's CPU
-    /// kernels for `tanh`, `exp`, `sigmoid` and `erf` compute value by value
-    /// with calls to the C library (about 10 ns a value; `erf` more), the
-    /// pass computes them in vectors (about 1).
+    /// kernels for `tanh`, `exp`, `sigmoid`, `erf` and `pow` (by 3: `Cube`)
+    /// compute value by value with calls to the C library (about 10 ns a
+    /// value; `erf` more), the pass computes them in vectors (about 1).
     pub fn worth_alone(self) -> bool {
         matches!(
             self,
@@ -92,8 +92,8 @@ impl Kind {
     }
 
     /// Whether the pass gives exactly MLX's bits for this kind (IEEE 754
-    /// operations rounded once, compared or copied): every kind but the
-    /// transcendental ones, whose values are closer to the exact ones.
+    /// operations rounded once, compared or copied): every kind but those
+    /// [`Kind::worth_alone`] names, whose values are closer to the exact ones.
     pub fn exactly_mlx(self) -> bool {
         !self.worth_alone()
     }
@@ -232,7 +232,7 @@ fn repeats_as_row(shape: &[i32], result: &[i32]) -> bool {
     !row.is_empty() && row.len() <= result.len() && result.ends_with(row)
 }
 
-/// `kind` (`tanh`, `exp` or `sigmoid`) of `a` as a pass of its own when `a`
+/// `kind` (one that is [`Kind::worth_alone`]) of `a` as a pass of its own when `a`
 /// is a float32 array of [`MIN_ELEMENTS`] values or more and this thread's
 /// stream is a CPU's; else `otherwise(a)` (MLX's op). The op table's
 /// `tanh`, `exp`, `sigmoid` and `erf`, and `pow` by 3
