@@ -888,16 +888,23 @@ if Code.ensure_loaded?(Nx) do
         # [batch, free_a, contract] · [batch, contract, free_b] as batched matmuls.
         free_a = free_axes(a, contract_a ++ batch_a)
         free_b = free_axes(b, contract_b ++ batch_b)
-        size = fn t, axes -> Enum.reduce(axes, 1, &(elem(t.shape, &1) * &2)) end
-        batch_shape = Enum.map(batch_a, &elem(a.shape, &1))
-        nb = Enum.product(batch_shape)
         lhs = op(:transpose, [ra], [batch_a ++ free_a ++ contract_a])
-
-        lhs = op(:reshape, [lhs], [{nb, size.(a, free_a), size.(a, contract_a)}])
-
         rhs = op(:transpose, [rb], [batch_b ++ contract_b ++ free_b])
 
-        rhs = op(:reshape, [rhs], [{nb, size.(b, contract_b), size.(b, free_b)}])
+        # One free and one contracted axis each: matmul takes the transposed
+        # views as they are, its result already [batch.., free_a, free_b]
+        # (reshaping a transposed view would copy it: attention's keys and
+        # values, views of their cache, at every decoding step).
+        {lhs, rhs} =
+          if match?({[_], [_], [_]}, {free_a, contract_a, free_b}) do
+            {lhs, rhs}
+          else
+            size = fn t, axes -> Enum.reduce(axes, 1, &(elem(t.shape, &1) * &2)) end
+            nb = batch_a |> Enum.map(&elem(a.shape, &1)) |> Enum.product()
+            lhs = op(:reshape, [lhs], [{nb, size.(a, free_a), size.(a, contract_a)}])
+            rhs = op(:reshape, [rhs], [{nb, size.(b, contract_b), size.(b, free_b)}])
+            {lhs, rhs}
+          end
 
         product = op(:matmul, [lhs, rhs], [])
         defer(out, :reshape, [product], [out_shape])

@@ -340,4 +340,152 @@ if Code.ensure_loaded?(Nx) do
       end
     end
   end
+
+  defmodule ExMLX.Backend.StridedProductTest do
+    @moduledoc """
+    Products whose operands are strided views, against sums of products
+    computed here in f64: attention at a decoding step (one query row per
+    head against the transposed heads of a key/value cache, as Bumblebee's
+    `Nx.dot` with batch axes has them), the same with several query rows,
+    a contraction over two axes, and one row times a block of columns of
+    a wider matrix (a fused query/key/value weight split in three). Eager
+    and under ExMLX.Compiler.
+    """
+    use ExUnit.Case, async: false
+
+    @len 48
+    @heads 4
+    @dim 64
+
+    setup do
+      Nx.default_backend(ExMLX.Backend)
+      :ok
+    end
+
+    # n values in [-1, 1), the same on every run
+    defp values(n, seed), do: for(i <- 0..(n - 1), do: :math.sin(i * 0.37 + seed))
+
+    defp f32_tensor(list, shape), do: list |> Nx.tensor(type: :f32) |> Nx.reshape(shape)
+
+    defp assert_close(tensor, expected) do
+      got = Nx.to_flat_list(tensor)
+      assert length(got) == length(expected)
+
+      for {g, e} <- Enum.zip(got, expected) do
+        assert abs(g - e) <= 1.0e-5 * max(abs(e), 1.0), "#{g} against #{e}"
+      end
+    end
+
+    # attention scores and weighted values as Bumblebee computes them:
+    # [1, rows, heads, dim] queries, a [1, len, heads, dim] cache
+    defp scores(query, cache) do
+      q = Nx.transpose(query, axes: [0, 2, 1, 3])
+      k = Nx.transpose(cache, axes: [0, 2, 1, 3])
+      Nx.dot(q, [3], [0, 1], k, [3], [0, 1])
+    end
+
+    defp weighted(weights, cache) do
+      v = Nx.transpose(cache, axes: [0, 2, 1, 3])
+      Nx.dot(weights, [3], [0, 1], v, [2], [0, 1])
+    end
+
+    for rows <- [1, 3] do
+      test "attention over a cache's transposed heads, #{rows} query row(s)" do
+        rows = unquote(rows)
+        cache_list = values(@len * @heads * @dim, 1.0)
+        query_list = values(rows * @heads * @dim, 2.0)
+        weights_list = values(@heads * rows * @len, 3.0)
+        cache_at = List.to_tuple(cache_list)
+        query_at = List.to_tuple(query_list)
+        weights_at = List.to_tuple(weights_list)
+        c = fn s, h, d -> elem(cache_at, (s * @heads + h) * @dim + d) end
+
+        # scores[h][r][s] = Σ_d query[r][h][d] · cache[s][h][d]
+        expected_scores =
+          for h <- 0..(@heads - 1), r <- 0..(rows - 1), s <- 0..(@len - 1) do
+            Enum.sum(
+              for d <- 0..(@dim - 1),
+                  do: elem(query_at, (r * @heads + h) * @dim + d) * c.(s, h, d)
+            )
+          end
+
+        # out[h][r][d] = Σ_s weights[h][r][s] · cache[s][h][d]
+        expected_out =
+          for h <- 0..(@heads - 1), r <- 0..(rows - 1), d <- 0..(@dim - 1) do
+            Enum.sum(
+              for s <- 0..(@len - 1),
+                  do: elem(weights_at, (h * rows + r) * @len + s) * c.(s, h, d)
+            )
+          end
+
+        cache = f32_tensor(cache_list, {1, @len, @heads, @dim})
+        query = f32_tensor(query_list, {1, rows, @heads, @dim})
+        weights = f32_tensor(weights_list, {1, @heads, rows, @len})
+        jit_scores = Nx.Defn.jit(&scores/2, compiler: ExMLX.Compiler)
+        jit_weighted = Nx.Defn.jit(&weighted/2, compiler: ExMLX.Compiler)
+
+        for {s, out} <- [
+              {scores(query, cache), weighted(weights, cache)},
+              {jit_scores.(query, cache), jit_weighted.(weights, cache)}
+            ] do
+          assert s.shape == {1, @heads, rows, @len}
+          assert out.shape == {1, @heads, rows, @dim}
+          assert_close(s, expected_scores)
+          assert_close(out, expected_out)
+        end
+      end
+    end
+
+    test "a batched contraction over two axes of transposed views" do
+      # a: [2, 3, 4, 5] contracted on axes 2 and 3 with b: [2, 5, 4, 6] on 2 and 1
+      a_list = values(2 * 3 * 4 * 5, 4.0)
+      b_list = values(2 * 5 * 4 * 6, 5.0)
+      a_at = List.to_tuple(a_list)
+      b_at = List.to_tuple(b_list)
+
+      expected =
+        for n <- 0..1, i <- 0..2, j <- 0..5 do
+          Enum.sum(
+            for p <- 0..3,
+                q <- 0..4,
+                do:
+                  elem(a_at, ((n * 3 + i) * 4 + p) * 5 + q) *
+                    elem(b_at, ((n * 5 + q) * 4 + p) * 6 + j)
+          )
+        end
+
+      a = f32_tensor(a_list, {2, 3, 4, 5})
+      b = f32_tensor(b_list, {2, 5, 4, 6})
+      product = Nx.dot(a, [2, 3], [0], b, [2, 1], [0])
+      assert product.shape == {2, 3, 6}
+      assert_close(product, expected)
+    end
+
+    test "one row times a block of columns of a wider matrix, and its transpose" do
+      {k, wide, n} = {256, 768, 256}
+      w_list = values(k * wide, 6.0)
+      x_list = values(k, 7.0)
+      w_at = List.to_tuple(w_list)
+      x_at = List.to_tuple(x_list)
+      block = fn i, j -> elem(w_at, i * wide + n + j) end
+
+      expected =
+        for j <- 0..(n - 1), do: Enum.sum(for i <- 0..(k - 1), do: elem(x_at, i) * block.(i, j))
+
+      w = f32_tensor(w_list, {k, wide})
+      x = f32_tensor(x_list, {1, k})
+      middle = Nx.slice_along_axis(w, n, n, axis: 1)
+
+      assert_close(Nx.dot(x, middle), expected)
+      # blockᵀ · column: the same sums
+      assert_close(Nx.dot(Nx.transpose(middle), Nx.reshape(x, {k, 1})), expected)
+
+      jit =
+        Nx.Defn.jit(fn w, x -> Nx.dot(x, Nx.slice_along_axis(w, n, n, axis: 1)) end,
+          compiler: ExMLX.Compiler
+        )
+
+      assert_close(jit.(w, x), expected)
+    end
+  end
 end

@@ -14,12 +14,22 @@
 //! a new array. The sums run in another order than `sgemm`'s, so the last
 //! bits may differ from MLX's product; every ExMLX path (eager ops,
 //! `ExMLX.Compiler`) goes through here alike.
+//!
+//! The matrix may be a strided view whose rows (or columns) lie further
+//! apart than their length: a block of a wider matrix (a loaded GPT-2's
+//! query, key and value weights are thirds of one fused matrix) or, batched,
+//! the heads of a language model's key/value cache at a decoding step
+//! (`[B.., 1, k] · [B.., k, n]`). MLX's matmul copies such a view into a
+//! contiguous array at every call (its BLAS call takes no other leading
+//! dimension); here it is read in place. Bumblebee's GPT-2 generating 32
+//! tokens on the CPU machine: 72 ms before, 54–59 after (bench/README.md,
+//! session 17).
 
 use mlx_rs::{Array, Dtype};
 
 use crate::device::Device;
 use crate::error::{Error, Result};
-use crate::host::{is_col_contiguous, is_row_contiguous};
+use crate::host::is_row_contiguous;
 use crate::simd::multiversion;
 
 /// Smaller matrices go through MLX's matmul (its `sgemm` is quick enough
@@ -33,13 +43,17 @@ pub const MIN_MATRIX_ELEMENTS: usize = 4 * 1024;
 /// `a · b` (MLX's matmul shapes) computed here when one side is a single
 /// row (of any rank, its other axes of size 1) or column and the other a
 /// float32 matrix of at least [`MIN_MATRIX_ELEMENTS`] elements, stored
-/// row-major or column-major, on a CPU stream; `None` otherwise (the caller
-/// runs MLX's matmul).
+/// row-major or column-major (rows or columns evenly apart), or a batch of
+/// rows times a batch of such matrices ([`batched_row_product`]), on a CPU
+/// stream; `None` otherwise (the caller runs MLX's matmul).
 pub fn vector_product(a: &Array, b: &Array) -> Result<Option<Array>> {
     if a.dtype() != Dtype::Float32 || b.dtype() != Dtype::Float32 {
         return Ok(None);
     }
     let (sa, sb) = (a.shape(), b.shape());
+    if sa.len() >= 3 && sb.len() == sa.len() {
+        return batched_row_product(a, b);
+    }
     // row · matrix: a of [.., 1, k] (every axis but the last of size 1: a
     // batch of one) by [k, n]; matrix · column: [m, k] by [k, 1] or [k]
     let one_row = |s: &[i32]| {
@@ -55,11 +69,7 @@ pub fn vector_product(a: &Array, b: &Array) -> Result<Option<Array>> {
         return Ok(None);
     }
     mlx_rs::transforms::eval([vector, matrix])?;
-    let column_major = if is_row_contiguous(matrix)? {
-        false
-    } else if is_col_contiguous(matrix)? {
-        true
-    } else {
+    let Some(Layout { column_major, ld }) = layout(matrix) else {
         return Ok(None);
     };
     // (a vector is contiguous either way; a strided one goes to MLX)
@@ -67,13 +77,14 @@ pub fn vector_product(a: &Array, b: &Array) -> Result<Option<Array>> {
         return Ok(None);
     }
     let (rows, cols) = (matrix.shape()[0] as usize, matrix.shape()[1] as usize);
-    // the matrix as stored: row-major, or the row-major transpose
+    // the matrix as stored: row-major, or the row-major transpose, its
+    // rows `ld` values apart
     let (stored_rows, stored_cols) = if column_major {
         (cols, rows)
     } else {
         (rows, cols)
     };
-    let stored = values(matrix, rows * cols)?;
+    let stored = values(matrix, (stored_rows - 1) * ld + stored_cols)?;
     let len = if row_times { cols } else { rows };
     let x = values(vector, if row_times { rows } else { cols })?;
     let mut y = vec![0.0f32; len];
@@ -82,10 +93,10 @@ pub fn vector_product(a: &Array, b: &Array) -> Result<Option<Array>> {
     // the second one dot product per stored row; column-major swaps them.
     if row_times != column_major {
         debug_assert_eq!((x.len(), y.len()), (stored_rows, stored_cols));
-        scaled_rows(x, stored, &mut y);
+        scaled_rows(x, stored, ld, &mut y);
     } else {
         debug_assert_eq!((x.len(), y.len()), (stored_cols, stored_rows));
-        row_dots(stored, x, &mut y);
+        row_dots(stored, ld, x, &mut y);
     }
     // MLX's matmul shapes: a's leading axes and n; m, and 1 for a column
     let shape: Vec<i32> = if row_times {
@@ -102,8 +113,143 @@ pub fn vector_product(a: &Array, b: &Array) -> Result<Option<Array>> {
     Ok(Some(Array::from_slice(&y, &shape)))
 }
 
-/// The `len` values of an evaluated, contiguous float32 array (row- or
-/// column-major: its storage in order).
+/// `a · b` for a batch of single rows: `a` of shape `[B.., 1, k]` times `b`
+/// of `[B.., k, n]` (the same batch axes `B`: attention's scores and
+/// weighted values at a decoding step, one query row per head), float32
+/// on a CPU stream, with at least [`MIN_MATRIX_ELEMENTS`] elements of `b`
+/// in all. `b` may be a strided view (the transposed heads of a key or
+/// value cache): each of its matrices needs one unit stride, the other
+/// stride at least the matrix's width, and the batch axes any strides.
+/// MLX's matmul copies such a view into a contiguous array first (its BLAS
+/// call takes only exact leading dimensions); here it is read in place.
+/// `None` for anything else (the caller runs MLX's matmul).
+fn batched_row_product(a: &Array, b: &Array) -> Result<Option<Array>> {
+    if a.dtype() != Dtype::Float32 || b.dtype() != Dtype::Float32 {
+        return Ok(None);
+    }
+    let (sa, sb) = (a.shape(), b.shape());
+    let rank = sa.len();
+    let (batch_shape, matrix_shape) = sb.split_at(rank - 2);
+    if sa[..rank - 2] != *batch_shape || sa[rank - 2] != 1 || sa[rank - 1] != matrix_shape[0] {
+        return Ok(None);
+    }
+    let (k, n) = (matrix_shape[0] as usize, matrix_shape[1] as usize);
+    let batch: usize = batch_shape.iter().map(|&d| d as usize).product();
+    if k < 2 || n < 2 || batch * k * n < MIN_MATRIX_ELEMENTS || !Device::current_is_cpu() {
+        return Ok(None);
+    }
+    mlx_rs::transforms::eval([a, b])?;
+    let (Some(strides_a), Some(strides_b)) = (strides(a), strides(b)) else {
+        return Ok(None);
+    };
+    // a's rows in order; b's matrices as rows of n values `ld` apart, or
+    // columns of k values `ld` apart
+    if strides_a[rank - 1] != 1 {
+        return Ok(None);
+    }
+    let Some(Layout { column_major, ld }) = matrix_layout(matrix_shape, &strides_b[rank - 2..])
+    else {
+        return Ok(None);
+    };
+    let (Some(span_a), Some(span_b)) = (span(sa, &strides_a), span(sb, &strides_b)) else {
+        return Ok(None);
+    };
+    let (xs, ms) = (values(a, span_a)?, values(b, span_b)?);
+    let offsets_a = batch_offsets(batch_shape, &strides_a[..rank - 2]);
+    let offsets_b = batch_offsets(batch_shape, &strides_b[..rank - 2]);
+    let mut out = vec![0.0f32; batch * n];
+    for ((y, &off_a), &off_b) in out.chunks_exact_mut(n).zip(&offsets_a).zip(&offsets_b) {
+        let x = &xs[off_a..off_a + k];
+        if column_major {
+            // column j of the matrix: k values from off_b + j·ld
+            row_dots(&ms[off_b..off_b + (n - 1) * ld + k], ld, x, y);
+        } else {
+            scaled_rows(x, &ms[off_b..off_b + (k - 1) * ld + n], ld, y);
+        }
+    }
+    let mut shape = sa.to_vec();
+    shape[rank - 1] = n as i32;
+    Ok(Some(Array::from_slice(&out, &shape)))
+}
+
+/// How a matrix's elements lie in memory: rows (`column_major`: columns)
+/// of contiguous values, each `ld` values after the one before (at least
+/// their length: the leading dimension of BLAS).
+struct Layout {
+    column_major: bool,
+    ld: usize,
+}
+
+/// The layout of an evaluated matrix (a rank-2 array), or `None` when it
+/// has neither (a broadcast, every other column, a negative stride).
+fn layout(matrix: &Array) -> Option<Layout> {
+    matrix_layout(matrix.shape(), &strides(matrix)?)
+}
+
+/// The layout of a matrix of `shape` (rows, columns) and `strides`: one of
+/// them 1, the other at least the length of what it steps over (an axis of
+/// size 1 may have any stride: it is never stepped over).
+fn matrix_layout(shape: &[i32], strides: &[usize]) -> Option<Layout> {
+    let (&[rows, cols], &[row_stride, col_stride]) = (shape, strides) else {
+        return None;
+    };
+    let (rows, cols) = (rows as usize, cols as usize);
+    if cols == 1 || col_stride == 1 {
+        let ld = if rows == 1 { cols } else { row_stride };
+        (ld >= cols).then_some(Layout {
+            column_major: false,
+            ld,
+        })
+    } else if rows == 1 || row_stride == 1 {
+        let ld = if cols == 1 { rows } else { col_stride };
+        (ld >= rows).then_some(Layout {
+            column_major: true,
+            ld,
+        })
+    } else {
+        None
+    }
+}
+
+/// An evaluated array's strides in elements, or `None` if one is negative
+/// (MLX keeps them as signed integers; a reversed view has a negative one).
+fn strides(array: &Array) -> Option<Vec<usize>> {
+    let strides = array.strides();
+    strides
+        .iter()
+        .all(|&s| s <= isize::MAX as usize)
+        .then(|| strides.to_vec())
+}
+
+/// How many elements from its data pointer on an array of `shape` and
+/// `strides` addresses: one past its last element's offset (`None` on
+/// overflow; an empty array has none, and is never asked).
+fn span(shape: &[i32], strides: &[usize]) -> Option<usize> {
+    shape.iter().zip(strides).try_fold(1usize, |acc, (&d, &s)| {
+        (d as usize)
+            .checked_sub(1)?
+            .checked_mul(s)?
+            .checked_add(acc)
+    })
+}
+
+/// The offset of every index of the batch axes `shape` (row-major order)
+/// under `strides`.
+fn batch_offsets(shape: &[i32], strides: &[usize]) -> Vec<usize> {
+    shape
+        .iter()
+        .zip(strides)
+        .fold(vec![0usize], |offsets, (&d, &s)| {
+            offsets
+                .iter()
+                .flat_map(|&o| (0..d as usize).map(move |i| o + i * s))
+                .collect()
+        })
+}
+
+/// The `len` values of an evaluated float32 array from its data pointer on:
+/// its storage in order for a contiguous array (row- or column-major), or
+/// the [`span`] of a strided one.
 fn values(array: &Array, len: usize) -> Result<&[f32]> {
     // SAFETY: `array` is a live, evaluated float32 array (checked by the
     // caller), so its data pointer is set; mlx_array_data_float32 returns it.
@@ -113,36 +259,43 @@ fn values(array: &Array, len: usize) -> Result<&[f32]> {
             "an evaluated array has no float32 data".into(),
         ));
     }
-    // SAFETY: the array is contiguous (checked by the caller) with `len`
-    // elements, so its storage is `len` float32 values from `data`, aligned
-    // (checked); the slice borrows `array`, which keeps the buffer alive, and
-    // nothing writes to an evaluated array.
+    // SAFETY: the caller passes a contiguous array's element count, or the
+    // span of the offsets its shape and non-negative strides address from
+    // the data pointer: MLX's buffer holds every element of the view, so
+    // `len` float32 values from `data` lie in it; `data` is aligned
+    // (checked); the slice borrows `array`, which keeps the buffer alive,
+    // and nothing writes to an evaluated array.
     Ok(unsafe { std::slice::from_raw_parts(data, len) })
 }
 
 multiversion!(
-    /// y = Σ_i x[i] · rows[i] (`rows`: x.len() rows of y.len() values).
+    /// y = Σ_i x[i] · rows[i] (`rows`: x.len() rows of y.len() values,
+    /// each `stride` values after the one before).
     fn scaled_rows = scaled_rows_avx512, scaled_rows_avx2, scaled_rows_plain(
         x: &[f32],
         rows: &[f32],
+        stride: usize,
         y: &mut [f32],
     );
 );
 
 #[inline(always)]
-fn scaled_rows_plain(x: &[f32], rows: &[f32], y: &mut [f32]) {
+fn scaled_rows_plain(x: &[f32], rows: &[f32], stride: usize, y: &mut [f32]) {
     y.fill(0.0);
-    for (&xi, row) in x.iter().zip(rows.chunks_exact(y.len())) {
-        for (yj, &r) in y.iter_mut().zip(row) {
+    let len = y.len();
+    for (&xi, row) in x.iter().zip(rows.chunks(stride)) {
+        for (yj, &r) in y.iter_mut().zip(&row[..len]) {
             *yj += xi * r;
         }
     }
 }
 
 multiversion!(
-    /// y[i] = rows[i] · x (`rows`: y.len() rows of x.len() values).
+    /// y[i] = rows[i] · x (`rows`: y.len() rows of x.len() values, each
+    /// `stride` values after the one before).
     fn row_dots = row_dots_avx512, row_dots_avx2, row_dots_plain(
         rows: &[f32],
+        stride: usize,
         x: &[f32],
         y: &mut [f32],
     );
@@ -153,8 +306,9 @@ multiversion!(
 const LANES: usize = 16;
 
 #[inline(always)]
-fn row_dots_plain(rows: &[f32], x: &[f32], y: &mut [f32]) {
-    for (yi, row) in y.iter_mut().zip(rows.chunks_exact(x.len())) {
+fn row_dots_plain(rows: &[f32], stride: usize, x: &[f32], y: &mut [f32]) {
+    for (yi, row) in y.iter_mut().zip(rows.chunks(stride)) {
+        let row = &row[..x.len()];
         let mut sums = [0.0f32; LANES];
         let (row_body, row_tail) = row.split_at(row.len() - row.len() % LANES);
         let (x_body, x_tail) = x.split_at(row_body.len());
@@ -258,13 +412,13 @@ mod tests {
         let xr = sample(r, 6);
         let xc = sample(c, 7);
         let mut plain_rows = vec![0.0; c];
-        scaled_rows_plain(&xr, &m, &mut plain_rows);
+        scaled_rows_plain(&xr, &m, c, &mut plain_rows);
         let mut plain_dots = vec![0.0; r];
-        row_dots_plain(&m, &xc, &mut plain_dots);
+        row_dots_plain(&m, c, &xc, &mut plain_dots);
         let mut best_rows = vec![0.0; c];
-        scaled_rows(&xr, &m, &mut best_rows);
+        scaled_rows(&xr, &m, c, &mut best_rows);
         let mut best_dots = vec![0.0; r];
-        row_dots(&m, &xc, &mut best_dots);
+        row_dots(&m, c, &xc, &mut best_dots);
         let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
         assert_eq!(bits(&plain_rows), bits(&best_rows));
         assert_eq!(bits(&plain_dots), bits(&best_dots));
@@ -274,12 +428,123 @@ mod tests {
             let mut dots2 = vec![0.0; r];
             // SAFETY: the CPU has AVX2 (checked just above).
             unsafe {
-                scaled_rows_avx2(&xr, &m, &mut rows2);
-                row_dots_avx2(&m, &xc, &mut dots2);
+                scaled_rows_avx2(&xr, &m, c, &mut rows2);
+                row_dots_avx2(&m, c, &xc, &mut dots2);
             }
             assert_eq!(bits(&plain_rows), bits(&rows2));
             assert_eq!(bits(&plain_dots), bits(&dots2));
         }
+    }
+
+    /// A decoding step's attention: one query row per head times the keys'
+    /// transpose and the values, both strided views of a `[1, len, heads,
+    /// dim]` cache, as a language model keeps it.
+    #[test]
+    fn batched_rows_times_strided_views_of_a_cache() {
+        let (len, heads, dim) = (48usize, 4usize, 64usize);
+        let cache = sample(len * heads * dim, 3);
+        let q = sample(heads * dim, 4);
+        let w = sample(heads * len, 5);
+        let at = |s: usize, h: usize, d: usize| cache[(s * heads + h) * dim + d] as f64;
+        // scores[h][s] = Σ_d q[h][d] · cache[s][h][d]; out[h][d] = Σ_s w[h][s] · cache[s][h][d]
+        let scores: Vec<f64> = (0..heads)
+            .flat_map(|h| (0..len).map(move |s| (h, s)))
+            .map(|(h, s)| (0..dim).map(|d| q[h * dim + d] as f64 * at(s, h, d)).sum())
+            .collect();
+        let out: Vec<f64> = (0..heads)
+            .flat_map(|h| (0..dim).map(move |d| (h, d)))
+            .map(|(h, d)| (0..len).map(|s| w[h * len + s] as f64 * at(s, h, d)).sum())
+            .collect();
+        let (l, h, d) = (len as i32, heads as i32, dim as i32);
+        let got = run_blocking(Device::Cpu, move || {
+            let cache = Array::from_slice(&cache, &[1, l, h, d]);
+            // [1, heads, len, dim] and [1, heads, dim, len] views
+            let values = mlx_rs::ops::transpose_axes(&cache, &[0, 2, 1, 3])?;
+            let keys_t = mlx_rs::ops::transpose_axes(&cache, &[0, 2, 3, 1])?;
+            let q = Array::from_slice(&q, &[1, h, 1, d]);
+            let w = Array::from_slice(&w, &[1, h, 1, l]);
+            let run = |a: &Array, b: &Array| -> Result<(Vec<i32>, Vec<f32>)> {
+                let p = vector_product(a, b)?.expect("computed here");
+                Ok((p.shape().to_vec(), p.as_slice::<f32>().to_vec()))
+            };
+            Ok((run(&q, &keys_t)?, run(&w, &values)?))
+        })
+        .unwrap();
+        let ((scores_shape, got_scores), (out_shape, got_out)) = got;
+        assert_eq!(scores_shape, [1, h, 1, l]);
+        assert_eq!(out_shape, [1, h, 1, d]);
+        for (g, want) in got_scores
+            .iter()
+            .zip(&scores)
+            .chain(got_out.iter().zip(&out))
+        {
+            assert!(
+                (*g as f64 - want).abs() <= 1e-4 * want.abs().max(1.0),
+                "{g} vs {want}"
+            );
+        }
+    }
+
+    /// A weight matrix that is a block of columns of a wider one (a fused
+    /// query/key/value projection split in three, as a loaded GPT-2 has
+    /// them), and its transpose: rows or columns `ld` apart.
+    #[test]
+    fn one_row_times_a_block_of_a_wider_matrix() {
+        let (k, wide, n) = (256usize, 768usize, 256usize);
+        let x = sample(k, 8);
+        let w = sample(k * wide, 9);
+        // the middle block: columns n .. 2n
+        let block: Vec<f32> = (0..k * n).map(|i| w[(i / n) * wide + n + i % n]).collect();
+        let want = reference(&x, &block, 1, k, n);
+        let want_t = {
+            // blockᵀ · x: row j of the transpose is column j of the block
+            let t: Vec<f32> = (0..n * k).map(|i| block[(i % k) * n + i / k]).collect();
+            reference(&t, &x, n, k, 1)
+        };
+        let (got, got_t) = run_blocking(Device::Cpu, move || {
+            let w = Array::from_slice(&w, &[k as i32, wide as i32]);
+            let block =
+                crate::ops::shape::slice(&w, &[0, n as i64], &[k as i64, 2 * n as i64], &[1, 1])?;
+            let x_row = Array::from_slice(&x, &[1, 1, k as i32]);
+            let x_col = Array::from_slice(&x, &[k as i32, 1]);
+            let p = vector_product(&x_row, &block)?.expect("computed here");
+            let block_t = mlx_rs::ops::transpose(&block)?;
+            let q = vector_product(&block_t, &x_col)?.expect("computed here");
+            assert_eq!(p.shape(), [1, 1, n as i32]);
+            assert_eq!(q.shape(), [n as i32, 1]);
+            Ok((p.as_slice::<f32>().to_vec(), q.as_slice::<f32>().to_vec()))
+        })
+        .unwrap();
+        for (g, want) in got.iter().zip(&want).chain(got_t.iter().zip(&want_t)) {
+            assert!(
+                (*g as f64 - want).abs() <= 1e-4 * want.abs().max(1.0),
+                "{g} vs {want}"
+            );
+        }
+    }
+
+    #[test]
+    fn batched_products_mlx_runs_are_left_to_it() {
+        let left = run_blocking(Device::Cpu, || {
+            let b = Array::from_slice(&vec![1.0f32; 4 * 64 * 48], &[4, 64, 48]);
+            let row = Array::from_slice(&[1.0f32; 4 * 64], &[4, 1, 64]);
+            let two_rows = Array::from_slice(&[1.0f32; 4 * 2 * 64], &[4, 2, 64]);
+            let other_batch = Array::from_slice(&[1.0f32; 2 * 64], &[2, 1, 64]);
+            let small = Array::from_slice(&[1.0f32; 2 * 8 * 8], &[2, 8, 8]);
+            let small_row = Array::from_slice(&[1.0f32; 2 * 8], &[2, 1, 8]);
+            // a matrix of neither layout: every other column of a wider one
+            let wide = Array::from_slice(&vec![1.0f32; 4 * 64 * 96], &[4, 64, 96]);
+            let gappy = crate::ops::shape::slice(&wide, &[0, 0, 0], &[4, 64, 96], &[1, 1, 2])?;
+            Ok(vec![
+                vector_product(&two_rows, &b)?.is_none(),
+                vector_product(&other_batch, &b)?.is_none(),
+                vector_product(&small_row, &small)?.is_none(),
+                vector_product(&row, &gappy)?.is_none(),
+                vector_product(&row, &b)?.is_some(),
+            ])
+        })
+        .unwrap();
+        assert_eq!(left, [true, true, true, true, true]);
     }
 
     #[test]
@@ -325,8 +590,8 @@ mod tests {
             let mut yc = vec![0.0; r];
             println!(
                 "{r}x{c}: scaled rows {:.1} us, row dots {:.1} us",
-                time(&mut || scaled_rows(&xr, &m, &mut yr)),
-                time(&mut || row_dots(&m, &xc, &mut yc))
+                time(&mut || scaled_rows(&xr, &m, c, &mut yr)),
+                time(&mut || row_dots(&m, c, &xc, &mut yc))
             );
         }
     }
