@@ -14,6 +14,13 @@ if Code.ensure_loaded?(Nx) do
     devices and backends. Operations are lazy MLX graphs, computed when data
     is read.
 
+    A slice shares its source's memory when its elements lie together in it
+    (some rows of a matrix). One that would skip elements between its own
+    (some columns) gets a buffer of its own: a strided view would keep its
+    whole source alive and be copied again by every matrix product reading
+    it (as when Bumblebee splits a GPT-2's fused query/key/value weight in
+    three). Inside `ExMLX.Compiler` programs slices stay views.
+
     ## Types
 
     Every Nx type is supported: `{:f, 64}` is real float64 on `:cpu` (MLX
@@ -416,6 +423,25 @@ if Code.ensure_loaded?(Nx) do
       end
     end
 
+    # Whether a slice of a row-major tensor of `shape` skips elements between
+    # its own: an axis steps over some, or an axis before the last one cut
+    # short holds more than one index.
+    defp strided_slice?(shape, lengths, strides) do
+      dims = Tuple.to_list(shape)
+      stepped = Enum.zip(lengths, strides) |> Enum.any?(fn {l, s} -> s > 1 and l > 1 end)
+
+      case Enum.zip(dims, lengths)
+           |> Enum.with_index()
+           |> Enum.filter(fn {{d, l}, _} -> l < d end) do
+        [] ->
+          stepped
+
+        cut ->
+          {_, last_cut} = List.last(cut)
+          stepped or Enum.any?(Enum.take(lengths, last_cut), &(&1 > 1))
+      end
+    end
+
     # -------------------------------------------------------------------------
     # Types
     # -------------------------------------------------------------------------
@@ -523,7 +549,17 @@ if Code.ensure_loaded?(Nx) do
           end)
 
         stops = Enum.zip_with(starts, lengths, &(&1 + &2))
-        defer(out, :slice, [r], [starts, stops, strides])
+
+        # An eager slice that would be a strided view (some columns of a
+        # matrix: a fused weight split in three as Bumblebee loads GPT-2's)
+        # gets a buffer of its own: a view keeps its whole source alive, and
+        # every matrix product that reads it would copy it again. (In a
+        # program a view is kept: no copy per call.)
+        if strided_slice?(shape, lengths, strides) and not Op.recording?([r]) do
+          defer(out, :contiguous, [op(:slice, [r], [starts, stops, strides])], [])
+        else
+          defer(out, :slice, [r], [starts, stops, strides])
+        end
       else
         starts_ref = starts_ref(starts, device_of(tensor))
         block = op(:dynamic_slice, [r, starts_ref], [lengths])

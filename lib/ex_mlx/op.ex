@@ -268,6 +268,12 @@ defmodule ExMLX.Op do
   defp block_slots({instructions, outputs}, slot),
     do: {Enum.map(instructions, &slots(&1, slot)), Enum.map(outputs, slot)}
 
+  @doc """
+  Whether an op on `inputs` (references) would be recorded into the program
+  being recorded (`record_program/3`) rather than run.
+  """
+  def recording?(inputs), do: recorded?(inputs)
+
   defp recorded?(inputs) do
     case Process.get(@recorder) do
       nil -> false

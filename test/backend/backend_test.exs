@@ -297,6 +297,32 @@ if Code.ensure_loaded?(Nx) do
       end
     end
 
+    test "an eager slice of some columns has a buffer of its own: its source is freed when dropped" do
+      mb = 1024 * 1024
+      ExMLX.TestHelpers.settle()
+      baseline = ExMLX.Memory.stats().active
+      parent = self()
+
+      # a 64 MB matrix, and its first 1,024 of 4,096 columns (16 MB), made in
+      # a process that then ends: only the slice outlives it
+      spawn(fn ->
+        source = Nx.iota({4096, 4096}, type: :f32, backend: ExMLX.Backend)
+        block = Nx.slice_along_axis(source, 0, 1024, axis: 1)
+        # (evaluated: element [1, 5] is 1 · 4096 + 5)
+        assert Nx.to_number(block[[1, 5]]) == 4101.0
+        send(parent, {:block, block})
+      end)
+
+      block = receive do: ({:block, b} -> b)
+      ExMLX.TestHelpers.settle()
+      held = ExMLX.Memory.stats().active - baseline
+      # a strided view would have kept the whole 64 MB alive
+      assert held >= 16 * mb and held < 32 * mb, "#{div(held, mb)} MB held"
+      assert block.shape == {4096, 1024}
+      assert Nx.to_number(block[[4095, 1023]]) == 4095.0 * 4096 + 1023
+      assert Nx.to_flat_list(block[[2, 0..3]]) == [8192.0, 8193.0, 8194.0, 8195.0]
+    end
+
     test "to_batched with :repeat and :discard" do
       t = Nx.iota({5, 2}, backend: ExMLX.Backend)
       batches = Nx.to_batched(t, 2) |> Enum.map(&Nx.to_flat_list/1)

@@ -23,6 +23,14 @@ defmodule ExMLX.OpsMoreTest do
       assert ExMLX.take(t, idx |> ExMLX.slice([1], [2]), 0) |> ExMLX.to_list() == [0, 1, 2]
     end
 
+    test "contiguous copies a strided view in row-major order", %{t: t} do
+      # columns 1..2 of [[0, 1, 2], [3, 4, 5]], and the transpose of that
+      columns = ExMLX.slice(t, [0, 1], [2, 3])
+      assert columns |> ExMLX.contiguous() |> ExMLX.to_list() == [1, 2, 4, 5]
+      assert columns |> ExMLX.transpose() |> ExMLX.contiguous() |> ExMLX.to_list() == [1, 4, 2, 5]
+      assert ExMLX.contiguous(t) |> ExMLX.to_list() == [0, 1, 2, 3, 4, 5]
+    end
+
     test "take_along_axis", %{t: t} do
       idx = ExMLX.reshape(s32([1, 1, 0, 2, 2, 0]), {2, 3})
       assert ExMLX.take_along_axis(t, idx, 1) |> ExMLX.to_list() == [1, 1, 0, 5, 5, 3]

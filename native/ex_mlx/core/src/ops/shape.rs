@@ -239,6 +239,12 @@ pub fn pad(a: &Array, widths: &[(i64, i64)], value: &Array) -> Result<Array> {
     Ok(ops::pad(&out, ops::PadWidth::Widths(&pads), value, None)?)
 }
 
+/// `a`'s elements in a buffer of their own, row-major (MLX's `contiguous`:
+/// a copy only when `a` is not row-contiguous when evaluated).
+pub fn contiguous(a: &Array) -> Result<Array> {
+    Ok(a.contiguous()?)
+}
+
 /// The elements `starts[i] .. stops[i]` (every `strides[i]`-th) of each axis:
 /// a view, not a copy, until something forces it.
 pub fn slice(a: &Array, starts: &[i64], stops: &[i64], strides: &[i64]) -> Result<Array> {

@@ -917,6 +917,13 @@ op_table! {
         ///     iex> ExMLX.iota({:u, 8}, {10}) |> ExMLX.slice([1], [8], [3]) |> ExMLX.to_list()
         ///     [1, 4, 7]
         slice(tensor; starts: Ints, stops: Ints, #[positional] strides: OptInts = "nil") -> same [view] => shape::slice(tensor, &starts, &stops, &strides.unwrap_or_else(|| ones(starts.len())));
+        /// The tensor's elements in a buffer of their own, in row-major
+        /// order: a copy of a strided view (some columns of a matrix, a
+        /// transpose), the tensor itself when it is contiguous already.
+        ///
+        ///     iex> ExMLX.iota({:u, 8}, {2, 3}) |> ExMLX.transpose() |> ExMLX.contiguous() |> ExMLX.to_list()
+        ///     [0, 3, 1, 4, 2, 5]
+        contiguous(tensor) -> same => shape::contiguous(tensor);
         /// The lower triangle of the last two axes: the elements on and below
         /// diagonal `k` (0 the main one, positive above it, negative below),
         /// zeros elsewhere. Rank 2 or more.
