@@ -75,7 +75,7 @@ if Code.ensure_loaded?(Nx) do
       # the arguments' structure and templates: `fun` may give another graph
       # for `{x}` than for `x` (Nx.Defn.Compiler's docs ask for this)
       fuse = fuse?(opts)
-      templates = Enum.map(vars, &Composite.traverse(&1, fn t -> template(t) end))
+      templates = Enum.map(vars, &key_template/1)
       # (named hooks given at the call decide which hooks inside loops run)
       hooked = opts |> Keyword.get(:hooks, %{}) |> Map.keys() |> Enum.sort()
       cache_key = {function_key(key), device, fuse, templates, hooked}
@@ -130,6 +130,25 @@ if Code.ensure_loaded?(Nx) do
       do: {shape, type, names, v}
 
     defp template(other), do: other
+
+    # An argument with its tensors replaced by their templates: what
+    # `Composite.traverse(arg, &template/1)` gives, made on every call, so
+    # plain maps (model parameters: Axon's, Bumblebee's) are mapped in place
+    # instead of sorted and rebuilt as Nx.Container's traversal does.
+    defp key_template(%Nx.Tensor{} = t), do: template(t)
+
+    defp key_template(map) when is_map(map) and not is_struct(map),
+      do: :maps.map(fn _key, value -> key_template(value) end, map)
+
+    defp key_template(tuple) when is_tuple(tuple),
+      do: tuple |> Tuple.to_list() |> Enum.map(&key_template/1) |> List.to_tuple()
+
+    defp key_template(%Complex{} = c), do: c
+
+    defp key_template(%_{} = struct),
+      do: struct |> Nx.Container.traverse(nil, &{key_template(&1), &2}) |> elem(0)
+
+    defp key_template(other), do: other
 
     # -------------------------------------------------------------------------
     # Compiling: record the backend's ops on symbolic inputs

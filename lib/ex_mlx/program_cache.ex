@@ -23,16 +23,15 @@ defmodule ExMLX.ProgramCache do
 
   @doc "The entry of `key`, or `compile.()`'s result, stored under `key`."
   def fetch(key, compile) do
-    case :ets.lookup(@table, key) do
-      [{^key, compiled}] ->
-        compiled
-
-      [] ->
-        compiled = compile.()
-        if :ets.info(@table, :size) >= @max_entries, do: :ets.delete_all_objects(@table)
-        :ets.insert(@table, {key, compiled})
-        compiled
-    end
+    # (lookup_element copies only the value out of the table; a key holds
+    # every argument's template: a model's parameters make it large)
+    :ets.lookup_element(@table, key, 2)
+  rescue
+    ArgumentError ->
+      compiled = compile.()
+      if :ets.info(@table, :size) >= @max_entries, do: :ets.delete_all_objects(@table)
+      :ets.insert(@table, {key, compiled})
+      compiled
   end
 
   @doc """
