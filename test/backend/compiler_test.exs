@@ -313,6 +313,25 @@ if Code.ensure_loaded?(Nx) do
       end
     end
 
+    test "closures of one code that captured other values keep their own programs, called in turn" do
+      # (each process looks among its last programs by the key's value: the
+      # same function term, an equal one, a function of other captures)
+      funs =
+        for k <- 1..10,
+            do: {k, Nx.Defn.jit(fn x -> Nx.multiply(x, k) end, compiler: ExMLX.Compiler)}
+
+      x = Nx.tensor([1.0, 2.0])
+
+      for _round <- 1..3, {k, f} <- Enum.shuffle(funs) do
+        assert Nx.to_flat_list(f.(x)) == [1.0 * k, 2.0 * k]
+      end
+
+      # a copy of a function term (equal, at another address) finds its program
+      {k, f} = hd(funs)
+      copy = :erlang.binary_to_term(:erlang.term_to_binary(f))
+      assert Nx.to_flat_list(copy.(x)) == [1.0 * k, 2.0 * k]
+    end
+
     test "arguments of another structure, same tensors, get their own program" do
       assert %Nx.Tensor{} = compiled(&Funs.identity/1, [1])
       assert {%Nx.Tensor{} = t} = compiled(&Funs.identity/1, [{1}])
