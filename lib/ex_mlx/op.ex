@@ -296,12 +296,7 @@ defmodule ExMLX.Op do
     {ids, state} = Enum.map_reduce(inputs, state, &value_id(&1, &2))
     count = length(ExMLX.OpTable.fetch!(name).results)
     type = if cast == :any, do: nil, else: cast
-    refs = for _ <- 1..count, do: make_ref()
-
-    values =
-      refs
-      |> Enum.with_index(state.results)
-      |> Enum.reduce(state.values, fn {ref, r}, acc -> Map.put(acc, ref, {{:res, r}, type}) end)
+    {refs, values} = new_results(count, state.values, state.results, type)
 
     Process.put(@recorder, %{
       state
@@ -311,6 +306,24 @@ defmodule ExMLX.Op do
     })
 
     Enum.map(refs, &{&1, nil, type, state.device})
+  end
+
+  # `count` new results of `type` numbered from `r`: their references and
+  # `values` with them (most ops have one result).
+  defp new_results(1, values, r, type) do
+    ref = make_ref()
+    {[ref], Map.put(values, ref, {{:res, r}, type})}
+  end
+
+  defp new_results(count, values, r, type) do
+    refs = for _ <- 1..count, do: make_ref()
+
+    values =
+      refs
+      |> Enum.with_index(r)
+      |> Enum.reduce(values, fn {ref, i}, acc -> Map.put(acc, ref, {{:res, i}, type}) end)
+
+    {refs, values}
   end
 
   # The id of a value: a recorded one's, or a real tensor's as a constant.

@@ -23,6 +23,7 @@ if Code.ensure_loaded?(Nx) do
 
     @creation_ops [:eye, :iota, :from_binary]
     @hooks :ex_mlx_lowering_hooks
+    @scopes :ex_mlx_lowering_scopes
 
     @doc """
     Evaluates `expr` on `params` (functions returning the input tensors,
@@ -34,18 +35,23 @@ if Code.ensure_loaded?(Nx) do
       state = %{
         params: params,
         device: device,
-        scope: Tree.scope_ids(expr),
+        scope: lazy_scope(expr),
         nested: false,
         hooked: MapSet.new(hooked)
       }
 
       previous = Process.put(@hooks, [])
+      previous_scopes = Process.put(@scopes, %{})
 
       try do
         {result, _cache} = composite_eval(expr, state, %{})
         {result, Enum.reverse(Process.get(@hooks))}
       after
         if previous, do: Process.put(@hooks, previous), else: Process.delete(@hooks)
+
+        if previous_scopes,
+          do: Process.put(@scopes, previous_scopes),
+          else: Process.delete(@scopes)
       end
     end
 
@@ -181,10 +187,11 @@ if Code.ensure_loaded?(Nx) do
     end
 
     defp eval_apply(:cond, %T{data: %Expr{args: [clauses, last]}}, state, cache) do
+      state = %{state | scope: scope_ids(state.scope)}
       cache = parents_first([last | Enum.flat_map(clauses, &Tuple.to_list/1)], state, cache)
       leaves = Composite.flatten_list([last])
       types = Enum.map(leaves, &ExMLX.Backend.storage_type(&1.type))
-      inner = fn expr -> %{state | scope: Tree.scope_ids(expr, state.scope), nested: true} end
+      inner = fn expr -> %{state | scope: lazy_scope(expr, state.scope), nested: true} end
 
       body_refs = fn body, body_cache ->
         {values, _} = composite_eval(body, inner.(body), body_cache)
@@ -253,7 +260,31 @@ if Code.ensure_loaded?(Nx) do
     # The state of a scope that sees only its parameters (a while body, a
     # function, a block's default expression).
     defp closed(state, expr, params),
-      do: %{state | params: params, scope: Tree.scope_ids(expr)}
+      do: %{state | params: params, scope: lazy_scope(expr)}
+
+    # A scope's node ids (Nx.Defn.Tree.scope_ids/2), computed the first time
+    # a `cond` needs them: walking a graph for them took 13% of lowering
+    # Axon's LSTM training step, which has no `cond`. A scope is named by a
+    # reference; its ids, once computed, are kept for the lowering's length.
+    defp lazy_scope(expr, parent \\ %{}), do: {:lazy_scope, make_ref(), expr, parent}
+
+    defp scope_ids({:lazy_scope, ref, expr, parent}) do
+      case Process.get(@scopes) do
+        %{^ref => ids} ->
+          ids
+
+        %{} = scopes ->
+          ids = Tree.scope_ids(expr, parent)
+          Process.put(@scopes, Map.put(scopes, ref, ids))
+          ids
+
+        # (outside lower/4: nothing to keep them in)
+        nil ->
+          Tree.scope_ids(expr, parent)
+      end
+    end
+
+    defp scope_ids(ids) when is_map(ids), do: ids
 
     # Computes, in the current scope, the values of the parents' nodes that
     # the `cond` clauses `exprs` read, so that the clauses share them.
