@@ -203,7 +203,13 @@ defmodule ExMLX.Op do
     {{Enum.reverse(state.instructions), ids}, carry}
   end
 
-  # New values of `types`: their references and the state.
+  # New values of `types`: their references and the state (most ops have
+  # one result).
+  defp new_values(%{values: values, results: r} = state, [type]) do
+    ref = make_ref()
+    {[ref], %{state | values: Map.put(values, ref, {{:res, r}, type}), results: r + 1}}
+  end
+
   defp new_values(state, types) do
     refs = Enum.map(types, fn _ -> make_ref() end)
 
@@ -296,34 +302,14 @@ defmodule ExMLX.Op do
     {ids, state} = Enum.map_reduce(inputs, state, &value_id(&1, &2))
     count = length(ExMLX.OpTable.fetch!(name).results)
     type = if cast == :any, do: nil, else: cast
-    {refs, values} = new_results(count, state.values, state.results, type)
+    {refs, state} = new_values(state, List.duplicate(type, count))
 
     Process.put(@recorder, %{
       state
-      | values: values,
-        instructions: [{name, ids, params, cast, count} | state.instructions],
-        results: state.results + count
+      | instructions: [{name, ids, params, cast, count} | state.instructions]
     })
 
     Enum.map(refs, &{&1, nil, type, state.device})
-  end
-
-  # `count` new results of `type` numbered from `r`: their references and
-  # `values` with them (most ops have one result).
-  defp new_results(1, values, r, type) do
-    ref = make_ref()
-    {[ref], Map.put(values, ref, {{:res, r}, type})}
-  end
-
-  defp new_results(count, values, r, type) do
-    refs = for _ <- 1..count, do: make_ref()
-
-    values =
-      refs
-      |> Enum.with_index(r)
-      |> Enum.reduce(values, fn {ref, i}, acc -> Map.put(acc, ref, {{:res, i}, type}) end)
-
-    {refs, values}
   end
 
   # The id of a value: a recorded one's, or a real tensor's as a constant.
