@@ -122,11 +122,9 @@ pub fn vector_product(a: &Array, b: &Array) -> Result<Option<Array>> {
 /// stride at least the matrix's width, and the batch axes any strides.
 /// MLX's matmul copies such a view into a contiguous array first (its BLAS
 /// call takes only exact leading dimensions); here it is read in place.
-/// `None` for anything else (the caller runs MLX's matmul).
+/// `None` for anything else (the caller runs MLX's matmul). Called by
+/// [`vector_product`], which checked the types.
 fn batched_row_product(a: &Array, b: &Array) -> Result<Option<Array>> {
-    if a.dtype() != Dtype::Float32 || b.dtype() != Dtype::Float32 {
-        return Ok(None);
-    }
     let (sa, sb) = (a.shape(), b.shape());
     let rank = sa.len();
     let (batch_shape, matrix_shape) = sb.split_at(rank - 2);
