@@ -425,7 +425,12 @@ impl<T: Encoder> Meeting<T> {
     /// otherwise `None`, after leaving `replier()` for the worker to send
     /// the result with.
     fn wait(&self, limit: Duration, replier: impl FnOnce() -> Replier) -> Option<Result<T>> {
-        let finished = || self.state.load(Ordering::Acquire) != WAITING;
+        // (while it waits, it computes half of a large product the worker
+        // posted: ex_mlx_core::split_work)
+        let finished = || {
+            ex_mlx_core::split_work::help();
+            self.state.load(Ordering::Acquire) != WAITING
+        };
         if !worker::poll_until(limit, finished) {
             *locked(&self.replier) = Some(replier());
             if self

@@ -8,7 +8,8 @@
 //! out), [`item`], [`memory`], [`wire`], [`ops`] (the op table and the op
 //! families), [`program`] (op-table instructions run in one go), [`fusion`] and
 //! [`elementwise_fusion`] (`fuse: true` on the GPU and on the CPU), [`simd`] (loops
-//! compiled for AVX-512F/AVX2 chosen at run time), [`distributed`]
+//! compiled for AVX-512F/AVX2 chosen at run time), [`split_work`] (halves of a
+//! product that a thread waiting for the worker computes), [`distributed`]
 //! (MLX's distributed groups and collectives, and the thread they run on),
 //! [`collect`] (when to hint a garbage collection). The NIF
 //! crate (`ex_mlx`) turns Elixir terms into calls on these.
@@ -31,6 +32,7 @@ pub mod ops;
 pub mod program;
 pub mod program_format;
 pub mod simd;
+pub mod split_work;
 #[cfg(test)]
 mod test_arrays;
 pub mod unified;

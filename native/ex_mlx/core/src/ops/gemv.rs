@@ -25,12 +25,15 @@
 //! tokens on the CPU machine: 72 ms before, 54–59 after (bench/README.md,
 //! session 17).
 
+use std::sync::Arc;
+
 use mlx_rs::{Array, Dtype};
 
 use crate::device::Device;
 use crate::error::{Error, Result};
 use crate::host::is_row_contiguous;
 use crate::simd::multiversion;
+use crate::split_work;
 
 /// Smaller matrices go through MLX's matmul (its `sgemm` is quick enough
 /// there, and evaluating the inputs first would cost more than it saves).
@@ -87,17 +90,36 @@ pub fn vector_product(a: &Array, b: &Array) -> Result<Option<Array>> {
     let stored = values(matrix, (stored_rows - 1) * ld + stored_cols)?;
     let len = if row_times { cols } else { rows };
     let x = values(vector, if row_times { rows } else { cols })?;
-    let mut y = vec![0.0f32; len];
     // y = matrixᵀ x (row times matrix) or matrix x: with the storage, the
     // first is a sum of its rows scaled by x when stored row-major, and
     // the second one dot product per stored row; column-major swaps them.
-    if row_times != column_major {
-        debug_assert_eq!((x.len(), y.len()), (stored_rows, stored_cols));
-        scaled_rows(x, stored, ld, &mut y);
+    let product = StoredProduct {
+        sums_rows: row_times != column_major,
+        x: x.as_ptr(),
+        x_len: x.len(),
+        stored: stored.as_ptr(),
+        stored_len: stored.len(),
+        stored_rows,
+        stored_cols,
+        ld,
+    };
+    debug_assert_eq!(
+        (x.len(), len),
+        if product.sums_rows {
+            (stored_rows, stored_cols)
+        } else {
+            (stored_cols, stored_rows)
+        }
+    );
+    let y = if stored_rows * stored_cols >= SPLIT_MIN_ELEMENTS && stored_rows >= SPLIT_PARTS {
+        let parts =
+            split_work::in_parts(Arc::new(product), || vec![vector.clone(), matrix.clone()]);
+        product.combine(parts)
     } else {
-        debug_assert_eq!((x.len(), y.len()), (stored_cols, stored_rows));
-        row_dots(stored, ld, x, &mut y);
-    }
+        let mut y = vec![0.0f32; len];
+        product.whole(&mut y);
+        y
+    };
     // MLX's matmul shapes: a's leading axes and n; m, and 1 for a column
     let shape: Vec<i32> = if row_times {
         let mut shape = sa.to_vec();
@@ -168,6 +190,132 @@ fn batched_row_product(a: &Array, b: &Array) -> Result<Option<Array>> {
     let mut shape = sa.to_vec();
     shape[rank - 1] = n as i32;
     Ok(Some(Array::from_slice(&out, &shape)))
+}
+
+/// From this many matrix elements on (1 MB of float32), a one-row product
+/// is computed in blocks of its stored rows, some of which the caller's
+/// thread may compute while it waits for the result (crate::split_work).
+/// The blocks are added (or put side by side) in the same order whoever
+/// computed them.
+pub const SPLIT_MIN_ELEMENTS: usize = 256 * 1024;
+
+/// At least this many blocks: the worker takes them from the first, a
+/// helper from the last, so a helper that comes late still takes some.
+const SPLIT_PARTS: usize = 4;
+
+/// At most about this many matrix elements a block (512 KB of float32, a
+/// few µs): a helper computes one block at a time between checks of how
+/// long it has waited.
+const PART_ELEMENTS: usize = 128 * 1024;
+
+/// One row or column times a stored matrix ([`vector_product`]), by raw
+/// parts so that a helper thread can compute some of it.
+#[derive(Clone, Copy)]
+struct StoredProduct {
+    /// y = Σ_i x[i] · row i (true), or y[i] = row i · x (false).
+    sums_rows: bool,
+    x: *const f32,
+    x_len: usize,
+    stored: *const f32,
+    stored_len: usize,
+    stored_rows: usize,
+    stored_cols: usize,
+    ld: usize,
+}
+
+// SAFETY: the pointers address evaluated MLX buffers, which nothing writes;
+// crate::split_work keeps the arrays that hold them alive while any thread
+// may read them (vector_product passes them as the job's `keep`).
+unsafe impl Send for StoredProduct {}
+// SAFETY: as for Send: shared reads of immutable buffers.
+unsafe impl Sync for StoredProduct {}
+
+impl StoredProduct {
+    /// How many blocks of rows: SPLIT_PARTS, more for a larger matrix (a
+    /// block of about PART_ELEMENTS), at most one a row.
+    fn block_count(&self) -> usize {
+        (self.stored_rows * self.stored_cols)
+            .div_ceil(PART_ELEMENTS)
+            .max(SPLIT_PARTS)
+            .min(self.stored_rows)
+    }
+
+    /// The stored rows of block `part` (blocks of equal size, the last
+    /// ones shorter or empty).
+    fn rows_of(&self, part: usize) -> std::ops::Range<usize> {
+        let block = self.stored_rows.div_ceil(self.block_count());
+        (part * block).min(self.stored_rows)..((part + 1) * block).min(self.stored_rows)
+    }
+
+    /// The vector and the stored rows `range` (`ld` apart).
+    fn parts(&self, range: std::ops::Range<usize>) -> (&[f32], &[f32]) {
+        // SAFETY: `x` and `stored` come from slices of `x_len` and
+        // `stored_len` values (vector_product's `values`), alive as the
+        // type's notes say; `range` lies within the stored rows, so its
+        // values (the last row `stored_cols` long) lie within `stored`.
+        unsafe {
+            let x = std::slice::from_raw_parts(self.x, self.x_len);
+            let stored = std::slice::from_raw_parts(self.stored, self.stored_len);
+            let rows = if range.is_empty() {
+                &stored[..0]
+            } else {
+                &stored[range.start * self.ld..(range.end - 1) * self.ld + self.stored_cols]
+            };
+            (x, rows)
+        }
+    }
+
+    /// The whole product into `y` (one pass, below SPLIT_MIN_ELEMENTS).
+    fn whole(&self, y: &mut [f32]) {
+        let (x, rows) = self.parts(0..self.stored_rows);
+        if self.sums_rows {
+            scaled_rows(x, rows, self.ld, y);
+        } else {
+            row_dots(rows, self.ld, x, y);
+        }
+    }
+
+    /// The parts' values as the product: their sum, in order (each part
+    /// a sum over its rows), or side by side (each part its rows' dot
+    /// products).
+    fn combine(&self, parts: Vec<Vec<f32>>) -> Vec<f32> {
+        let mut parts = parts.into_iter();
+        let mut y = parts.next().unwrap_or_default();
+        for part in parts {
+            if self.sums_rows {
+                for (a, b) in y.iter_mut().zip(&part) {
+                    *a += b;
+                }
+            } else {
+                y.extend_from_slice(&part);
+            }
+        }
+        y
+    }
+}
+
+impl split_work::Parts for StoredProduct {
+    fn count(&self) -> usize {
+        self.block_count()
+    }
+
+    fn len(&self, part: usize) -> usize {
+        if self.sums_rows {
+            self.stored_cols
+        } else {
+            self.rows_of(part).len()
+        }
+    }
+
+    fn compute(&self, part: usize, out: &mut [f32]) {
+        let range = self.rows_of(part);
+        let (x, rows) = self.parts(range.clone());
+        if self.sums_rows {
+            scaled_rows(&x[range], rows, self.ld, out);
+        } else {
+            row_dots(rows, self.ld, x, out);
+        }
+    }
 }
 
 /// How a matrix's elements lie in memory: rows (`column_major`: columns)
@@ -514,6 +662,68 @@ mod tests {
         })
         .unwrap();
         for (g, want) in got.iter().zip(&want).chain(got_t.iter().zip(&want_t)) {
+            assert!(
+                (*g as f64 - want).abs() <= 1e-4 * want.abs().max(1.0),
+                "{g} vs {want}"
+            );
+        }
+    }
+
+    /// Products of at least SPLIT_MIN_ELEMENTS go in parts
+    /// (crate::split_work): the same bits whether a helper thread computed
+    /// some or not, and the values of the product.
+    #[test]
+    fn large_products_in_parts_the_same_with_or_without_a_helper() {
+        // four blocks, and nine (more than SPLIT_PARTS: a larger matrix)
+        for (k, n) in [(601usize, 512usize), (1100, 1024)] {
+            products_in_parts(k, n);
+        }
+    }
+
+    fn products_in_parts(k: usize, n: usize) {
+        assert!(k * n >= SPLIT_MIN_ELEMENTS);
+        let x = sample(k, 11);
+        let w = sample(k * n, 12);
+        let want = reference(&x, &w, 1, k, n);
+        let products = move || {
+            let (x, w) = (x.clone(), w.clone());
+            run_blocking(Device::Cpu, move || {
+                let row = Array::from_slice(&x, &[1, k as i32]);
+                let wa = Array::from_slice(&w, &[k as i32, n as i32]);
+                // its transpose times a column: dot products of stored rows
+                let wt = mlx_rs::ops::transpose(&wa)?;
+                let wt = crate::ops::shape::contiguous(&wt)?;
+                let col = Array::from_slice(&x, &[k as i32, 1]);
+                let mut out = vec![];
+                for _ in 0..20 {
+                    let p = vector_product(&row, &wa)?.expect("computed here");
+                    let q = vector_product(&wt, &col)?.expect("computed here");
+                    out.push((p.as_slice::<f32>().to_vec(), q.as_slice::<f32>().to_vec()));
+                }
+                Ok(out)
+            })
+            .unwrap()
+        };
+        let alone = products();
+        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let helper = {
+            let stop = stop.clone();
+            std::thread::spawn(move || {
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    split_work::help();
+                }
+            })
+        };
+        let helped = products();
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        helper.join().unwrap();
+        let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+        let (p0, q0) = &alone[0];
+        for (p, q) in alone.iter().chain(&helped) {
+            assert_eq!(bits(p), bits(p0));
+            assert_eq!(bits(q), bits(q0));
+        }
+        for (g, want) in p0.iter().zip(&want).chain(q0.iter().zip(&want)) {
             assert!(
                 (*g as f64 - want).abs() <= 1e-4 * want.abs().max(1.0),
                 "{g} vs {want}"
