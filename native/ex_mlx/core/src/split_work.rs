@@ -24,10 +24,9 @@
 //! its next split).
 //!
 //! Measured on the project's 2-core CPU machine (bench/README.md, session
-//! 18): the products of a batch-1 MLP 784-512-512-10, rows split in
-//! halves, 31.6 µs on one thread and 14.8 µs with a second thread taking
-//! the second half (each core keeps its half of the weights in its own
-//! 2 MB L2).
+//! 18): a batch-1 MLP 784-512-512-10 through ExMLX.Compiler, result read,
+//! 39-40 µs a call with every block on the worker, 28-30 µs with the
+//! caller's thread helping.
 
 use std::cell::{RefCell, UnsafeCell};
 use std::sync::atomic::{AtomicBool, AtomicU8, AtomicUsize, Ordering};
@@ -59,7 +58,7 @@ struct Posted {
     states: Vec<AtomicU8>,
     open: AtomicBool,
     readers: AtomicUsize,
-    /// A helper's result for each part it claimed.
+    /// A helper's result for each part it claimed (empty until then).
     outs: Vec<UnsafeCell<Vec<f32>>>,
 }
 
@@ -113,6 +112,7 @@ pub fn help() {
                 // alone writes its buffer, and the worker reads it only
                 // after DONE (see `Posted`).
                 let out = unsafe { &mut *posted.outs[part].get() };
+                out.resize(posted.job.len(part), 0.0);
                 posted.job.compute(part, out);
                 // (fails if the worker took the part over: the result is dropped)
                 let _ = state.compare_exchange(CLAIMED, DONE, Ordering::Release, Ordering::Relaxed);
@@ -123,16 +123,25 @@ pub fn help() {
 }
 
 /// Runs `job` on this thread, letting a waiting thread compute some of its
-/// parts ([`help`]); returns every part's values, in order. `keep` gives
-/// the arrays whose buffers `job` reads: they are kept past the return
-/// while a helper still reads them.
-pub fn in_parts(job: Arc<dyn Parts>, keep: impl FnOnce() -> Vec<Array>) -> Vec<Vec<f32>> {
+/// parts ([`help`]), and hands every part's values to `take`, in the
+/// parts' order. `keep` gives the arrays whose buffers `job` reads: they
+/// are kept past the return while a helper still reads them.
+pub fn in_parts(
+    job: Arc<dyn Parts>,
+    keep: impl FnOnce() -> Vec<Array>,
+    mut take: impl FnMut(usize, &[f32]),
+) {
     drop_finished();
     let count = job.count();
+    let mut scratch = Vec::new();
+    let mut own = |part: usize, take: &mut dyn FnMut(usize, &[f32])| {
+        scratch.clear();
+        scratch.resize(job.len(part), 0.0);
+        job.compute(part, &mut scratch);
+        take(part, &scratch);
+    };
     let posted = Arc::new(Posted {
-        outs: (0..count)
-            .map(|part| UnsafeCell::new(vec![0.0; job.len(part)]))
-            .collect(),
+        outs: (0..count).map(|_| UnsafeCell::new(Vec::new())).collect(),
         states: (0..count).map(|_| AtomicU8::new(FREE)).collect(),
         job: job.clone(),
         open: AtomicBool::new(true),
@@ -143,61 +152,50 @@ pub fn in_parts(job: Arc<dyn Parts>, keep: impl FnOnce() -> Vec<Array>) -> Vec<V
         keep: Some(keep),
         on_board: post(&posted),
     };
-    let mut parts: Vec<Option<Vec<f32>>> = vec![None; count];
+    // the worker's parts come first (a helper takes them from the last):
+    // each is handed over as soon as it is computed
+    let mut first_helped = count;
     let mut slowest = Duration::ZERO;
-    for (part, slot) in parts.iter_mut().enumerate() {
+    for part in 0..count {
         if posted.states[part]
             .compare_exchange(FREE, TAKEN, Ordering::AcqRel, Ordering::Acquire)
-            .is_ok()
+            .is_err()
         {
-            let start = Instant::now();
-            let mut out = vec![0.0; job.len(part)];
-            job.compute(part, &mut out);
-            slowest = slowest.max(start.elapsed());
-            *slot = Some(out);
+            first_helped = part;
+            break;
         }
+        let start = Instant::now();
+        own(part, &mut take);
+        slowest = slowest.max(start.elapsed());
     }
-    // the helper's parts: wait about as long as one part took, then take
-    // over what is not done
-    let limit = slowest * 2 + Duration::from_micros(20);
-    let states = &posted.states;
-    let all_done = || {
-        states
-            .iter()
-            .all(|s| matches!(s.load(Ordering::Acquire), TAKEN | DONE))
-    };
+    // the helper's: wait about as long as one part took, then take over
+    // what is not done
+    let states = &posted.states[first_helped..];
+    let all_done = || states.iter().all(|s| s.load(Ordering::Acquire) == DONE);
     if !all_done() {
-        crate::worker::poll_until(limit, all_done);
+        crate::worker::poll_until(slowest * 2 + Duration::from_micros(20), all_done);
     }
     let helped: Vec<bool> = states
         .iter()
         .map(|s| {
-            s.load(Ordering::Acquire) == DONE
-                || (s.load(Ordering::Acquire) == CLAIMED
-                    && s.compare_exchange(CLAIMED, TAKEN, Ordering::AcqRel, Ordering::Acquire)
-                        .is_err())
+            // FREE: a helper left it (it met the worker); CLAIMED: not done
+            s.compare_exchange(FREE, TAKEN, Ordering::AcqRel, Ordering::Acquire)
+                .is_err()
+                && s.compare_exchange(CLAIMED, TAKEN, Ordering::AcqRel, Ordering::Acquire)
+                    .is_err()
         })
         .collect();
     guard.close();
-    parts
-        .into_iter()
-        .zip(helped)
-        .enumerate()
-        .map(|(part, (own, helped))| match own {
-            Some(out) => out,
-            None if helped => {
-                // SAFETY: the part is DONE: the helper wrote its buffer
-                // before its Release store and writes it no more (see
-                // `Posted`).
-                std::mem::take(unsafe { &mut *posted.outs[part].get() })
-            }
-            None => {
-                let mut out = vec![0.0; job.len(part)];
-                job.compute(part, &mut out);
-                out
-            }
-        })
-        .collect()
+    for (part, helped) in (first_helped..count).zip(helped) {
+        if helped {
+            // SAFETY: the part is DONE: the helper wrote its buffer before
+            // its Release store and writes it no more (see `Posted`).
+            let values = unsafe { &*posted.outs[part].get() };
+            take(part, values);
+        } else {
+            own(part, &mut take);
+        }
+    }
 }
 
 /// Posts `posted` if no other job is posted; whether it did.
@@ -254,97 +252,45 @@ pub fn drop_finished() {
     });
 }
 
+/// Held by each test that posts jobs or waits (here and in
+/// crate::ops::gemv): one job is posted at a time, and a test's job must be
+/// the one posted (a job that is not computes every part on its worker; a
+/// gated first part would wait in vain).
+#[cfg(test)]
+pub(crate) fn one_test_at_a_time() -> std::sync::MutexGuard<'static, ()> {
+    static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
+    ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::sync::atomic::AtomicU32;
+    use std::sync::mpsc;
+    use std::thread::ThreadId;
 
-    /// Half h writes `len` copies of h + 1, after sleeping `delay[h]`.
-    struct Sleepy {
-        len: usize,
-        delay: [Duration; 2],
-        calls: [AtomicU32; 2],
-    }
-
-    impl Parts for Sleepy {
-        fn count(&self) -> usize {
-            2
-        }
-        fn len(&self, _half: usize) -> usize {
-            self.len
-        }
-        fn compute(&self, half: usize, out: &mut [f32]) {
-            self.calls[half].fetch_add(1, Ordering::SeqCst);
-            std::thread::sleep(self.delay[half]);
-            out.fill(half as f32 + 1.0);
-        }
-    }
-
-    fn sleepy(delay: [u64; 2]) -> Arc<Sleepy> {
-        Arc::new(Sleepy {
-            len: 3,
-            delay: delay.map(Duration::from_millis),
-            calls: [AtomicU32::new(0), AtomicU32::new(0)],
-        })
-    }
-
-    /// Runs `job` on a thread of its own while this thread helps until it
-    /// is done; the halves, and how often each was computed.
-    fn run_helped(job: Arc<Sleepy>) -> (Vec<Vec<f32>>, [u32; 2]) {
-        let worker_job = job.clone();
-        let worker = std::thread::spawn(move || in_parts(worker_job, Vec::new));
-        while !worker.is_finished() {
-            help();
-        }
-        let halves = worker.join().unwrap();
-        (
-            halves,
-            job.calls.each_ref().map(|c| c.load(Ordering::SeqCst)),
-        )
-    }
-
-    /// Held by each test here: one job is posted at a time, and a test's
-    /// job must be the one posted (a job that is not computes both halves
-    /// on its worker; the gated test's first half would wait in vain).
-    static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
-
-    fn one_at_a_time() -> std::sync::MutexGuard<'static, ()> {
-        ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
-    #[test]
-    fn a_helper_computes_the_second_half() {
-        let _one = one_at_a_time();
-        let job = sleepy([50, 0]);
-        let (halves, calls) = run_helped(job);
-        assert_eq!(halves, [vec![1.0; 3], vec![2.0; 3]]);
-        assert_eq!(calls, [1, 1]);
-    }
-
-    /// Half 0 waits (up to 10 s) until a helper has claimed half 1; a
-    /// helper's half 1 then blocks until the test lets it go, which it
-    /// does only after the worker returned.
+    /// Two parts of two values, part p giving p + 1. Part 0 (on the worker)
+    /// waits, up to 10 s, until a helper has claimed part 1; a helper's
+    /// part 1 blocks, if `stall`, until the test lets it go.
     struct Gated {
+        worker: Mutex<Option<ThreadId>>,
         claimed: Mutex<bool>,
         claimed_signal: std::sync::Condvar,
-        release: std::sync::mpsc::Receiver<()>,
-        worker: Mutex<Option<std::thread::ThreadId>>,
+        stall: Option<Mutex<mpsc::Receiver<()>>>,
+        /// The thread that computed each part, last.
+        computed_by: Mutex<[Option<ThreadId>; 2]>,
     }
-
-    // SAFETY (test only): the receiver is used by one helper at a time (a
-    // half is claimed once), under the `claimed` lock's protocol.
-    unsafe impl Sync for Gated {}
 
     impl Parts for Gated {
         fn count(&self) -> usize {
             2
         }
-        fn len(&self, _half: usize) -> usize {
+        fn len(&self, _part: usize) -> usize {
             2
         }
-        fn compute(&self, half: usize, out: &mut [f32]) {
-            let on_worker = *self.worker.lock().unwrap() == Some(std::thread::current().id());
-            if half == 0 {
+        fn compute(&self, part: usize, out: &mut [f32]) {
+            let me = std::thread::current().id();
+            let on_worker = *self.worker.lock().unwrap() == Some(me);
+            if part == 0 {
                 let claimed = self.claimed.lock().unwrap();
                 let _ =
                     self.claimed_signal
@@ -352,48 +298,127 @@ mod tests {
             } else if !on_worker {
                 *self.claimed.lock().unwrap() = true;
                 self.claimed_signal.notify_all();
-                let _ = self.release.recv();
+                if let Some(stall) = &self.stall {
+                    let _ = stall.lock().unwrap().recv();
+                }
             }
-            out.fill(half as f32 + 1.0);
+            out.fill(part as f32 + 1.0);
+            self.computed_by.lock().unwrap()[part] = Some(me);
         }
+    }
+
+    fn gated(stall: Option<mpsc::Receiver<()>>) -> Arc<Gated> {
+        Arc::new(Gated {
+            worker: Mutex::new(None),
+            claimed: Mutex::new(false),
+            claimed_signal: std::sync::Condvar::new(),
+            stall: stall.map(Mutex::new),
+            computed_by: Mutex::new([None, None]),
+        })
+    }
+
+    /// Parts as in_parts handed them over: (part, values).
+    type HandedOver = Vec<(usize, Vec<f32>)>;
+
+    /// Runs `job` through in_parts on a thread of its own (the worker);
+    /// its parts as handed over, and that thread's id.
+    fn on_worker(job: Arc<Gated>) -> std::thread::JoinHandle<(HandedOver, ThreadId)> {
+        std::thread::spawn(move || {
+            *job.worker.lock().unwrap() = Some(std::thread::current().id());
+            let mut parts = Vec::new();
+            in_parts(job, Vec::new, |part, values| {
+                parts.push((part, values.to_vec()))
+            });
+            (parts, std::thread::current().id())
+        })
+    }
+
+    /// A thread that helps the worker until `stop`.
+    fn helper(stop: Arc<AtomicBool>) -> std::thread::JoinHandle<ThreadId> {
+        let (ready, is_ready) = mpsc::channel();
+        let handle = std::thread::spawn(move || {
+            ready.send(()).ok();
+            while !stop.load(Ordering::SeqCst) {
+                help();
+            }
+            std::thread::current().id()
+        });
+        is_ready.recv().ok();
+        handle
+    }
+
+    const PARTS: [f32; 2] = [1.0, 2.0];
+
+    fn expected() -> HandedOver {
+        PARTS
+            .iter()
+            .enumerate()
+            .map(|(p, &v)| (p, vec![v; 2]))
+            .collect()
+    }
+
+    #[test]
+    fn a_waiting_thread_computes_the_last_part() {
+        let _one = one_test_at_a_time();
+        let stop = Arc::new(AtomicBool::new(false));
+        let helper = helper(stop.clone());
+        let job = gated(None);
+        let (parts, worker) = on_worker(job.clone()).join().unwrap();
+        stop.store(true, Ordering::SeqCst);
+        let helper = helper.join().unwrap();
+        assert_eq!(parts, expected());
+        assert_eq!(
+            *job.computed_by.lock().unwrap(),
+            [Some(worker), Some(helper)]
+        );
     }
 
     #[test]
     fn the_worker_does_not_wait_for_a_stalled_helper() {
-        let _one = one_at_a_time();
-        let (release, gate) = std::sync::mpsc::channel();
-        let job = Arc::new(Gated {
-            claimed: Mutex::new(false),
-            claimed_signal: std::sync::Condvar::new(),
-            release: gate,
-            worker: Mutex::new(None),
-        });
-        let worker_job = job.clone();
-        let worker = std::thread::spawn(move || {
-            *worker_job.worker.lock().unwrap() = Some(std::thread::current().id());
-            in_parts(worker_job, Vec::new)
-        });
-        let helper = std::thread::spawn(|| {
-            for _ in 0..100_000 {
-                help();
-            }
-        });
-        // the worker returns while the helper is still blocked in its half
-        let halves = worker.join().unwrap();
-        assert_eq!(halves, [vec![1.0; 2], vec![2.0; 2]]);
+        let _one = one_test_at_a_time();
+        let (release, stall) = mpsc::channel();
+        let stop = Arc::new(AtomicBool::new(false));
+        let helper = helper(stop.clone());
+        let job = gated(Some(stall));
+        // the worker returns while the helper is blocked in part 1: it
+        // computed that part itself
+        let (parts, worker) = on_worker(job.clone()).join().unwrap();
+        assert_eq!(parts, expected());
+        assert_eq!(
+            *job.computed_by.lock().unwrap(),
+            [Some(worker), Some(worker)]
+        );
+        stop.store(true, Ordering::SeqCst);
         release.send(()).ok();
         helper.join().unwrap();
     }
 
     #[test]
-    fn without_helpers_the_worker_computes_both() {
-        let _one = one_at_a_time();
-        let job = sleepy([0, 0]);
-        let halves = in_parts(job.clone(), Vec::new);
-        assert_eq!(halves, [vec![1.0; 3], vec![2.0; 3]]);
+    fn without_a_helper_the_worker_computes_every_part_in_order() {
+        let _one = one_test_at_a_time();
+        struct Plain(Mutex<Vec<ThreadId>>);
+        impl Parts for Plain {
+            fn count(&self) -> usize {
+                3
+            }
+            fn len(&self, part: usize) -> usize {
+                part + 1
+            }
+            fn compute(&self, part: usize, out: &mut [f32]) {
+                self.0.lock().unwrap().push(std::thread::current().id());
+                out.fill(part as f32);
+            }
+        }
+        let job = Arc::new(Plain(Mutex::new(Vec::new())));
+        let mut parts = Vec::new();
+        in_parts(job.clone(), Vec::new, |part, values| {
+            parts.push((part, values.to_vec()))
+        });
         assert_eq!(
-            job.calls.each_ref().map(|c| c.load(Ordering::SeqCst)),
-            [1, 1]
+            parts,
+            [(0, vec![0.0]), (1, vec![1.0; 2]), (2, vec![2.0; 3])]
         );
+        let me = std::thread::current().id();
+        assert_eq!(*job.0.lock().unwrap(), [me, me, me]);
     }
 }

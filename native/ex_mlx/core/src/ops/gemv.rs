@@ -112,9 +112,13 @@ pub fn vector_product(a: &Array, b: &Array) -> Result<Option<Array>> {
         }
     );
     let y = if stored_rows * stored_cols >= SPLIT_MIN_ELEMENTS && stored_rows >= SPLIT_PARTS {
-        let parts =
-            split_work::in_parts(Arc::new(product), || vec![vector.clone(), matrix.clone()]);
-        product.combine(parts)
+        let mut y = Vec::with_capacity(len);
+        split_work::in_parts(
+            Arc::new(product),
+            || vec![vector.clone(), matrix.clone()],
+            |part, values| product.take(&mut y, part, values),
+        );
+        y
     } else {
         let mut y = vec![0.0f32; len];
         product.whole(&mut y);
@@ -275,22 +279,17 @@ impl StoredProduct {
         }
     }
 
-    /// The parts' values as the product: their sum, in order (each part
-    /// a sum over its rows), or side by side (each part its rows' dot
-    /// products).
-    fn combine(&self, parts: Vec<Vec<f32>>) -> Vec<f32> {
-        let mut parts = parts.into_iter();
-        let mut y = parts.next().unwrap_or_default();
-        for part in parts {
-            if self.sums_rows {
-                for (a, b) in y.iter_mut().zip(&part) {
-                    *a += b;
-                }
-            } else {
-                y.extend_from_slice(&part);
+    /// Adds part `part`'s values to the product `y` (parts in order): the
+    /// sum of the parts (each a sum over its rows), or the parts side by
+    /// side (each its rows' dot products).
+    fn take(&self, y: &mut Vec<f32>, part: usize, values: &[f32]) {
+        if self.sums_rows && part > 0 {
+            for (a, b) in y.iter_mut().zip(values) {
+                *a += b;
             }
+        } else {
+            y.extend_from_slice(values);
         }
-        y
     }
 }
 
@@ -681,6 +680,7 @@ mod tests {
     }
 
     fn products_in_parts(k: usize, n: usize) {
+        let _one = split_work::one_test_at_a_time();
         assert!(k * n >= SPLIT_MIN_ELEMENTS);
         let x = sample(k, 11);
         let w = sample(k * n, 12);
