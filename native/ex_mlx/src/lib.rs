@@ -61,14 +61,21 @@ fn load(_env: rustler::Env, load_info: rustler::Term) -> bool {
     if std::env::var_os("MLX_ENABLE_CACHE_THRASHING_CHECK").is_none_or(|v| v.is_empty()) {
         std::env::set_var("MLX_ENABLE_CACHE_THRASHING_CHECK", "0");
     }
-    // (workers drop the tensor references their jobs leave, in batches,
-    // before they sleep: tensor::release_later)
-    ex_mlx_core::worker::set_before_sleep(tensor::release_batch);
+    ex_mlx_core::worker::set_before_sleep(before_sleep);
     if tune_malloc {
         // (false where the C library is not glibc: nothing to tune)
         ex_mlx_core::memory::tune_host_malloc();
     }
     true
+}
+
+/// What a worker runs before it sleeps: it drops the tensor references its
+/// jobs left, in a batch (tensor::release_later), and the arrays of split
+/// products a helper was still reading when they ended
+/// (ex_mlx_core::split_work). Whether it dropped tensor references.
+fn before_sleep() -> bool {
+    ex_mlx_core::split_work::drop_finished();
+    tensor::release_batch()
 }
 
 rustler::init!("Elixir.ExMLX.Native", load = load);

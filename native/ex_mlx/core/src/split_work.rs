@@ -20,8 +20,8 @@
 //! `readers` (both sequentially consistent), so either the helper sees the
 //! job closed and touches nothing, or the worker sees the reader and keeps
 //! the arrays the job reads ([`in_parts`]'s `keep`) until the count is back
-//! to zero ([`drop_finished`], run by the worker before it sleeps and at
-//! its next split).
+//! to zero ([`drop_finished`], run at its next split and, through the NIF
+//! crate's `worker::set_before_sleep` hook, before it sleeps).
 //!
 //! Measured on the project's 2-core CPU machine (bench/README.md, session
 //! 18): a batch-1 MLP 784-512-512-10 through ExMLX.Compiler, result read,

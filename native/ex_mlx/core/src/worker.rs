@@ -310,7 +310,6 @@ fn next_job(jobs: &mpsc::Receiver<Job>, in_mlx: &AtomicBool) -> Option<Job> {
     if !poll() {
         let (evaluating, released) = exit::in_mlx(in_mlx, || {
             let evaluating = ahead::evaluate(1);
-            crate::split_work::drop_finished();
             (evaluating, BEFORE_SLEEP.get().is_some_and(|hook| hook()))
         });
         if evaluating || released {
