@@ -203,14 +203,18 @@ fn batched_row_product(a: &Array, b: &Array) -> Result<Option<Array>> {
 /// computed them.
 pub const SPLIT_MIN_ELEMENTS: usize = 256 * 1024;
 
-/// At least this many blocks: the worker takes them from the first, a
-/// helper from the last, so a helper that comes late still takes some.
-const SPLIT_PARTS: usize = 4;
+/// At least this many blocks (halves): the worker takes blocks from the
+/// first, a helper from the last. On the project's CPU machine a batch-1
+/// MLP 784-512-512-10 call took 26.6-27.6 µs with halves, 29 with four
+/// blocks and 31-32 with eight (bench/README.md, session 18): a helper
+/// that takes the second half of each product keeps it in its core's
+/// cache from call to call.
+const SPLIT_PARTS: usize = 2;
 
-/// At most about this many matrix elements a block (512 KB of float32, a
-/// few µs): a helper computes one block at a time between checks of how
+/// At most about this many matrix elements a block (1 MB of float32, about
+/// 10 µs): a helper computes one block at a time between checks of how
 /// long it has waited.
-const PART_ELEMENTS: usize = 128 * 1024;
+const PART_ELEMENTS: usize = 256 * 1024;
 
 /// One row or column times a stored matrix ([`vector_product`]), by raw
 /// parts so that a helper thread can compute some of it.
@@ -673,7 +677,7 @@ mod tests {
     /// some or not, and the values of the product.
     #[test]
     fn large_products_in_parts_the_same_with_or_without_a_helper() {
-        // four blocks, and nine (more than SPLIT_PARTS: a larger matrix)
+        // two blocks, and five (more than SPLIT_PARTS: a larger matrix)
         for (k, n) in [(601usize, 512usize), (1100, 1024)] {
             products_in_parts(k, n);
         }
