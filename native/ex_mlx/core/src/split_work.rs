@@ -90,12 +90,14 @@ pub fn help() {
     }
     let posted = match BOARD.try_lock() {
         Ok(board) => board.clone(),
-        Err(_) => return,
+        Err(std::sync::TryLockError::Poisoned(board)) => board.into_inner().clone(),
+        Err(std::sync::TryLockError::WouldBlock) => return,
     };
     let Some(posted) = posted else {
         return;
     };
-    posted.readers.fetch_add(1, Ordering::SeqCst);
+    // (counted out again however this ends, a panic in `compute` included)
+    let _reader = Reader::new(&posted);
     if posted.open.load(Ordering::SeqCst) {
         // the last part still free (the worker goes from the first)
         let free = posted
@@ -119,7 +121,22 @@ pub fn help() {
             }
         }
     }
-    posted.readers.fetch_sub(1, Ordering::SeqCst);
+}
+
+/// A helper counted in a job's `readers` while it lives.
+struct Reader<'a>(&'a Posted);
+
+impl<'a> Reader<'a> {
+    fn new(posted: &'a Posted) -> Self {
+        posted.readers.fetch_add(1, Ordering::SeqCst);
+        Reader(posted)
+    }
+}
+
+impl Drop for Reader<'_> {
+    fn drop(&mut self) {
+        self.0.readers.fetch_sub(1, Ordering::SeqCst);
+    }
 }
 
 /// Runs `job` on this thread, letting a waiting thread compute some of its
