@@ -41,7 +41,39 @@ defmodule ExMLX.Op do
       [{ref, _shape, _type, device}] = record(name, inputs, params, type)
       {ref, device}
     else
-      Call.defer(&Native.op(&1, name, inputs, params), type)
+      # (while a program is recorded, ops on real tensors make its
+      # constants: each once, see memo_constant/2)
+      memo_constant({name, inputs, params, type}, fn ->
+        Call.defer(&Native.op(&1, name, inputs, params), type)
+      end)
+    end
+  end
+
+  @constants :ex_mlx_program_constants
+
+  # The largest constant from bytes a recording keeps by value.
+  @memo_bytes 4096
+
+  @doc """
+  While a program is recorded, the result of `make.()` for `key`, made once;
+  otherwise `make.()`. What a recording computes from real tensors alone
+  becomes the program's constants, and every op is a function of its inputs
+  and parameters, so one tensor serves every use: Nx.Random's threefry
+  repeats the same few scalars, and an Axon LSTM's initializer made 200
+  constants of 31 values, one NIF call and one worker job each.
+  """
+  def memo_constant(key, make) do
+    case Process.get(@constants) do
+      nil ->
+        make.()
+
+      %{^key => made} ->
+        made
+
+      memo ->
+        made = make.()
+        Process.put(@constants, Map.put(memo, key, made))
+        made
     end
   end
 
@@ -49,12 +81,21 @@ defmodule ExMLX.Op do
   def defer_exact(name, inputs, params, type, shape) do
     if recorded?(inputs),
       do: defer(name, inputs, params, type),
-      else: Call.deferred(Native.op({:deferred, type, shape}, name, inputs, params))
+      else:
+        memo_constant({name, inputs, params, type}, fn ->
+          Call.deferred(Native.op({:deferred, type, shape}, name, inputs, params))
+        end)
   end
 
   @doc "A tensor made from `binary` on `device`, queued without waiting: `{ref, device}`."
-  def from_binary_deferred(binary, type, shape, device, cast),
-    do: Call.defer(&Native.from_binary(&1, binary, type, shape, device), cast)
+  def from_binary_deferred(binary, type, shape, device, cast) do
+    make = fn -> Call.defer(&Native.from_binary(&1, binary, type, shape, device), cast) end
+
+    # (a recording's small constants once each, as defer/4's)
+    if byte_size(binary) <= @memo_bytes,
+      do: memo_constant({:from_binary, binary, type, shape, device, cast}, make),
+      else: make.()
+  end
 
   @doc "The tensor on `device`: `{ref, shape, type, device}`."
   def transfer(ref, device) do
@@ -129,12 +170,17 @@ defmodule ExMLX.Op do
     }
 
     previous = Process.put(@recorder, state)
+    previous_constants = Process.put(@constants, %{})
 
     try do
       result = fun.(inputs)
       {result, Process.get(@recorder)}
     after
       if previous, do: Process.put(@recorder, previous), else: Process.delete(@recorder)
+
+      if previous_constants,
+        do: Process.put(@constants, previous_constants),
+        else: Process.delete(@constants)
     end
   end
 

@@ -267,6 +267,21 @@ if Code.ensure_loaded?(Nx) do
       assert [{:tensordot, [1, 0], [[0], [0]], {:f, 32}, 1}] = instructions
     end
 
+    test "a program makes each of its constants once (Nx.Random's threefry repeats its scalars)" do
+      fun = fn key -> key |> Nx.Random.uniform(shape: {4}) |> elem(0) end
+      key = key(3)
+      assert Nx.to_flat_list(compiled(fun, [key])) == Nx.to_flat_list(binary(fun, [key]))
+      {:program, %{program: program}} = cached(fun, [key])
+      {_device, _inputs, constants, _instructions, _outputs} = ExMLX.ProgramCache.spec(program)
+
+      values =
+        Enum.map(constants, fn ref -> {ExMLX.Call.info(ref), ExMLX.Op.to_binary(ref)} end)
+
+      # (threefry's rotation amounts and key constants, each used many times)
+      assert length(values) > 5
+      assert length(Enum.uniq(values)) == length(values)
+    end
+
     test "a template argument that the graph does not read runs as on Nx.Defn.Evaluator" do
       # (Axon initializes a model with templates of its inputs)
       f = fn t, x -> {Nx.add(x, 1), Nx.shape(t) |> Tuple.to_list() |> Nx.tensor()} end
