@@ -162,7 +162,13 @@ fn start(device: Device) -> std::result::Result<Worker, String> {
             });
             exit::register();
             mlx_rs::with_stream(&stream, || {
-                while let Some(job) = next_job(&jobs, &in_mlx) {
+                let mut extra = std::time::Duration::ZERO;
+                loop {
+                    let (job, waited) = next_job(&jobs, &in_mlx, extra);
+                    let Some(job) = job else {
+                        break;
+                    };
+                    extra = next_extra_poll(waited, extra);
                     exit::in_mlx(&in_mlx, || {
                         job();
                         done.fetch_sub(1, Ordering::AcqRel);
@@ -291,11 +297,17 @@ pub fn on_worker() -> bool {
 /// The next job, polling for [`POLL`] before blocking; `None` when every
 /// sender is gone. Before it blocks, it starts evaluating whatever results
 /// were built and not read (crate::ahead), however few, and runs the hook
-/// of [`set_before_sleep`].
-fn next_job(jobs: &mpsc::Receiver<Job>, in_mlx: &AtomicBool) -> Option<Job> {
+/// of [`set_before_sleep`]. After those it goes on polling for `extra` (see
+/// [`next_extra_poll`]); it returns how long it waited.
+fn next_job(
+    jobs: &mpsc::Receiver<Job>,
+    in_mlx: &AtomicBool,
+    extra: std::time::Duration,
+) -> (Option<Job>, std::time::Duration) {
+    let started = std::time::Instant::now();
     let mut next = None;
-    let mut poll = || {
-        poll_until(POLL, || match jobs.try_recv() {
+    let mut poll = |limit| {
+        poll_until(limit, || match jobs.try_recv() {
             Ok(job) => {
                 next = Some(Some(job));
                 true
@@ -307,16 +319,45 @@ fn next_job(jobs: &mpsc::Receiver<Job>, in_mlx: &AtomicBool) -> Option<Job> {
             Err(mpsc::TryRecvError::Empty) => false,
         })
     };
-    if !poll() {
+    if !poll(POLL) {
         let (evaluating, released) = exit::in_mlx(in_mlx, || {
             let evaluating = ahead::evaluate(1);
             (evaluating, BEFORE_SLEEP.get().is_some_and(|hook| hook()))
         });
-        if evaluating || released {
-            poll();
+        let again = if evaluating || released {
+            extra.max(POLL)
+        } else {
+            extra
+        };
+        if !again.is_zero() {
+            poll(again);
         }
     }
-    next.unwrap_or_else(|| jobs.recv().ok())
+    let job = next.unwrap_or_else(|| jobs.recv().ok());
+    (job, started.elapsed())
+}
+
+/// The longest an idle worker polls beyond [`POLL`].
+const MAX_EXTRA_POLL: std::time::Duration = std::time::Duration::from_micros(1000);
+
+/// How long to poll beyond [`POLL`] next, after waiting `waited` for the
+/// last job with `extra` as the extra poll: a caller that comes back every
+/// few hundred microseconds (a loop with some Elixir work, or a
+/// collection, between compiled calls) finds the worker still polling
+/// instead of asleep (waking it took 25–30 µs on the project's virtual
+/// machine: a batch-1 MLP call with 200 µs between calls took 57–62 µs
+/// against 30–35 back to back; bench/README.md, session 18). After a wait
+/// of up to half [`MAX_EXTRA_POLL`], the worker polls twice that wait in
+/// all; jobs back to back (a call's own) keep the extra poll; a longer
+/// wait ends it (an idle VM does not spin).
+fn next_extra_poll(waited: std::time::Duration, extra: std::time::Duration) -> std::time::Duration {
+    if waited <= POLL {
+        extra
+    } else if waited > MAX_EXTRA_POLL / 2 {
+        std::time::Duration::ZERO
+    } else {
+        (waited * 2).saturating_sub(POLL).min(MAX_EXTRA_POLL)
+    }
 }
 
 /// Queues `job` on the worker of `device`; returns how many jobs are now
@@ -582,6 +623,20 @@ mod tests {
 
     fn make_on_this_thread() -> mlx_rs::Array {
         mlx_rs::Array::from_slice(&[1.0f32, 2.0], &[2])
+    }
+
+    #[test]
+    fn an_idle_worker_polls_longer_after_short_waits_only() {
+        let us = std::time::Duration::from_micros;
+        // after a wait of 200 µs: 400 µs in all
+        assert_eq!(POLL + next_extra_poll(us(200), us(0)), us(400));
+        assert_eq!(POLL + next_extra_poll(us(500), us(0)), us(1000));
+        // jobs back to back keep it; a long wait ends it
+        assert_eq!(next_extra_poll(us(10), us(350)), us(350));
+        assert_eq!(next_extra_poll(POLL, us(350)), us(350));
+        assert_eq!(next_extra_poll(us(501), us(350)), us(0));
+        assert_eq!(next_extra_poll(us(5_000_000), us(350)), us(0));
+        assert_eq!(next_extra_poll(us(10), us(0)), us(0));
     }
 
     #[test]
