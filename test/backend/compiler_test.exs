@@ -274,8 +274,7 @@ if Code.ensure_loaded?(Nx) do
       {:program, %{program: program}} = cached(fun, [key])
       {_device, _inputs, constants, _instructions, _outputs} = ExMLX.ProgramCache.spec(program)
 
-      values =
-        Enum.map(constants, fn ref -> {ExMLX.Call.info(ref), ExMLX.Op.to_binary(ref)} end)
+      values = for ref <- constants, do: {ExMLX.Call.info(ref), ExMLX.Op.to_binary(ref)}
 
       # (threefry's rotation amounts and key constants, each used many times)
       assert length(values) > 5
