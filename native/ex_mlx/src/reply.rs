@@ -425,7 +425,7 @@ impl<T: Encoder> Meeting<T> {
     /// otherwise `None`, after leaving `replier()` for the worker to send
     /// the result with.
     fn wait(&self, limit: Duration, replier: impl FnOnce() -> Replier) -> Option<Result<T>> {
-        // (while it waits, it computes half of a large product the worker
+        // (while it waits, it computes blocks of a large product the worker
         // posted: ex_mlx_core::split_work)
         let finished = || {
             ex_mlx_core::split_work::help();

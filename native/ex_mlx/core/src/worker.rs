@@ -345,8 +345,9 @@ const MAX_EXTRA_POLL: std::time::Duration = std::time::Duration::from_micros(100
 /// few hundred microseconds (a loop with some Elixir work, or a
 /// collection, between compiled calls) finds the worker still polling
 /// instead of asleep (waking it took 25–30 µs on the project's virtual
-/// machine: a batch-1 MLP call with 200 µs between calls took 57–62 µs
-/// against 30–35 back to back; bench/README.md, session 18). After a wait
+/// machine: a batch-1 MLP call with 200 µs between calls took 57–72 µs
+/// against 28–31 back to back, 34–36 with this; bench/README.md, session
+/// 18). After a wait
 /// of up to half [`MAX_EXTRA_POLL`], the worker polls twice that wait in
 /// all; jobs back to back (a call's own) keep the extra poll; a longer
 /// wait ends it (an idle VM does not spin).
