@@ -25,8 +25,9 @@
 //!
 //! Measured on the project's 2-core CPU machine (bench/README.md, session
 //! 18): a batch-1 MLP 784-512-512-10 through ExMLX.Compiler, result read,
-//! 39-40 µs a call with every block on the worker, 26.6-27.6 µs with the
-//! caller's thread helping (its products in halves: crate::ops::gemv).
+//! 38.5-43 µs a call before, 30-31 µs with the caller's thread helping in
+//! two of three alternating rounds (38 in the third; its products in
+//! halves: crate::ops::gemv).
 
 use std::cell::{RefCell, UnsafeCell};
 use std::sync::atomic::{AtomicBool, AtomicU8, AtomicUsize, Ordering};
