@@ -121,7 +121,7 @@ pub fn vector_product(a: &Array, b: &Array) -> Result<Option<Array>> {
         y
     } else {
         let mut y = vec![0.0f32; len];
-        product.whole(&mut y);
+        product.rows_product(0..stored_rows, &mut y);
         y
     };
     // MLX's matmul shapes: a's leading axes and n; m, and 1 for a column
@@ -273,13 +273,15 @@ impl StoredProduct {
         }
     }
 
-    /// The whole product into `y` (one pass, below SPLIT_MIN_ELEMENTS).
-    fn whole(&self, y: &mut [f32]) {
-        let (x, rows) = self.parts(0..self.stored_rows);
+    /// The product over the stored rows `range` into `out`: the sum of
+    /// those rows scaled by their entries of x, or their dot products with
+    /// x (all rows: the whole product, in one pass).
+    fn rows_product(&self, range: std::ops::Range<usize>, out: &mut [f32]) {
+        let (x, rows) = self.parts(range.clone());
         if self.sums_rows {
-            scaled_rows(x, rows, self.ld, y);
+            scaled_rows(&x[range], rows, self.ld, out);
         } else {
-            row_dots(rows, self.ld, x, y);
+            row_dots(rows, self.ld, x, out);
         }
     }
 
@@ -311,13 +313,7 @@ impl split_work::Parts for StoredProduct {
     }
 
     fn compute(&self, part: usize, out: &mut [f32]) {
-        let range = self.rows_of(part);
-        let (x, rows) = self.parts(range.clone());
-        if self.sums_rows {
-            scaled_rows(&x[range], rows, self.ld, out);
-        } else {
-            row_dots(rows, self.ld, x, out);
-        }
+        self.rows_product(self.rows_of(part), out);
     }
 }
 
@@ -489,6 +485,21 @@ mod tests {
         out
     }
 
+    /// Asserts each computed value lies within 1e-4 (relative, absolute
+    /// below 1) of its float64 reference.
+    fn assert_close<'a>(pairs: impl Iterator<Item = (&'a f32, &'a f64)>) {
+        for (g, want) in pairs {
+            assert!(
+                (*g as f64 - want).abs() <= 1e-4 * want.abs().max(1.0),
+                "{g} vs {want}"
+            );
+        }
+    }
+
+    fn bits(v: &[f32]) -> Vec<u32> {
+        v.iter().map(|x| x.to_bits()).collect()
+    }
+
     fn sample(n: usize, seed: u32) -> Vec<f32> {
         (0..n)
             .map(|i| {
@@ -545,12 +556,7 @@ mod tests {
             ]
         );
         for (_, v) in &got {
-            for (g, want) in v.iter().zip(&want_row) {
-                assert!(
-                    (*g as f64 - want).abs() <= 1e-4 * want.abs().max(1.0),
-                    "{g} vs {want}"
-                );
-            }
+            assert_close(v.iter().zip(&want_row));
         }
     }
 
@@ -568,7 +574,6 @@ mod tests {
         scaled_rows(&xr, &m, c, &mut best_rows);
         let mut best_dots = vec![0.0; r];
         row_dots(&m, c, &xc, &mut best_dots);
-        let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
         assert_eq!(bits(&plain_rows), bits(&best_rows));
         assert_eq!(bits(&plain_dots), bits(&best_dots));
         #[cfg(target_arch = "x86_64")]
@@ -622,16 +627,12 @@ mod tests {
         let ((scores_shape, got_scores), (out_shape, got_out)) = got;
         assert_eq!(scores_shape, [1, h, 1, l]);
         assert_eq!(out_shape, [1, h, 1, d]);
-        for (g, want) in got_scores
-            .iter()
-            .zip(&scores)
-            .chain(got_out.iter().zip(&out))
-        {
-            assert!(
-                (*g as f64 - want).abs() <= 1e-4 * want.abs().max(1.0),
-                "{g} vs {want}"
-            );
-        }
+        assert_close(
+            got_scores
+                .iter()
+                .zip(&scores)
+                .chain(got_out.iter().zip(&out)),
+        );
     }
 
     /// A weight matrix that is a block of columns of a wider one (a fused
@@ -664,12 +665,7 @@ mod tests {
             Ok((p.as_slice::<f32>().to_vec(), q.as_slice::<f32>().to_vec()))
         })
         .unwrap();
-        for (g, want) in got.iter().zip(&want).chain(got_t.iter().zip(&want_t)) {
-            assert!(
-                (*g as f64 - want).abs() <= 1e-4 * want.abs().max(1.0),
-                "{g} vs {want}"
-            );
-        }
+        assert_close(got.iter().zip(&want).chain(got_t.iter().zip(&want_t)));
     }
 
     /// Products of at least SPLIT_MIN_ELEMENTS go in parts
@@ -721,18 +717,12 @@ mod tests {
         let helped = products();
         stop.store(true, std::sync::atomic::Ordering::Relaxed);
         helper.join().unwrap();
-        let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
         let (p0, q0) = &alone[0];
         for (p, q) in alone.iter().chain(&helped) {
             assert_eq!(bits(p), bits(p0));
             assert_eq!(bits(q), bits(q0));
         }
-        for (g, want) in p0.iter().zip(&want).chain(q0.iter().zip(&want)) {
-            assert!(
-                (*g as f64 - want).abs() <= 1e-4 * want.abs().max(1.0),
-                "{g} vs {want}"
-            );
-        }
+        assert_close(p0.iter().zip(&want).chain(q0.iter().zip(&want)));
     }
 
     #[test]
