@@ -221,11 +221,16 @@ defmodule ExMLX.Op do
     push({:cond, clauses, last_block}, types)
   end
 
-  @doc "The storage type a recorded value was given, or `nil` where MLX decides it."
-  def recorded_type(ref) do
+  @doc """
+  The storage type of `ref`: the type a recorded value was given (`nil`
+  where MLX decides it), else `stored`, the storage type its tensor's Nx
+  type gives (the backend keeps every tensor in it: ExMLX.Backend's
+  `storage_type/1`), so a tensor still being computed is not waited for.
+  """
+  def recorded_type(ref, stored) do
     case recorded_value(ref) do
       {type, _device} -> type
-      nil -> ref |> Call.info() |> elem(1)
+      nil -> stored
     end
   end
 

@@ -545,6 +545,34 @@ if Code.ensure_loaded?(Nx) do
       assert {:program, _} = cached(&Funs.collatz_steps/1, [n])
     end
 
+    test "a loop that starts from a captured tensor is lowered without waiting for its copy" do
+      captured = Nx.tensor([0.5, 1.0], backend: Nx.BinaryBackend)
+      fun = Nx.Defn.jit(&Funs.countdown_scaled(&1, captured), compiler: ExMLX.Compiler)
+      hold = make_ref()
+      :ok = ExMLX.Native.hold_worker_for_test(hold)
+      parent = self()
+
+      try do
+        # the captured tensor's copy to ExMLX waits behind the held worker;
+        # the call returns its result, pending too, all the same (the caller
+        # lives on to read it: a loop stops when its caller is gone)
+        caller =
+          spawn_link(fn ->
+            result = fun.(Nx.tensor(3))
+            send(parent, :called)
+            receive do: (:read -> send(parent, {:read, Nx.to_flat_list(result)}))
+          end)
+
+        assert_receive :called, 10_000
+        send(caller, :read)
+      after
+        ExMLX.Native.release_worker_for_test()
+      end
+
+      assert_receive {^hold, {:ok, true}}, 10_000
+      assert_receive {:read, [4.0, 8.0]}, 10_000
+    end
+
     test "cond runs the first true clause; clauses share the enclosing scope's values" do
       for x <- [[1.0, 2.0], [10.0, 2.0], [-10.0, 2.0], [-1.0, 0.5]] do
         x = Nx.tensor(x)

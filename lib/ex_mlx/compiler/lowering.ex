@@ -343,13 +343,13 @@ if Code.ensure_loaded?(Nx) do
     # The reference of a value on `device`, of storage type `type` (cast
     # when recorded otherwise; `nil` keeps its type).
     defp typed_ref(value, type, device) do
-      %T{data: %ExMLX.Backend{ref: ref}} =
+      %T{type: nx_type, data: %ExMLX.Backend{ref: ref}} =
         case Nx.to_tensor(value) do
           %T{data: %ExMLX.Backend{device: ^device}} = t -> t
           t -> Nx.backend_copy(t, {ExMLX.Backend, device: device})
         end
 
-      if type == nil or Op.recorded_type(ref) == type,
+      if type == nil or Op.recorded_type(ref, ExMLX.Backend.storage_type(nx_type)) == type,
         do: ref,
         else: Op.defer(:as_type, [ref], [type], type) |> elem(0)
     end
