@@ -1287,9 +1287,9 @@ mod timing {
 
 #[cfg(test)]
 mod mlp_timing {
+    use super::*;
     use crate::device::Device;
     use crate::worker::run_blocking;
-    use mlx_rs::Array;
     use std::time::Instant;
 
     /// Prints the time of a 784-512-512-10 forward pass at batch 1 on the
@@ -1322,6 +1322,87 @@ mod mlp_timing {
         })
         .unwrap();
         println!("MLP batch 1 on the worker: {:.1} µs", t * 1e6);
+    }
+
+    /// Not a check: a batch-1 MLP 784-512-512-10 program run on the worker
+    /// in a loop, a helper thread taking parts of its products as a polling
+    /// NIF does (with `EX_MLX_NO_HELPER` set it spins without helping);
+    /// prints the times of a run (`cargo test -- --ignored --nocapture`).
+    #[test]
+    #[ignore]
+    fn mlp_program_time() {
+        use std::sync::atomic::{AtomicBool, Ordering};
+        use std::sync::Arc;
+        let op = |op: Op, inputs: &[usize], params: Vec<Param>| {
+            Instruction::Op(OpCall::new(op, inputs.to_vec(), params, None, 1))
+        };
+        let tensordot = || vec![Param::Ints(vec![1]), Param::Ints(vec![0])];
+        // slots: 0 x, 1 w1, 2 b1, 3 w2, 4 b2, 5 w3, 6 b3, 7 zero
+        let program = Program::new(
+            7,
+            1,
+            vec![
+                op(Op::tensordot, &[0, 1], tensordot()),
+                op(Op::add, &[8, 2], vec![]),
+                op(Op::max, &[9, 7], vec![]),
+                op(Op::tensordot, &[10, 3], tensordot()),
+                op(Op::add, &[11, 4], vec![]),
+                op(Op::max, &[12, 7], vec![]),
+                op(Op::tensordot, &[13, 5], tensordot()),
+                op(Op::add, &[14, 6], vec![]),
+            ],
+            vec![15],
+        )
+        .unwrap();
+        let values = |n: usize, seed: usize| -> Vec<f32> {
+            (0..n)
+                .map(|i| ((i * 7919 + seed) % 2001) as f32 / 40_000.0 - 0.025)
+                .collect()
+        };
+        let stop = Arc::new(AtomicBool::new(false));
+        let helping = std::env::var_os("EX_MLX_NO_HELPER").is_none();
+        let helper = {
+            let stop = stop.clone();
+            std::thread::spawn(move || {
+                while !stop.load(Ordering::Relaxed) {
+                    if helping {
+                        crate::split_work::help();
+                    }
+                    std::hint::spin_loop();
+                }
+            })
+        };
+        let times = run_blocking(Device::Cpu, move || {
+            let arr = |v: Vec<f32>, shape: &[i32]| Array::from_slice(&v, shape);
+            let inputs = vec![
+                arr(values(784, 1), &[1, 784]),
+                arr(values(784 * 512, 2), &[784, 512]),
+                arr(values(512, 3), &[512]),
+                arr(values(512 * 512, 4), &[512, 512]),
+                arr(values(512, 5), &[512]),
+                arr(values(512 * 10, 6), &[512, 10]),
+                arr(values(10, 7), &[10]),
+            ];
+            let zero = Array::from_f32(0.0);
+            let mut times = Vec::new();
+            for _ in 0..3000 {
+                let start = std::time::Instant::now();
+                let out = program.run(inputs.clone(), vec![zero.clone()])?;
+                mlx_rs::transforms::eval(&out)?;
+                times.push(start.elapsed().as_secs_f64() * 1e6);
+            }
+            times.sort_by(f64::total_cmp);
+            Ok(times)
+        })
+        .unwrap();
+        stop.store(true, Ordering::Relaxed);
+        helper.join().unwrap();
+        println!(
+            "MLP program: p10 {:.1} us, median {:.1} us, p90 {:.1} us",
+            times[times.len() / 10],
+            times[times.len() / 2],
+            times[times.len() * 9 / 10]
+        );
     }
 }
 
@@ -1639,88 +1720,5 @@ mod fusion_tests {
         )
         .unwrap();
         assert!(!p.fuse_with_mlx_compile(Device::Cpu));
-    }
-
-    /// Not a check: a batch-1 MLP 784-512-512-10 program run on the worker
-    /// in a loop, a helper thread taking parts of its products as a polling
-    /// NIF does (with `EX_MLX_NO_HELPER` set it spins without helping);
-    /// prints the times of a run (`cargo test -- --ignored --nocapture`).
-    #[test]
-    #[ignore]
-    fn mlp_program_time() {
-        use crate::device::Device;
-        use crate::worker::run_blocking;
-        use std::sync::atomic::{AtomicBool, Ordering};
-        let op = |op: Op, inputs: &[usize], params: Vec<Param>, cast: Option<Dtype>| {
-            Instruction::Op(OpCall::new(op, inputs.to_vec(), params, cast, 1))
-        };
-        use std::sync::Arc;
-        let tensordot = || vec![Param::Ints(vec![1]), Param::Ints(vec![0])];
-        // slots: 0 x, 1 w1, 2 b1, 3 w2, 4 b2, 5 w3, 6 b3, 7 zero
-        let program = Program::new(
-            7,
-            1,
-            vec![
-                op(Op::tensordot, &[0, 1], tensordot(), None),
-                op(Op::add, &[8, 2], vec![], None),
-                op(Op::max, &[9, 7], vec![], None),
-                op(Op::tensordot, &[10, 3], tensordot(), None),
-                op(Op::add, &[11, 4], vec![], None),
-                op(Op::max, &[12, 7], vec![], None),
-                op(Op::tensordot, &[13, 5], tensordot(), None),
-                op(Op::add, &[14, 6], vec![], None),
-            ],
-            vec![15],
-        )
-        .unwrap();
-        let values = |n: usize, seed: usize| -> Vec<f32> {
-            (0..n)
-                .map(|i| ((i * 7919 + seed) % 2001) as f32 / 40_000.0 - 0.025)
-                .collect()
-        };
-        let stop = Arc::new(AtomicBool::new(false));
-        let helping = std::env::var_os("EX_MLX_NO_HELPER").is_none();
-        let helper = {
-            let stop = stop.clone();
-            std::thread::spawn(move || {
-                while !stop.load(Ordering::Relaxed) {
-                    if helping {
-                        crate::split_work::help();
-                    }
-                    std::hint::spin_loop();
-                }
-            })
-        };
-        let times = run_blocking(Device::Cpu, move || {
-            let arr = |v: Vec<f32>, shape: &[i32]| Array::from_slice(&v, shape);
-            let inputs = vec![
-                arr(values(784, 1), &[1, 784]),
-                arr(values(784 * 512, 2), &[784, 512]),
-                arr(values(512, 3), &[512]),
-                arr(values(512 * 512, 4), &[512, 512]),
-                arr(values(512, 5), &[512]),
-                arr(values(512 * 10, 6), &[512, 10]),
-                arr(values(10, 7), &[10]),
-            ];
-            let zero = Array::from_f32(0.0);
-            let mut times = Vec::new();
-            for _ in 0..3000 {
-                let start = std::time::Instant::now();
-                let out = program.run(inputs.clone(), vec![zero.clone()])?;
-                mlx_rs::transforms::eval(&out)?;
-                times.push(start.elapsed().as_secs_f64() * 1e6);
-            }
-            times.sort_by(f64::total_cmp);
-            Ok(times)
-        })
-        .unwrap();
-        stop.store(true, Ordering::Relaxed);
-        helper.join().unwrap();
-        println!(
-            "MLP program: p10 {:.1} us, median {:.1} us, p90 {:.1} us",
-            times[times.len() / 10],
-            times[times.len() / 2],
-            times[times.len() * 9 / 10]
-        );
     }
 }
