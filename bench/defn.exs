@@ -112,10 +112,29 @@ if Code.ensure_loaded?(Nx) do
 
     # Rows: per program, µs per call (result read) through ExMLX.Compiler
     # and Nx.Defn.Evaluator (ExMLX.Backend), Python mlx plain and compiled.
+    #
+    # `py` is the Python reference: a map of seconds per call, as
+    # defn_reference.py prints it (measured before this section), or a
+    # function `(name, variant, reps, warm_up_ms) -> seconds | nil` that
+    # times a program on request (defn_reference.py --serve). With a
+    # function, each row is timed in `rounds:` alternating rounds (default
+    # 1) — Python plain, Python compiled, ExMLX.Compiler, the Evaluator —
+    # so that every ratio compares measurements seconds apart: this host's
+    # speed drifts by a third within a minute (bench/README.md, session 20).
+    # Each column is the median of its per-round medians and each ratio the
+    # median of the per-round ratios.
+    #
     # `random: false` leaves out the Nx.Random rows (their BinaryBackend
     # reference takes seconds a call: bench/gpu/defn.exs).
     def section(reps, quick, py, timed, opts \\ []) do
       cases = cases(quick)
+      rounds = if is_function(py, 4), do: Keyword.get(opts, :rounds, 1), else: 1
+      warm_ms = if quick, do: 0, else: @warm_up_ms
+
+      py_time =
+        if is_function(py, 4),
+          do: py,
+          else: fn name, variant, _reps, _warm_ms -> get_in(py, [name, variant]) end
 
       rows =
         for {name, label, fun, args, evaluator_reps, opts} <- Enum.map(cases, &with_opts/1) do
@@ -124,35 +143,49 @@ if Code.ensure_loaded?(Nx) do
           evaluated = Nx.Defn.jit(fun, compiler: Nx.Defn.Evaluator)
           call = fn f -> fn -> f |> apply(args) |> read() end end
 
-          unless quick, do: warm_up(call.(compiled), @warm_up_ms)
-          c = timed.(call.(compiled), reps).median
+          per_round =
+            for _ <- 1..rounds do
+              plain = py_time.(name, "plain", reps, warm_ms)
+              mxc = py_time.(name, "compiled", reps, warm_ms)
+              unless quick, do: warm_up(call.(compiled), @warm_up_ms)
+              c = timed.(call.(compiled), reps).median
 
-          e =
-            if evaluator_reps > 0 do
-              Nx.with_default_backend(ExMLX.Backend, fn ->
-                unless quick, do: warm_up(call.(evaluated), @warm_up_ms)
-                timed.(call.(evaluated), evaluator_reps).median
-              end)
+              e =
+                if evaluator_reps > 0 do
+                  Nx.with_default_backend(ExMLX.Backend, fn ->
+                    unless quick, do: warm_up(call.(evaluated), @warm_up_ms)
+                    timed.(call.(evaluated), evaluator_reps).median
+                  end)
+                end
+
+              %{compiled: c, evaluator: e, plain: plain, mx_compile: mxc}
             end
 
-          plain = get_in(py, [name, "plain"])
-          mxc = get_in(py, [name, "compiled"])
+          column = fn key -> per_round |> Enum.map(& &1[key]) |> median() end
+
+          ratio_of = fn top, bottom ->
+            per_round
+            |> Enum.reject(&(is_nil(&1[top]) or is_nil(&1[bottom])))
+            |> Enum.map(&(&1[top] / &1[bottom]))
+            |> median()
+          end
 
           [
             label,
-            us(c),
-            us(e),
-            us(plain),
-            us(mxc),
-            ratio(c, plain),
-            ratio(e, c)
+            us(column.(:compiled)),
+            us(column.(:evaluator)),
+            us(column.(:plain)),
+            us(column.(:mx_compile)),
+            ratio(ratio_of.(:compiled, :plain)),
+            ratio(ratio_of.(:evaluator, :compiled))
           ]
         end
 
       %{
         title:
           "defn programs, µs per call (result read): ExMLX.Compiler, Nx.Defn.Evaluator on " <>
-            "ExMLX.Backend, Python mlx plain and with mx.compile",
+            "ExMLX.Backend, Python mlx plain and with mx.compile" <>
+            if(rounds > 1, do: " (median over #{rounds} alternating rounds)", else: ""),
         columns: [
           "ExMLX.Compiler",
           "Evaluator",
@@ -284,8 +317,18 @@ if Code.ensure_loaded?(Nx) do
     defp us(s), do: fmt(s * 1.0e6)
     defp fmt(x) when x >= 100, do: :erlang.float_to_binary(x, decimals: 0)
     defp fmt(x), do: :erlang.float_to_binary(x, decimals: 1)
+    defp ratio(nil), do: "—"
+    defp ratio(r), do: :erlang.float_to_binary(r, decimals: 2) <> "×"
     defp ratio(_, nil), do: "—"
     defp ratio(nil, _), do: "—"
-    defp ratio(a, b), do: :erlang.float_to_binary(a / b, decimals: 2) <> "×"
+    defp ratio(a, b), do: ratio(a / b)
+
+    # the middle value (the upper one of an even count); nil for none
+    defp median(values) do
+      case values |> Enum.reject(&is_nil/1) |> Enum.sort() do
+        [] -> nil
+        sorted -> Enum.at(sorted, div(length(sorted), 2))
+      end
+    end
   end
 end

@@ -4,6 +4,11 @@ CPU. Each call ends by evaluating the result and copying its bytes out, as
 the Elixir side reads its results. Prints one JSON object: per program,
 seconds per call ({"plain": s, "compiled": s}). `--quick` shrinks sizes and
 repetitions.
+
+`--serve` times on request instead, so that bench/defn.exs can alternate
+with it: each line read, `NAME VARIANT REPS WARM_UP_MS` (VARIANT `plain` or
+`compiled`), is answered with one line of JSON, {"median": s} (null where
+the program has no such variant); a line `quit` or the end of input ends it.
 """
 import json
 import math
@@ -155,23 +160,47 @@ def main():
         "block_f32": (block, (block_x, block_w), FEW),
         "block_bf16": (block, (block_x.astype(mx.bfloat16), bf16(block_w)), FEW),
     }
-    out = {"mlx": mx.__version__}
+    # per program: its calls, plain and compiled, and its repetitions
+    calls = {}
     for name, (fun, args, reps) in cases.items():
         compiled = small_loop_compiled_step() if name == "loop_1000" else mx.compile(fun)
-        plain_call = lambda: read(fun(*args))
-        compiled_call = lambda: read(compiled(*args))
-        warm_up(plain_call)
-        plain = timed(plain_call, reps)["median"]
-        warm_up(compiled_call)
-        out[name] = {"plain": plain, "compiled": timed(compiled_call, reps)["median"]}
+        calls[name] = (
+            {
+                "plain": lambda fun=fun, args=args: read(fun(*args)),
+                "compiled": lambda compiled=compiled, args=args: read(compiled(*args)),
+            },
+            reps,
+        )
     # the row loop writes into its buffer in place; a fresh buffer per call
-    rows_call = lambda: read(rows(mx.zeros((3001, 400))))
-    warm_up(rows_call)
-    out["rows_3001"] = {
-        "plain": timed(rows_call, 2)["median"],
-        "compiled": None,
-    }
+    calls["rows_3001"] = ({"plain": lambda: read(rows(mx.zeros((3001, 400))))}, 2)
+
+    if "--serve" in sys.argv:
+        serve(calls)
+        return
+
+    out = {"mlx": mx.__version__}
+    for name, (variants, reps) in calls.items():
+        out[name] = {"plain": None, "compiled": None}
+        for variant, call in variants.items():
+            warm_up(call)
+            out[name][variant] = timed(call, reps)["median"]
     print(json.dumps(out))
+
+
+def serve(calls):
+    """Answers `NAME VARIANT REPS WARM_UP_MS` lines (module docstring)."""
+    print(json.dumps({"ready": True, "mlx": mx.__version__}), flush=True)
+    for line in sys.stdin:
+        words = line.split()
+        if words == ["quit"]:
+            break
+        name, variant, reps, warm_ms = words
+        call = calls.get(name, ({}, 0))[0].get(variant)
+        if call is None:
+            print(json.dumps({"median": None}), flush=True)
+            continue
+        warm_up(call, int(warm_ms) / 1000)
+        print(json.dumps({"median": timed(call, int(reps))["median"]}), flush=True)
 
 
 main()

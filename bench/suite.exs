@@ -625,13 +625,18 @@ defmodule Bench.Suite do
     }
   end
 
-  # defn programs (bench/defn.exs) beside bench/defn_reference.py's.
+  # defn programs (bench/defn.exs) beside bench/defn_reference.py's, which
+  # runs beside the VM (--serve) so that each row alternates between the two
+  # (3 rounds; 1 with --quick).
   defp defn_section(%{reps: reps}, quick) do
     Code.require_file("bench/defn.exs")
 
     if Code.ensure_loaded?(Bench.Defn) do
-      py = python_reference(quick, [], "bench/defn_reference.py")
-      apply(Bench.Defn, :section, [reps, quick, py, &timed/2])
+      rounds = if quick, do: 1, else: 3
+
+      with_defn_reference(quick, fn py ->
+        apply(Bench.Defn, :section, [reps, quick, py, &timed/2, [rounds: rounds]])
+      end)
     else
       %{
         title: "defn programs",
@@ -639,6 +644,74 @@ defmodule Bench.Suite do
         rows: [],
         notes: "skipped: Nx is not available (set NX_PATH or install Hex)"
       }
+    end
+  end
+
+  # Runs `fun` with a function that times one of bench/defn_reference.py's
+  # programs on request, `(name, variant, reps, warm_up_ms) -> seconds |
+  # nil`, answered by that script in --serve mode in a port; nil where
+  # Python mlx is not available, the script failed or the program has no such
+  # variant (the row then shows "—").
+  defp with_defn_reference(quick, fun) do
+    python = System.find_executable("python3")
+
+    port =
+      with {:ok, dir} <- ExMLX.Build.bench_python(),
+           true <- is_binary(python) do
+        args = ["bench/defn_reference.py", "--serve"] ++ if(quick, do: ["--quick"], else: [])
+
+        port =
+          Port.open({:spawn_executable, python}, [
+            :binary,
+            :exit_status,
+            {:line, 65_536},
+            args: args,
+            env: [{~c"PYTHONPATH", String.to_charlist(dir)}]
+          ])
+
+        case port_reply(port) do
+          %{"ready" => true} -> port
+          _ -> nil
+        end
+      else
+        _ -> nil
+      end
+
+    time = fn name, variant, reps, warm_ms ->
+      if port do
+        Port.command(port, "#{name} #{variant} #{reps} #{warm_ms}\n")
+
+        case port_reply(port) do
+          %{"median" => seconds} -> seconds
+          _ -> nil
+        end
+      end
+    end
+
+    try do
+      fun.(time)
+    after
+      if port && Port.info(port) do
+        Port.command(port, "quit\n")
+        Port.close(port)
+      end
+    end
+  end
+
+  # The next line of JSON from the reference's port (nil if it exited or
+  # took more than two minutes).
+  defp port_reply(port) do
+    receive do
+      {^port, {:data, {:eol, line}}} ->
+        case decode_json(line) do
+          {:ok, value} -> value
+          {:error, _} -> nil
+        end
+
+      {^port, {:exit_status, _}} ->
+        nil
+    after
+      120_000 -> nil
     end
   end
 
@@ -864,6 +937,8 @@ defmodule Bench.Suite do
   defp parse_value("{" <> rest), do: parse_object(skip(rest), %{})
   defp parse_value("\"" <> rest), do: parse_string(rest, "")
   defp parse_value("null" <> rest), do: {nil, rest}
+  defp parse_value("true" <> rest), do: {true, rest}
+  defp parse_value("false" <> rest), do: {false, rest}
 
   defp parse_value(text) do
     [number] = Regex.run(~r/^-?[0-9.eE+-]+/, text)
