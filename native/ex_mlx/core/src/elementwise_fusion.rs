@@ -387,6 +387,44 @@ impl Kernel {
     }
 }
 
+impl Kernel {
+    /// The group's result computed at once on this thread, as [`ready_or`]
+    /// computes one op, when every one of `leaves` (the arrays of
+    /// [`Kernel::leaves`]) is a float32 array that is already computed and
+    /// this thread's stream is a CPU's ([`inputs_ready`]), each read in
+    /// place as a single value, the result's values or a row it repeats, the
+    /// result of at most [`READY_MAX_ELEMENTS`] values, and every step
+    /// exactly rounded ([`Kind::exactly_mlx`]): the bits of its ops one by
+    /// one, without an array for each. `None` otherwise (the ops then run
+    /// one by one).
+    pub fn run_ready(&self, leaves: &[Array]) -> Result<Option<Array>> {
+        let refs: Vec<&Array> = leaves.iter().collect();
+        if !self.steps.iter().all(|s| s.kind.exactly_mlx()) || !inputs_ready(&refs) {
+            return Ok(None);
+        }
+        let Some(shape) = broadcast_shape(leaves.iter().map(|a| a.shape())) else {
+            return Ok(None);
+        };
+        let n: usize = shape.iter().map(|&d| d as usize).product();
+        if n == 0 || n > READY_MAX_ELEMENTS {
+            return Ok(None);
+        }
+        let Some(buffers) = in_place(&refs)? else {
+            return Ok(None);
+        };
+        let mut sources = Vec::with_capacity(buffers.len());
+        for (b, a) in buffers.iter().zip(leaves) {
+            match source(f32_values(b.bytes())?, a.shape(), &shape) {
+                Some(source) => sources.push(source),
+                None => return Ok(None),
+            }
+        }
+        let mut out = vec![0.0f32; n];
+        compute(&self.steps, &sources, &mut out);
+        host_array(&out, &shape).map(Some)
+    }
+}
+
 /// The shape inputs of `shapes` broadcast to (NumPy's rule, as MLX's
 /// element-wise ops apply it), if they do; `None` for none at all.
 fn broadcast_shape<'a>(mut shapes: impl Iterator<Item = &'a [i32]>) -> Option<Vec<i32>> {

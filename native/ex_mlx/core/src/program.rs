@@ -129,19 +129,25 @@ impl Branch {
     }
 }
 
-/// A group of element-wise ops made by [`Program::fuse`] on the CPU: its
-/// ops in program order (run one by one where the kernel cannot run) and
-/// its kernel (crate::elementwise_fusion).
+/// A group of element-wise ops on the CPU, made by [`Program::fuse`] or
+/// [`Program::group_ready_ops`]: its ops in program order (run one by one
+/// where the kernel does not run) and its kernel
+/// (crate::elementwise_fusion).
 #[derive(Clone, Debug)]
 pub struct FusedOps {
     pub ops: Vec<OpCall>,
     pub kernel: Kernel,
+    /// A group of [`Program::group_ready_ops`]: it runs as one pass only
+    /// when its inputs are already computed (`Kernel::run_ready`), never
+    /// waiting for them; one of `fuse: true` runs as one pass whenever it is
+    /// large enough (`Kernel::run`).
+    pub when_ready: bool,
 }
 
 impl FusedOps {
     /// The group of `ops` (the last one its result); the ops given back if
     /// the kernel cannot take them.
-    fn new(ops: Vec<OpCall>) -> std::result::Result<FusedOps, Vec<OpCall>> {
+    fn new(ops: Vec<OpCall>, when_ready: bool) -> std::result::Result<FusedOps, Vec<OpCall>> {
         let described: Option<Vec<(FusedKind, &[usize], usize)>> = ops
             .iter()
             .map(|c| {
@@ -153,7 +159,11 @@ impl FusedOps {
             })
             .collect();
         match described.as_deref().and_then(Kernel::new) {
-            Some(kernel) => Ok(FusedOps { ops, kernel }),
+            Some(kernel) => Ok(FusedOps {
+                ops,
+                kernel,
+                when_ready,
+            }),
             None => Err(ops),
         }
     }
@@ -165,8 +175,8 @@ pub enum Instruction {
     Loop(Loop),
     Branch(Branch),
     /// Element-wise ops run as one pass on the CPU: made by
-    /// [`Program::fuse`] in a checked program, never given from outside
-    /// (crate::elementwise_fusion).
+    /// [`Program::fuse`] or [`Program::group_ready_ops`] in a checked
+    /// program, never given from outside (crate::elementwise_fusion).
     Fused(FusedOps),
 }
 
@@ -274,11 +284,35 @@ impl Program {
     /// (no loop, no branch).
     pub fn fuse(&mut self, device: Device) -> bool {
         if device.kind() == Kind::Cpu {
-            let mut reads = vec![0u32; self.slots];
-            visit_reads(&self.main, &mut |slot, _| reads[slot] += 1);
-            return fuse_block(&mut self.main, &reads) > 0;
+            let reads = self.reads();
+            return fuse_block(&mut self.main, &reads, false) > 0;
         }
         self.fuse_with_mlx_compile(device)
+    }
+
+    /// For runs on the CPU without `fuse: true`: every chain of exactly
+    /// rounded element-wise ops (arithmetic, `max`, `min`, `negate`, `abs`,
+    /// `sqrt`, `square`; crate::elementwise_fusion) joined by results read
+    /// once becomes one group that runs as one pass when its inputs are
+    /// already computed, as each of its ops would run alone
+    /// (crate::elementwise_fusion's `ready_or`), and one by one otherwise:
+    /// the same bits either way, without an array for each op in between (a
+    /// batch-1 MLP's bias `add` and ReLU `max` after each product). Returns
+    /// how many groups it made.
+    pub fn group_ready_ops(&mut self) -> usize {
+        if self.fused.is_some() {
+            return 0;
+        }
+        let reads = self.reads();
+        fuse_block(&mut self.main, &reads, true)
+    }
+
+    /// How many times each slot is read (instructions' inputs and blocks'
+    /// outputs), over the whole program.
+    fn reads(&self) -> Vec<u32> {
+        let mut reads = vec![0u32; self.slots];
+        visit_reads(&self.main, &mut |slot, _| reads[slot] += 1);
+        reads
     }
 
     /// The whole program through MLX's compile (crate::fusion) for runs on
@@ -310,10 +344,14 @@ impl Program {
     }
 
     /// Whether runs go through MLX's compile or have fused groups of
-    /// element-wise ops ([`Program::fuse`]).
+    /// element-wise ops ([`Program::fuse`]; not those of
+    /// [`Program::group_ready_ops`]).
     pub fn fused(&self) -> bool {
         self.fused.is_some()
-            || any_instruction(&self.main, &|ins| matches!(ins, Instruction::Fused(_)))
+            || any_instruction(
+                &self.main,
+                &|ins| matches!(ins, Instruction::Fused(g) if !g.when_ready),
+            )
     }
 
     /// Runs the program on `inputs` and `constants` (on the worker of the
@@ -483,8 +521,9 @@ fn any_instruction(block: &Block, pred: &dyn Fn(&Instruction) -> bool) -> bool {
 
 /// Whether `call` can join a fused group (it may still run unfused, when
 /// its inputs turn out not to be float32).
-fn fusible(call: &OpCall) -> bool {
-    crate::ops::computed::elementwise_kind(call.op).is_some()
+fn fusible(call: &OpCall, exact_only: bool) -> bool {
+    crate::ops::computed::elementwise_kind(call.op)
+        .is_some_and(|kind| !exact_only || kind.exactly_mlx())
         && call.results == 1
         && matches!(call.cast, None | Some(Dtype::Float32))
 }
@@ -494,21 +533,23 @@ fn fusible(call: &OpCall) -> bool {
 /// ops joined by results read once (`reads[slot]`, counted over the whole
 /// program) by one [`Instruction::Fused`] at its last op's place. (A lone
 /// `tanh`, `exp` or `sigmoid` needs no group: the op table's runs as a pass
-/// of its own.) Returns how many groups it made.
-fn fuse_block(block: &mut Block, reads: &[u32]) -> usize {
+/// of its own.) `when_ready`: only exactly rounded ops, in groups that run
+/// fused only when their inputs are computed ([`Program::group_ready_ops`]).
+/// Returns how many groups it made.
+fn fuse_block(block: &mut Block, reads: &[u32], when_ready: bool) -> usize {
     let mut made = 0;
     for ins in &mut block.instructions {
         match ins {
             Instruction::Loop(l) => {
-                made += fuse_block(&mut l.condition, reads);
-                made += fuse_block(&mut l.body, reads);
+                made += fuse_block(&mut l.condition, reads, when_ready);
+                made += fuse_block(&mut l.body, reads, when_ready);
             }
             Instruction::Branch(b) => {
                 for (pred, body) in &mut b.clauses {
-                    made += fuse_block(pred, reads);
-                    made += fuse_block(body, reads);
+                    made += fuse_block(pred, reads, when_ready);
+                    made += fuse_block(body, reads, when_ready);
                 }
-                made += fuse_block(&mut b.otherwise, reads);
+                made += fuse_block(&mut b.otherwise, reads, when_ready);
             }
             Instruction::Op(_) | Instruction::Fused(_) => {}
         }
@@ -524,7 +565,7 @@ fn fuse_block(block: &mut Block, reads: &[u32]) -> usize {
         let Instruction::Op(call) = &block.instructions[i] else {
             continue;
         };
-        if !fusible(call) {
+        if !fusible(call, when_ready) {
             continue;
         }
         let mut group = vec![i];
@@ -561,7 +602,7 @@ fn fuse_block(block: &mut Block, reads: &[u32]) -> usize {
                         .collect();
                     // (ops the kernel cannot take stay as they were, in
                     // order: their inputs are written before the root)
-                    match FusedOps::new(ops) {
+                    match FusedOps::new(ops, when_ready) {
                         Ok(group) => {
                             kept.push(Instruction::Fused(group));
                             made += 1;
@@ -785,13 +826,32 @@ impl Run<'_> {
     /// A fused group's result in one pass, or its ops one by one where it
     /// cannot run fused (crate::elementwise_fusion).
     fn fused(&mut self, group: &FusedOps) -> Result<()> {
+        // (a ready group whose inputs are all known here runs op by op,
+        // where each op is computed here too and its result stays known)
+        if group.when_ready
+            && group
+                .kernel
+                .leaves()
+                .iter()
+                .all(|&s| self.host[s].is_some())
+        {
+            for call in &group.ops {
+                self.op(call)?;
+            }
+            return Ok(());
+        }
         let leaves: Vec<Array> = group
             .kernel
             .leaves()
             .iter()
             .map(|&s| self.read(s))
             .collect::<Result<_>>()?;
-        match group.kernel.run(&leaves)? {
+        let out = if group.when_ready {
+            group.kernel.run_ready(&leaves)?
+        } else {
+            group.kernel.run(&leaves)?
+        };
+        match out {
             Some(out) => self.write(group.kernel.output(), Some(out), None),
             None => {
                 for call in &group.ops {
@@ -1326,8 +1386,10 @@ mod mlp_timing {
 
     /// Not a check: a batch-1 MLP 784-512-512-10 program run on the worker
     /// in a loop, a helper thread taking parts of its products as a polling
-    /// NIF does (with `EX_MLX_NO_HELPER` set it spins without helping);
-    /// prints the times of a run (`cargo test -- --ignored --nocapture`).
+    /// NIF does (with `EX_MLX_NO_HELPER` set it spins without helping), as
+    /// given and with its ready groups (`Program::group_ready_ops`), in
+    /// alternating rounds; prints the times of a run of each (`cargo test --
+    /// --ignored --nocapture`).
     #[test]
     #[ignore]
     fn mlp_program_time() {
@@ -1338,22 +1400,27 @@ mod mlp_timing {
         };
         let tensordot = || vec![Param::Ints(vec![1]), Param::Ints(vec![0])];
         // slots: 0 x, 1 w1, 2 b1, 3 w2, 4 b2, 5 w3, 6 b3, 7 zero
-        let program = Program::new(
-            7,
-            1,
-            vec![
-                op(Op::tensordot, &[0, 1], tensordot()),
-                op(Op::add, &[8, 2], vec![]),
-                op(Op::max, &[9, 7], vec![]),
-                op(Op::tensordot, &[10, 3], tensordot()),
-                op(Op::add, &[11, 4], vec![]),
-                op(Op::max, &[12, 7], vec![]),
-                op(Op::tensordot, &[13, 5], tensordot()),
-                op(Op::add, &[14, 6], vec![]),
-            ],
-            vec![15],
-        )
-        .unwrap();
+        let make = || {
+            Program::new(
+                7,
+                1,
+                vec![
+                    op(Op::tensordot, &[0, 1], tensordot()),
+                    op(Op::add, &[8, 2], vec![]),
+                    op(Op::max, &[9, 7], vec![]),
+                    op(Op::tensordot, &[10, 3], tensordot()),
+                    op(Op::add, &[11, 4], vec![]),
+                    op(Op::max, &[12, 7], vec![]),
+                    op(Op::tensordot, &[13, 5], tensordot()),
+                    op(Op::add, &[14, 6], vec![]),
+                ],
+                vec![15],
+            )
+            .unwrap()
+        };
+        let program = make();
+        let mut grouped = make();
+        assert_eq!(grouped.group_ready_ops(), 2);
         let values = |n: usize, seed: usize| -> Vec<f32> {
             (0..n)
                 .map(|i| ((i * 7919 + seed) % 2001) as f32 / 40_000.0 - 0.025)
@@ -1384,25 +1451,34 @@ mod mlp_timing {
                 arr(values(10, 7), &[10]),
             ];
             let zero = Array::from_f32(0.0);
-            let mut times = Vec::new();
-            for _ in 0..3000 {
-                let start = std::time::Instant::now();
-                let out = program.run(inputs.clone(), vec![zero.clone()])?;
-                mlx_rs::transforms::eval(&out)?;
-                times.push(start.elapsed().as_secs_f64() * 1e6);
+            zero.eval()?;
+            let (mut plain, mut ready) = (Vec::new(), Vec::new());
+            for _ in 0..10 {
+                for (p, times) in [(&program, &mut plain), (&grouped, &mut ready)] {
+                    for _ in 0..300 {
+                        let start = std::time::Instant::now();
+                        let out = p.run(inputs.clone(), vec![zero.clone()])?;
+                        mlx_rs::transforms::eval(&out)?;
+                        times.push(start.elapsed().as_secs_f64() * 1e6);
+                    }
+                }
             }
-            times.sort_by(f64::total_cmp);
-            Ok(times)
+            for times in [&mut plain, &mut ready] {
+                times.sort_by(f64::total_cmp);
+            }
+            Ok((plain, ready))
         })
         .unwrap();
         stop.store(true, Ordering::Relaxed);
         helper.join().unwrap();
-        println!(
-            "MLP program: p10 {:.1} us, median {:.1} us, p90 {:.1} us",
-            times[times.len() / 10],
-            times[times.len() / 2],
-            times[times.len() * 9 / 10]
-        );
+        for (name, times) in [("as given", &times.0), ("ready groups", &times.1)] {
+            println!(
+                "MLP program, {name}: p10 {:.1} us, median {:.1} us, p90 {:.1} us",
+                times[times.len() / 10],
+                times[times.len() / 2],
+                times[times.len() * 9 / 10]
+            );
+        }
     }
 }
 
@@ -1522,6 +1598,135 @@ mod fusion_tests {
         assert!(!single.fuse(Device::Cpu));
         let mut lone = Program::new(1, 0, vec![elementwise(Op::exp, &[0])], vec![1]).unwrap();
         assert!(!lone.fuse(Device::Cpu));
+    }
+
+    /// x: slot 0, b: slot 1, zero: slot 2 (a constant). max(x + b, 0) * b,
+    /// then x - that (x is read twice, so the subtract is a group of one).
+    fn bias_relu() -> Program {
+        Program::new(
+            2,
+            1,
+            vec![
+                elementwise(Op::add, &[0, 1]),
+                elementwise(Op::max, &[3, 2]),
+                elementwise(Op::multiply, &[4, 1]),
+                elementwise(Op::subtract, &[0, 5]),
+            ],
+            vec![6],
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn exactly_rounded_chains_are_grouped_to_run_when_ready() {
+        let mut p = bias_relu();
+        assert_eq!(p.group_ready_ops(), 1);
+        // (not `fuse: true`'s fusion)
+        assert!(!p.fused());
+        let shape: Vec<String> = p
+            .main
+            .instructions
+            .iter()
+            .map(|ins| match ins {
+                Instruction::Op(call) => call.op.name().to_string(),
+                Instruction::Fused(g) => format!(
+                    "ready {} ops of {:?} ({})",
+                    g.ops.len(),
+                    g.kernel.leaves(),
+                    g.when_ready
+                ),
+                _ => "other".into(),
+            })
+            .collect();
+        assert_eq!(shape, ["ready 4 ops of [0, 1, 2] (true)"]);
+        // a transcendental op is not exactly rounded: no group through it
+        let mut with_exp = Program::new(
+            1,
+            0,
+            vec![elementwise(Op::exp, &[0]), elementwise(Op::add, &[1, 0])],
+            vec![2],
+        )
+        .unwrap();
+        assert_eq!(with_exp.group_ready_ops(), 0);
+        // `fuse: true`'s groups are left as they are
+        let mut fused = bias_relu();
+        assert!(fused.fuse(Device::Cpu));
+        assert_eq!(fused.group_ready_ops(), 0);
+    }
+
+    #[test]
+    fn ready_groups_give_the_bits_of_their_ops_one_by_one() {
+        // signed zeros, infinities, NaN, ties of max, sums that round
+        let mut x: Vec<f32> = vec![
+            0.0,
+            -0.0,
+            f32::INFINITY,
+            f32::NEG_INFINITY,
+            f32::NAN,
+            1.0e-45,
+            -1.0e-45,
+            3.4e38,
+            -3.4e38,
+            1.0,
+            -1.0,
+        ];
+        x.extend((0..501).map(|i| ((i * 7919) % 1001) as f32 / 37.0 - 13.5));
+        let b: Vec<f32> = (0..x.len())
+            .map(|i| match i % 5 {
+                0 => -0.0,
+                1 => 0.1,
+                2 => f32::NAN,
+                3 => 3.4e38,
+                _ => (i as f32).sqrt() - 10.0,
+            })
+            .collect();
+        let n = x.len() as i32;
+        let plain = bias_relu();
+        let mut ready = bias_relu();
+        assert_eq!(ready.group_ready_ops(), 1);
+        let (one_by_one, grouped, grouped_lazy, direct) = run_blocking(Device::Cpu, move || {
+            let inputs = || {
+                vec![
+                    crate::test_arrays::computed(&x, &[n]),
+                    crate::test_arrays::computed(&b, &[n]),
+                ]
+            };
+            let zero = || vec![crate::test_arrays::computed(&[0.0], &[])];
+            let run = |p: &Program, inputs: Vec<Array>| -> Result<Vec<u32>> {
+                let out = p.run(inputs, zero())?;
+                mlx_rs::transforms::eval(&out)?;
+                Ok(crate::test_arrays::bits(&out[0]))
+            };
+            // an input still being computed: the group runs op by op
+            let lazy = || -> Result<Vec<Array>> {
+                let [x, b]: [Array; 2] = inputs().try_into().unwrap();
+                Ok(vec![mlx_rs::ops::multiply(&x, Array::from_f32(1.0))?, b])
+            };
+            // the kernel itself, on computed inputs and on a lazy one
+            let Instruction::Fused(group) = &ready.main.instructions[0] else {
+                unreachable!()
+            };
+            let mut leaves = inputs();
+            leaves.extend(zero());
+            let direct = group
+                .kernel
+                .run_ready(&leaves)?
+                .map(|a| crate::test_arrays::bits(&a));
+            let mut lazy_leaves = lazy()?;
+            lazy_leaves.extend(zero());
+            assert!(group.kernel.run_ready(&lazy_leaves)?.is_none());
+            Ok((
+                run(&plain, inputs())?,
+                run(&ready, inputs())?,
+                run(&ready, lazy()?)?,
+                direct,
+            ))
+        })
+        .unwrap();
+        assert_eq!(one_by_one.len(), 512);
+        assert_eq!(grouped, one_by_one);
+        assert_eq!(grouped_lazy, one_by_one);
+        assert_eq!(direct, Some(one_by_one));
     }
 
     #[test]
