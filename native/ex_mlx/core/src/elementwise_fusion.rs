@@ -161,6 +161,23 @@ pub fn computed_on_host(kind: Kind, inputs: &[&Array]) -> Result<Option<Array>> 
     let Some(shape) = broadcast_shape(inputs.iter().map(|a| a.shape())) else {
         return Ok(None);
     };
+    let second = inputs.len() - 1;
+    pass_here(
+        &[Step {
+            kind,
+            args: [0, second],
+        }],
+        inputs,
+        &shape,
+    )
+}
+
+/// `steps` over `inputs` (computed float32 arrays that broadcast to
+/// `shape`) in one pass on this thread, into a new computed array; `None`
+/// where the result has more than [`READY_MAX_ELEMENTS`] values or an input
+/// is not read in place as a single value, the result's values or a row it
+/// repeats ([`computed_on_host`], [`Kernel::run_ready`]).
+fn pass_here(steps: &[Step], inputs: &[&Array], shape: &[i32]) -> Result<Option<Array>> {
     let n: usize = shape.iter().map(|&d| d as usize).product();
     if n == 0 || n > READY_MAX_ELEMENTS {
         return Ok(None);
@@ -170,22 +187,14 @@ pub fn computed_on_host(kind: Kind, inputs: &[&Array]) -> Result<Option<Array>> 
     };
     let mut sources = Vec::with_capacity(buffers.len());
     for (b, a) in buffers.iter().zip(inputs) {
-        match source(f32_values(b.bytes())?, a.shape(), &shape) {
+        match source(f32_values(b.bytes())?, a.shape(), shape) {
             Some(source) => sources.push(source),
             None => return Ok(None),
         }
     }
     let mut out = vec![0.0f32; n];
-    let second = inputs.len() - 1;
-    compute(
-        &[Step {
-            kind,
-            args: [0, second],
-        }],
-        &sources,
-        &mut out,
-    );
-    host_array(&out, &shape).map(Some)
+    compute(steps, &sources, &mut out);
+    host_array(&out, shape).map(Some)
 }
 
 /// The bytes of computed arrays, read in place; `None` if one is not laid
@@ -402,26 +411,10 @@ impl Kernel {
         if !self.steps.iter().all(|s| s.kind.exactly_mlx()) || !inputs_ready(&refs) {
             return Ok(None);
         }
-        let Some(shape) = broadcast_shape(leaves.iter().map(|a| a.shape())) else {
-            return Ok(None);
-        };
-        let n: usize = shape.iter().map(|&d| d as usize).product();
-        if n == 0 || n > READY_MAX_ELEMENTS {
-            return Ok(None);
+        match broadcast_shape(leaves.iter().map(|a| a.shape())) {
+            Some(shape) => pass_here(&self.steps, &refs, &shape),
+            None => Ok(None),
         }
-        let Some(buffers) = in_place(&refs)? else {
-            return Ok(None);
-        };
-        let mut sources = Vec::with_capacity(buffers.len());
-        for (b, a) in buffers.iter().zip(leaves) {
-            match source(f32_values(b.bytes())?, a.shape(), &shape) {
-                Some(source) => sources.push(source),
-                None => return Ok(None),
-            }
-        }
-        let mut out = vec![0.0f32; n];
-        compute(&self.steps, &sources, &mut out);
-        host_array(&out, &shape).map(Some)
     }
 }
 

@@ -1566,6 +1566,26 @@ mod fusion_tests {
         .unwrap()
     }
 
+    /// The main block's instructions: an op's name, or a group's kind
+    /// (`fused` for `fuse: true`, `ready` for `Program::group_ready_ops`),
+    /// its op count and its leaves.
+    fn instructions(p: &Program) -> Vec<String> {
+        p.main
+            .instructions
+            .iter()
+            .map(|ins| match ins {
+                Instruction::Op(call) => call.op.name().to_string(),
+                Instruction::Fused(g) => format!(
+                    "{} {} ops of {:?}",
+                    if g.when_ready { "ready" } else { "fused" },
+                    g.ops.len(),
+                    g.kernel.leaves()
+                ),
+                _ => "other".into(),
+            })
+            .collect()
+    }
+
     fn run_on(p: &Program, x: Vec<f32>, c: f32) -> Result<Vec<Vec<f32>>> {
         let n = x.len() as i32;
         let out = p.run(vec![Array::from_slice(&x, &[n])], vec![Array::from_f32(c)])?;
@@ -1577,20 +1597,8 @@ mod fusion_tests {
         let mut p = two_groups();
         assert!(p.fuse(Device::Cpu));
         assert!(p.fused() && p.fused.is_none());
-        let shape: Vec<String> = p
-            .main
-            .instructions
-            .iter()
-            .map(|ins| match ins {
-                Instruction::Op(call) => call.op.name().to_string(),
-                Instruction::Fused(g) => {
-                    format!("fused {} ops of {:?}", g.ops.len(), g.kernel.leaves())
-                }
-                _ => "other".into(),
-            })
-            .collect();
         assert_eq!(
-            shape,
+            instructions(&p),
             ["fused 3 ops of [0, 1]", "sum", "fused 2 ops of [4, 1, 0]"]
         );
         // nothing to group: one element-wise op
@@ -1623,22 +1631,7 @@ mod fusion_tests {
         assert_eq!(p.group_ready_ops(), 1);
         // (not `fuse: true`'s fusion)
         assert!(!p.fused());
-        let shape: Vec<String> = p
-            .main
-            .instructions
-            .iter()
-            .map(|ins| match ins {
-                Instruction::Op(call) => call.op.name().to_string(),
-                Instruction::Fused(g) => format!(
-                    "ready {} ops of {:?} ({})",
-                    g.ops.len(),
-                    g.kernel.leaves(),
-                    g.when_ready
-                ),
-                _ => "other".into(),
-            })
-            .collect();
-        assert_eq!(shape, ["ready 4 ops of [0, 1, 2] (true)"]);
+        assert_eq!(instructions(&p), ["ready 4 ops of [0, 1, 2]"]);
         // a transcendental op is not exactly rounded: no group through it
         let mut with_exp = Program::new(
             1,
