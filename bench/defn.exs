@@ -128,13 +128,12 @@ if Code.ensure_loaded?(Nx) do
     # reference takes seconds a call: bench/gpu/defn.exs).
     def section(reps, quick, py, timed, opts \\ []) do
       cases = cases(quick)
-      rounds = if is_function(py, 4), do: Keyword.get(opts, :rounds, 1), else: 1
       warm_ms = if quick, do: 0, else: @warm_up_ms
 
-      py_time =
+      {py_time, rounds} =
         if is_function(py, 4),
-          do: py,
-          else: fn name, variant, _reps, _warm_ms -> get_in(py, [name, variant]) end
+          do: {py, Keyword.get(opts, :rounds, 1)},
+          else: {fn name, variant, _reps, _warm_ms -> get_in(py, [name, variant]) end, 1}
 
       rows =
         for {name, label, fun, args, evaluator_reps, opts} <- Enum.map(cases, &with_opts/1) do

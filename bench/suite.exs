@@ -98,13 +98,15 @@ defmodule Bench.Suite do
 
   # Seconds per call of `fun`: `reps` samples, each the mean of `inner`
   # back-to-back calls (so calls far below the clock's resolution still
-  # measure), after a garbage collection.
-  defp timed(fun, reps, inner \\ 1) do
+  # measure), after a garbage collection before each sample (`collect:
+  # :each`) or once before them all (`:once`).
+  defp timed(fun, reps, inner \\ 1, collect \\ :each) do
     fun.()
     fun.()
+    if collect == :once, do: :erlang.garbage_collect()
 
     for _ <- 1..reps do
-      :erlang.garbage_collect()
+      if collect == :each, do: :erlang.garbage_collect()
       started = System.monotonic_time(:nanosecond)
       for _ <- 1..inner//1, do: fun.()
       (System.monotonic_time(:nanosecond) - started) / inner / 1.0e9
@@ -118,18 +120,7 @@ defmodule Bench.Suite do
   # ExMLX's worker go to sleep meanwhile, so each call then pays its
   # wake-up, which Python's calls never do: the batch-1 MLP 100–124 µs a
   # call against 82–110 back to back (bench/README.md, session 20).
-  defp timed_back_to_back(fun, reps) do
-    fun.()
-    fun.()
-    :erlang.garbage_collect()
-
-    for _ <- 1..reps do
-      started = System.monotonic_time(:nanosecond)
-      fun.()
-      (System.monotonic_time(:nanosecond) - started) / 1.0e9
-    end
-    |> summarize()
-  end
+  defp timed_back_to_back(fun, reps), do: timed(fun, reps, 1, :once)
 
   defp summarize(samples) do
     samples = Enum.sort(samples)

@@ -107,11 +107,7 @@ fn program_new<'a>(
     })?;
     let mut built =
         build(device.0, inputs, constants, instructions, outputs).map_err(error_tuple)?;
-    if fuse {
-        built.program.fuse(built.device);
-    } else if built.device.kind() == ex_mlx_core::device::Kind::Cpu {
-        built.program.group_ready_ops();
-    }
+    built.program.prepare(built.device, fuse);
     Ok(ResourceArc::new(built))
 }
 
@@ -364,9 +360,8 @@ fn program_load<'a>(env: Env<'a>, tag: Tag<'a>, bytes: Term<'a>) -> AsyncResult 
     let bytes = crate::term::decode_binary("program", bytes).map_err(error_tuple)?;
     let mut decoded = ex_mlx_core::program_format::decode(bytes.as_slice()).map_err(error_tuple)?;
     let device = decoded.device;
-    if device.kind() == ex_mlx_core::device::Kind::Cpu {
-        decoded.program.group_ready_ops();
-    }
+    // (the program format does not carry `fuse`: an imported program runs unfused)
+    decoded.program.prepare(device, false);
     for c in &decoded.constants {
         ex_mlx_core::device::check_dtype(c.dtype, device).map_err(error_tuple)?;
     }

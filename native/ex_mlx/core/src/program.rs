@@ -315,6 +315,17 @@ impl Program {
         reads
     }
 
+    /// Readies the program for runs on `device`: [`Program::fuse`] when
+    /// `fuse` is asked for, else on the CPU [`Program::group_ready_ops`]
+    /// (what `program_new` and `program_load` do with a checked program).
+    pub fn prepare(&mut self, device: Device, fuse: bool) {
+        if fuse {
+            self.fuse(device);
+        } else if device.kind() == Kind::Cpu {
+            self.group_ready_ops();
+        }
+    }
+
     /// The whole program through MLX's compile (crate::fusion) for runs on
     /// `device`, if it is straight-line; returns whether it is.
     fn fuse_with_mlx_compile(&mut self, device: Device) -> bool {
