@@ -2,10 +2,10 @@
 //! one; `program_load` reads one from its bytes (docs/program-format.md);
 //! `program_run` runs one on its device's worker in one call.
 
-use ex_mlx_core::device::Device;
+use ex_mlx_core::device::{Device, Kind};
 use ex_mlx_core::error::{Error, Result};
 use ex_mlx_core::program::{Block, Branch, Instruction, Loop, OpCall, Program, MAX_DEPTH};
-use mlx_rs::Array;
+use mlx_rs::{Array, Dtype};
 use rustler::{Atom, Env, LocalPid, Monitor, NifResult, Resource, ResourceArc, Term};
 use std::sync::atomic::{AtomicBool, Ordering};
 
@@ -108,7 +108,40 @@ fn program_new<'a>(
     let mut built =
         build(device.0, inputs, constants, instructions, outputs).map_err(error_tuple)?;
     built.program.prepare(built.device, fuse);
+    if built.program.runs_here() {
+        compute_constants(&built);
+    }
     Ok(ResourceArc::new(built))
+}
+
+/// Queues the evaluation of `program`'s constants that are not known to be
+/// computed (those recorded from ops are lazy), so that calls can run on
+/// the calling thread (`run_here`), which reads only computed tensors.
+/// Until the job is done, or if it fails, calls run on the worker, which
+/// reports any error.
+fn compute_constants(program: &ProgramResource) {
+    let lazy: Vec<TensorRef> = program
+        .constants
+        .iter()
+        .filter(|t| !t.is_evaluated())
+        .cloned()
+        .collect();
+    if lazy.is_empty() {
+        return;
+    }
+    let _ = ex_mlx_core::worker::submit(
+        program.device,
+        Box::new(move || {
+            for t in &lazy {
+                if let Ok(array) = t.array() {
+                    if array.eval().is_ok() {
+                        t.mark_evaluated();
+                    }
+                }
+            }
+            crate::tensor::release_later(lazy);
+        }),
+    );
 }
 
 fn build(
@@ -300,6 +333,9 @@ fn program_start<'a>(
         .map(|t| decode_type("types", t))
         .collect::<Result<Vec<_>>>()
         .map_err(error_tuple)?;
+    if let Some(outputs) = run_here(&program, &inputs, &types) {
+        return Ok(outputs);
+    }
     let device = program.device;
     let count = types.len();
     let watch = watch_caller(env, &program);
@@ -327,6 +363,44 @@ fn program_start<'a>(
         Ok(outputs)
     })
     .map_err(error_tuple)
+}
+
+/// The program run on the calling thread (`Program::run_here`): its
+/// outputs as computed tensors, when it is a CPU program that runs there,
+/// its inputs and constants are known to be computed (made from host bytes
+/// or computed by the worker: `Tensor::evaluated_array`, read in place) and
+/// its outputs have the `types` asked for. `None` otherwise, and on any
+/// error (the worker then runs it and reports it as usual). As for the `op`
+/// NIF's ops computed here, no job queued before this call can change
+/// computed inputs.
+fn run_here(
+    program: &ProgramResource,
+    inputs: &[TensorRef],
+    types: &[Dtype],
+) -> Option<Vec<TensorRef>> {
+    if program.device.kind() != Kind::Cpu || !program.program.runs_here() {
+        return None;
+    }
+
+    let computed = |ts: &[TensorRef]| {
+        ts.iter()
+            .map(|t| t.evaluated_array())
+            .collect::<Option<Vec<Array>>>()
+    };
+    let outputs = program
+        .program
+        .run_here(program.device, &computed(inputs)?, &computed(&program.constants)?)
+        .ok()??;
+    if outputs.iter().zip(types).any(|(a, &t)| a.dtype() != t) {
+        program.program.stop_running_here();
+        return None;
+    }
+    Some(
+        outputs
+            .into_iter()
+            .map(|a| crate::tensor::Tensor::wrap(a, program.device, true))
+            .collect(),
+    )
 }
 
 /// The inputs of a call of `program`: tensors on its device, as many as it takes.

@@ -161,15 +161,15 @@ pub fn computed_on_host(kind: Kind, inputs: &[&Array]) -> Result<Option<Array>> 
     let Some(shape) = broadcast_shape(inputs.iter().map(|a| a.shape())) else {
         return Ok(None);
     };
-    let second = inputs.len() - 1;
-    pass_here(
-        &[Step {
-            kind,
-            args: [0, second],
-        }],
-        inputs,
-        &shape,
-    )
+    pass_here(&[one_step(kind, inputs.len())], inputs, &shape)
+}
+
+/// The step of a lone `kind` of `inputs` (one or two) operands.
+fn one_step(kind: Kind, inputs: usize) -> Step {
+    Step {
+        kind,
+        args: [0, inputs.saturating_sub(1)],
+    }
 }
 
 /// `steps` over `inputs` (computed float32 arrays that broadcast to
@@ -185,16 +185,60 @@ fn pass_here(steps: &[Step], inputs: &[&Array], shape: &[i32]) -> Result<Option<
     let Some(buffers) = in_place(inputs)? else {
         return Ok(None);
     };
-    let mut sources = Vec::with_capacity(buffers.len());
-    for (b, a) in buffers.iter().zip(inputs) {
-        match source(f32_values(b.bytes())?, a.shape(), shape) {
-            Some(source) => sources.push(source),
-            None => return Ok(None),
-        }
+    let operands = buffers
+        .iter()
+        .zip(inputs)
+        .map(|(b, a)| {
+            Ok(Operand {
+                values: f32_values(b.bytes())?,
+                shape: a.shape(),
+            })
+        })
+        .collect::<Result<Vec<_>>>()?;
+    match pass_over(steps, &operands, shape) {
+        Some(out) => host_array(&out, shape).map(Some),
+        None => Ok(None),
     }
+}
+
+/// A float32 operand of a pass read in place: its values in row-major
+/// order and its shape (an array's buffer, or values computed before).
+#[derive(Clone, Copy, Debug)]
+pub struct Operand<'a> {
+    pub values: &'a [f32],
+    pub shape: &'a [i32],
+}
+
+/// `steps` over `operands` (which broadcast to `shape`) in one pass on this
+/// thread: the result's values, or `None` where it has none or more than
+/// [`READY_MAX_ELEMENTS`], or an operand is not a single value, the
+/// result's values or a row it repeats.
+fn pass_over(steps: &[Step], operands: &[Operand], shape: &[i32]) -> Option<Vec<f32>> {
+    let n: usize = shape.iter().map(|&d| d as usize).product();
+    if n == 0 || n > READY_MAX_ELEMENTS {
+        return None;
+    }
+    let sources = operands
+        .iter()
+        .map(|o| source(o.values, o.shape, shape))
+        .collect::<Option<Vec<_>>>()?;
     let mut out = vec![0.0f32; n];
     compute(steps, &sources, &mut out);
-    host_array(&out, shape).map(Some)
+    Some(out)
+}
+
+/// `kind` (an exactly rounded one) of one or two float32 `operands`,
+/// computed on this thread as [`computed_on_host`] computes it from arrays:
+/// the result's values and shape, the bits MLX's op gives; `None` where
+/// [`computed_on_host`] gives none (crate::program's runs on the calling
+/// thread, whose intermediate values are no MLX arrays).
+pub fn op_over(kind: Kind, operands: &[Operand]) -> Option<(Vec<f32>, Vec<i32>)> {
+    if !kind.exactly_mlx() || !(1..=2).contains(&operands.len()) {
+        return None;
+    }
+    let shape = broadcast_shape(operands.iter().map(|o| o.shape))?;
+    let out = pass_over(&[one_step(kind, operands.len())], operands, &shape)?;
+    Some((out, shape))
 }
 
 /// The bytes of computed arrays, read in place; `None` if one is not laid
@@ -415,6 +459,19 @@ impl Kernel {
             Some(shape) => pass_here(&self.steps, &refs, &shape),
             None => Ok(None),
         }
+    }
+
+    /// The group's result from `leaves` (the operands of [`Kernel::leaves`])
+    /// as [`Kernel::run_ready`] computes it from arrays: its values and
+    /// shape, the bits of its ops one by one; `None` where `run_ready` gives
+    /// none (crate::program's runs on the calling thread).
+    pub fn run_over(&self, leaves: &[Operand]) -> Option<(Vec<f32>, Vec<i32>)> {
+        if !self.steps.iter().all(|s| s.kind.exactly_mlx()) {
+            return None;
+        }
+        let shape = broadcast_shape(leaves.iter().map(|o| o.shape))?;
+        let out = pass_over(&self.steps, leaves, &shape)?;
+        Some((out, shape))
     }
 }
 

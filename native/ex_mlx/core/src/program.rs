@@ -20,6 +20,7 @@
 //! most [`MAX_DEPTH`] deep.
 
 use std::ops::Range;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use mlx_rs::{Array, Dtype};
 
@@ -37,6 +38,9 @@ use std::sync::Arc;
 /// How deeply loops and branches nest (programs from outside are checked
 /// against it; running and checking recurse this deep).
 pub const MAX_DEPTH: usize = 64;
+
+mod here;
+pub use here::MAX_VALUES as HERE_MAX_VALUES;
 
 /// One op: its input slots, parameters, the type each result is cast to (if
 /// any) and how many results it has.
@@ -189,6 +193,9 @@ pub struct Program {
     slots: usize,
     loops: bool,
     fused: Option<FusedProgram>,
+    /// Whether calls may run on the calling thread (`run_here`, crate's
+    /// `program::here`).
+    here: AtomicBool,
 }
 
 /// Which slots are visible while a program is checked.
@@ -259,6 +266,7 @@ impl Program {
             slots: scope.next(),
             loops,
             fused: None,
+            here: AtomicBool::new(false),
         })
     }
 
@@ -318,11 +326,16 @@ impl Program {
     /// Readies the program for runs on `device`: [`Program::fuse`] when
     /// `fuse` is asked for, else on the CPU [`Program::group_ready_ops`]
     /// (what `program_new` and `program_load` do with a checked program).
+    /// A CPU program without `fuse` whose every instruction the host
+    /// computes may also run on the thread that calls it
+    /// ([`Program::run_here`]).
     pub fn prepare(&mut self, device: Device, fuse: bool) {
         if fuse {
             self.fuse(device);
         } else if device.kind() == Kind::Cpu {
             self.group_ready_ops();
+            let here = here::straight_line_on_host(&self.main);
+            self.here.store(here, Ordering::Relaxed);
         }
     }
 

@@ -19,7 +19,8 @@
 //! the job is still `open`; the worker closes the job before it reads
 //! `readers` (both sequentially consistent), so either the helper sees the
 //! job closed and touches nothing, or the worker sees the reader and keeps
-//! the arrays the job reads ([`in_parts`]'s `keep`) until the count is back
+//! what the job reads ([`in_parts`]'s `keep`: arrays, or values computed on
+//! the host) until the count is back
 //! to zero ([`drop_finished`], run at its next split and, through the NIF
 //! crate's `worker::set_before_sleep` hook, before it sleeps).
 //!
@@ -34,7 +35,6 @@ use std::sync::atomic::{AtomicBool, AtomicU8, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use mlx_rs::Array;
 
 /// A computation in `count()` parts, part `i` writing `len(i)` float32
 /// values.
@@ -70,15 +70,19 @@ struct Posted {
 // `Send + Sync`.
 unsafe impl Sync for Posted {}
 
+/// An owner of memory a job's raw pointers read (an MLX array whose buffer
+/// it reads, values computed on the host), kept while a helper may read it.
+pub type Kept = Box<dyn Send>;
+
 /// Whether a job is posted (checked before the board's lock).
 static POSTED: AtomicBool = AtomicBool::new(false);
 /// The posted job, if any (one worker posts at a time; others compute alone).
 static BOARD: Mutex<Option<Arc<Posted>>> = Mutex::new(None);
 
 thread_local! {
-    /// This worker's closed jobs that a helper was still reading, with the
-    /// arrays that keep what they read alive.
-    static LINGERING: RefCell<Vec<(Arc<Posted>, Vec<Array>)>> = const { RefCell::new(Vec::new()) };
+    /// This thread's closed jobs that a helper was still reading, with
+    /// what keeps the memory they read alive.
+    static LINGERING: RefCell<Vec<(Arc<Posted>, Vec<Kept>)>> = const { RefCell::new(Vec::new()) };
 }
 
 /// Called by a thread waiting for a worker: computes one part of the
@@ -142,11 +146,11 @@ impl Drop for Reader<'_> {
 
 /// Runs `job` on this thread, letting a waiting thread compute some of its
 /// parts ([`help`]), and hands every part's values to `take`, in the
-/// parts' order. `keep` gives the arrays whose buffers `job` reads: they
+/// parts' order. `keep` gives the owners of the memory `job` reads: they
 /// are kept past the return while a helper still reads them.
 pub fn in_parts(
     job: Arc<dyn Parts>,
-    keep: impl FnOnce() -> Vec<Array>,
+    keep: impl FnOnce() -> Vec<Kept>,
     mut take: impl FnMut(usize, &[f32]),
 ) {
     drop_finished();
@@ -216,6 +220,43 @@ pub fn in_parts(
     }
 }
 
+/// The longest a worker helps another thread's run ([`worker_helps`]).
+pub const HELP_AT_MOST: Duration = Duration::from_millis(2);
+
+/// A request that a device's worker help with the parts this thread posts
+/// ([`in_parts`] off the worker: crate::program's runs on the calling
+/// thread): the worker calls [`help`] until the request is dropped, for at
+/// most [`HELP_AT_MOST`]. Whether it comes in time only decides who
+/// computes which part, never the result.
+pub struct WorkerHelp {
+    done: Arc<AtomicBool>,
+}
+
+/// Queues the request on `device`'s worker (which polls its queue for a
+/// while after each job, so that calls back to back find it awake); `None`
+/// if the worker cannot take it.
+pub fn worker_helps(device: crate::device::Device) -> Option<WorkerHelp> {
+    let done = Arc::new(AtomicBool::new(false));
+    let finished = done.clone();
+    crate::worker::submit(
+        device,
+        Box::new(move || {
+            crate::worker::poll_until(HELP_AT_MOST, || {
+                help();
+                finished.load(Ordering::Acquire)
+            });
+        }),
+    )
+    .ok()?;
+    Some(WorkerHelp { done })
+}
+
+impl Drop for WorkerHelp {
+    fn drop(&mut self) {
+        self.done.store(true, Ordering::Release);
+    }
+}
+
 /// Posts `posted` if no other job is posted; whether it did.
 fn post(posted: &Arc<Posted>) -> bool {
     let mut board = BOARD.lock().unwrap_or_else(|p| p.into_inner());
@@ -230,13 +271,13 @@ fn post(posted: &Arc<Posted>) -> bool {
 /// Takes a job off the board and closes it when its computation ends, by
 /// return or by unwinding: a helper that is still reading makes the worker
 /// keep the arrays (see the module's notes).
-struct Closing<K: FnOnce() -> Vec<Array>> {
+struct Closing<K: FnOnce() -> Vec<Kept>> {
     posted: Arc<Posted>,
     keep: Option<K>,
     on_board: bool,
 }
 
-impl<K: FnOnce() -> Vec<Array>> Closing<K> {
+impl<K: FnOnce() -> Vec<Kept>> Closing<K> {
     fn close(&mut self) {
         let Some(keep) = self.keep.take() else {
             return;
@@ -254,7 +295,7 @@ impl<K: FnOnce() -> Vec<Array>> Closing<K> {
     }
 }
 
-impl<K: FnOnce() -> Vec<Array>> Drop for Closing<K> {
+impl<K: FnOnce() -> Vec<Kept>> Drop for Closing<K> {
     fn drop(&mut self) {
         self.close();
     }

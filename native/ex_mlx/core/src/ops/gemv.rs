@@ -30,6 +30,7 @@ use std::sync::Arc;
 use mlx_rs::{Array, Dtype};
 
 use crate::device::Device;
+use crate::elementwise_fusion::Operand;
 use crate::error::{Error, Result};
 use crate::host::is_row_contiguous;
 use crate::simd::multiversion;
@@ -111,19 +112,9 @@ pub fn vector_product(a: &Array, b: &Array) -> Result<Option<Array>> {
             (stored_cols, stored_rows)
         }
     );
-    let y = if stored_rows * stored_cols >= SPLIT_MIN_ELEMENTS && stored_rows >= SPLIT_PARTS {
-        let mut y = Vec::with_capacity(len);
-        split_work::in_parts(
-            Arc::new(product),
-            || vec![vector.clone(), matrix.clone()],
-            |part, values| product.take(&mut y, part, values),
-        );
-        y
-    } else {
-        let mut y = vec![0.0f32; len];
-        product.rows_product(0..stored_rows, &mut y);
-        y
-    };
+    let y = product.compute_here(len, || -> Vec<split_work::Kept> {
+        vec![Box::new(vector.clone()), Box::new(matrix.clone())]
+    });
     // MLX's matmul shapes: a's leading axes and n; m, and 1 for a column
     let shape: Vec<i32> = if row_times {
         let mut shape = sa.to_vec();
@@ -137,6 +128,68 @@ pub fn vector_product(a: &Array, b: &Array) -> Result<Option<Array>> {
         vec![len as i32]
     };
     Ok(Some(Array::from_slice(&y, &shape)))
+}
+
+/// One row `x` (of shape `[.., 1, k]`, every axis but the last of size 1,
+/// or `[k]`) times a computed float32 `matrix` (`[k, n]`; with
+/// `transposed`, `[n, k]` read as its transpose, as MLX's matmul reads a
+/// swapped-axes view), computed on this thread: the result's values and
+/// shape (`x`'s, its last axis `n`). The same blocks as
+/// [`vector_product`]'s on a worker, computed by the same code and added in
+/// the same order, so the same bits; a thread that [`split_work::help`]s
+/// may compute some of them (`keep_x` gives what owns `x`'s values, kept
+/// while it reads them). `None` where `vector_product` would leave the
+/// product to MLX's matmul. For crate::program's runs on the calling
+/// thread, which know the matrix is computed (it is read in place, never
+/// evaluated here).
+pub fn row_times_matrix(
+    x: Operand,
+    matrix: &Array,
+    transposed: bool,
+    keep_x: impl FnOnce() -> split_work::Kept,
+) -> Result<Option<(Vec<f32>, Vec<i32>)>> {
+    if matrix.dtype() != Dtype::Float32 || matrix.size() < MIN_MATRIX_ELEMENTS {
+        return Ok(None);
+    }
+    let (Some(strides), &[rows, cols]) = (strides(matrix), matrix.shape()) else {
+        return Ok(None);
+    };
+    let (shape, strides) = if transposed {
+        ([cols, rows], [strides[1], strides[0]])
+    } else {
+        ([rows, cols], [strides[0], strides[1]])
+    };
+    let (k, n) = (shape[0] as usize, shape[1] as usize);
+    let one_row = x
+        .shape
+        .split_last()
+        .is_some_and(|(&last, lead)| last as usize == k && lead.iter().all(|&d| d == 1));
+    if !one_row || n < 2 || x.values.len() != k {
+        return Ok(None);
+    }
+    let Some(Layout { column_major, ld }) = matrix_layout(&shape, &strides) else {
+        return Ok(None);
+    };
+    let (stored_rows, stored_cols) = if column_major { (n, k) } else { (k, n) };
+    let stored = values(matrix, (stored_rows - 1) * ld + stored_cols)?;
+    let product = StoredProduct {
+        sums_rows: !column_major,
+        x: x.values.as_ptr(),
+        x_len: x.values.len(),
+        stored: stored.as_ptr(),
+        stored_len: stored.len(),
+        stored_rows,
+        stored_cols,
+        ld,
+    };
+    let mut out_shape = x.shape.to_vec();
+    if let Some(last) = out_shape.last_mut() {
+        *last = n as i32;
+    }
+    let y = product.compute_here(n, || -> Vec<split_work::Kept> {
+        vec![keep_x(), Box::new(matrix.clone())]
+    });
+    Ok(Some((y, out_shape)))
 }
 
 /// `a · b` for a batch of single rows: `a` of shape `[B.., 1, k]` times `b`
@@ -283,6 +336,30 @@ impl StoredProduct {
         } else {
             row_dots(rows, self.ld, x, out);
         }
+    }
+
+    /// Whether the product goes in blocks that a waiting thread may share
+    /// (crate::split_work): a large enough matrix.
+    fn in_blocks(&self) -> bool {
+        self.stored_rows * self.stored_cols >= SPLIT_MIN_ELEMENTS
+            && self.stored_rows >= SPLIT_PARTS
+    }
+
+    /// The product (`len` values), computed on this thread: in the blocks
+    /// of [`StoredProduct::in_blocks`] that a waiting thread may share
+    /// (crate::split_work: `keep` gives the owners of the memory they read),
+    /// added in order, or in one pass over the rows.
+    fn compute_here(self, len: usize, keep: impl FnOnce() -> Vec<split_work::Kept>) -> Vec<f32> {
+        if !self.in_blocks() {
+            let mut y = vec![0.0f32; len];
+            self.rows_product(0..self.stored_rows, &mut y);
+            return y;
+        }
+        let mut y = Vec::with_capacity(len);
+        split_work::in_parts(Arc::new(self), keep, |part, values| {
+            self.take(&mut y, part, values)
+        });
+        y
     }
 
     /// Adds part `part`'s values to the product `y` (parts in order): the

@@ -1,0 +1,272 @@
+//! Small straight-line CPU programs run on the calling thread.
+//!
+//! On the worker, a compiled call of a batch-1 MLP is a hand-off to the
+//! worker's thread, an MLX array for every op's result (made from the
+//! values the host computed: the product of one row, the bias and ReLU
+//! pass), and a wait for the reply. When every instruction of a program is
+//! one the host computes from computed float32 values (an exactly rounded
+//! element-wise op, a group of them made by `Program::group_ready_ops`, a
+//! row times a matrix) and the call's inputs are computed, the program runs
+//! where it is called instead: the values between its instructions are
+//! plain vectors, and only its outputs become arrays. The passes and the
+//! product's blocks are those the worker runs (crate::elementwise_fusion's
+//! `op_over` and `Kernel::run_over`, crate::ops::gemv's
+//! `row_times_matrix`), so the bits are the same.
+//!
+//! A run here reads and writes at most [`MAX_VALUES`] values, so that the
+//! calling thread (a BEAM scheduler) is not held long; a program that needs
+//! more, or whose operands turn out unfit (not float32, a view that is not
+//! row-major, a product MLX's matmul computes), gives up before computing
+//! the instruction that would not fit, and from then on runs on its worker.
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use mlx_rs::{Array, Dtype};
+
+use super::{Block, Instruction, OpCall, Program};
+use crate::device::Device;
+use crate::elementwise_fusion::{f32_values, host_array, op_over, Operand};
+use crate::error::Result;
+use crate::host::HostBuffer;
+use crate::ops::computed::elementwise_kind;
+use crate::ops::gemv;
+use crate::ops::params::Param;
+use crate::ops::table::Op;
+use crate::split_work::{self, Kept};
+
+/// The most values a run here reads from matrices and writes (4 MiB of
+/// float32: a few tens of µs from the cache, well under a scheduler's
+/// millisecond from memory).
+pub const MAX_VALUES: usize = 1 << 20;
+
+/// What an instruction counts against [`MAX_VALUES`] at least (its fixed
+/// cost, about a µs): a program of many tiny instructions stays bounded too.
+const INSTRUCTION_VALUES: usize = 1024;
+
+/// Whether every instruction of `block` is one a run here computes: no
+/// loops or branches, element-wise ops the host computes exactly as MLX
+/// does, their ready groups, and products (checked once, when the program
+/// is prepared; a run can still find its operands unfit).
+pub(super) fn straight_line_on_host(block: &Block) -> bool {
+    block.instructions.iter().all(|ins| match ins {
+        Instruction::Op(call) => computed_here(call),
+        Instruction::Fused(group) => group.when_ready,
+        Instruction::Loop(_) | Instruction::Branch(_) => false,
+    })
+}
+
+fn computed_here(call: &OpCall) -> bool {
+    let elementwise = elementwise_kind(call.op).is_some_and(|k| k.exactly_mlx());
+    call.results == 1
+        && matches!(call.cast, None | Some(Dtype::Float32))
+        && ((elementwise && call.params.is_empty())
+            || call.op == Op::matmul
+            || call.op == Op::tensordot)
+}
+
+/// A run's values: the call's inputs and constants (computed arrays, read
+/// in place), then the results of its instructions.
+struct Values<'a> {
+    arrays: Vec<&'a Array>,
+    /// The float32 arrays' buffers, read in place (`None`: another type,
+    /// or not row-major).
+    buffers: Vec<Option<HostBuffer>>,
+    /// (shared, so that a product's helper can keep a row it reads:
+    /// crate::split_work's `Kept`)
+    results: Vec<Option<(Arc<Vec<f32>>, Vec<i32>)>>,
+}
+
+impl Values<'_> {
+    fn operand(&self, slot: usize) -> Result<Option<Operand<'_>>> {
+        if let Some(array) = self.arrays.get(slot) {
+            return match &self.buffers[slot] {
+                Some(buffer) => Ok(Some(Operand {
+                    values: f32_values(buffer.bytes())?,
+                    shape: array.shape(),
+                })),
+                None => Ok(None),
+            };
+        }
+        Ok(self
+            .results
+            .get(slot)
+            .and_then(Option::as_ref)
+            .map(|(values, shape)| Operand {
+                values: values.as_slice(),
+                shape,
+            }))
+    }
+
+    fn operands(&self, slots: &[usize]) -> Result<Option<Vec<Operand<'_>>>> {
+        let mut operands = Vec::with_capacity(slots.len());
+        for &slot in slots {
+            match self.operand(slot)? {
+                Some(o) => operands.push(o),
+                None => return Ok(None),
+            }
+        }
+        Ok(Some(operands))
+    }
+
+    /// One instruction's result, or `None` where it is not computed here
+    /// or would pass what is left of the run's `budget`.
+    fn instruction(
+        &self,
+        ins: &Instruction,
+        budget: &mut usize,
+    ) -> Result<Option<(usize, (Vec<f32>, Vec<i32>))>> {
+        let (slot, result) = match ins {
+            Instruction::Op(call) if call.op == Op::matmul || call.op == Op::tensordot => {
+                (call.first, self.product(call, budget)?)
+            }
+            Instruction::Op(call) => {
+                let kind = elementwise_kind(call.op);
+                let result = match (kind, self.operands(&call.inputs)?) {
+                    (Some(kind), Some(operands)) => op_over(kind, &operands),
+                    _ => None,
+                };
+                (call.first, result)
+            }
+            Instruction::Fused(group) if group.when_ready => {
+                let result = match self.operands(group.kernel.leaves())? {
+                    Some(leaves) => group.kernel.run_over(&leaves),
+                    None => None,
+                };
+                (group.kernel.output(), result)
+            }
+            _ => return Ok(None),
+        };
+        let Some(result) = result else {
+            return Ok(None);
+        };
+        let cost = result.0.len().max(INSTRUCTION_VALUES);
+        if cost > *budget {
+            return Ok(None);
+        }
+        *budget -= cost;
+        Ok(Some((slot, result)))
+    }
+
+    /// A row (any value) times a matrix (an input or constant array) of a
+    /// `matmul` or a one-axis `tensordot` that contracts the row's last
+    /// axis: crate::ops::gemv's `row_times_matrix`.
+    fn product(&self, call: &OpCall, budget: &mut usize) -> Result<Option<(Vec<f32>, Vec<i32>)>> {
+        let &[a, b] = call.inputs.as_slice() else {
+            return Ok(None);
+        };
+        let Some(x) = self.operand(a)? else {
+            return Ok(None);
+        };
+        let Some(&matrix) = self.arrays.get(b) else {
+            return Ok(None);
+        };
+        let transposed = match (call.op, call.params.as_slice()) {
+            (Op::matmul, []) => false,
+            (Op::tensordot, [Param::Ints(i), Param::Ints(j)]) => {
+                let last = x.shape.len() as i64 - 1;
+                match (i.as_slice(), j.as_slice()) {
+                    (&[i], &[j]) if i == last && matrix.ndim() == 2 && (j == 0 || j == 1) => j == 1,
+                    _ => return Ok(None),
+                }
+            }
+            _ => return Ok(None),
+        };
+        // (checked before the pass over the matrix, which is most of the cost)
+        if matrix.size() > *budget {
+            return Ok(None);
+        }
+        *budget -= matrix.size();
+        let keep_x = || -> Kept {
+            match (self.arrays.get(a), self.results.get(a)) {
+                (Some(&array), _) => Box::new(array.clone()),
+                (None, Some(Some((values, _)))) => Box::new(values.clone()),
+                _ => Box::new(()),
+            }
+        };
+        gemv::row_times_matrix(x, matrix, transposed, keep_x)
+    }
+}
+
+impl Program {
+    /// Whether calls may try [`Program::run_here`]: set by
+    /// [`Program::prepare`] for a CPU program whose every instruction is
+    /// one computed here, cleared when a run gives up.
+    pub fn runs_here(&self) -> bool {
+        self.here.load(Ordering::Relaxed)
+    }
+
+    /// Calls run on the worker from now on (the caller found the results
+    /// of a run here unfit).
+    pub fn stop_running_here(&self) {
+        self.here.store(false, Ordering::Relaxed);
+    }
+
+    /// Runs the program on the calling thread (see the module
+    /// documentation): its outputs, computed arrays, when
+    /// [`Program::runs_here`] and every instruction is computed here from
+    /// `inputs` and `constants`, which the caller knows are computed CPU
+    /// arrays (they are read in place, never evaluated). `None` where a run
+    /// gives up (nothing is left behind; later calls then run on the
+    /// worker). `device`'s worker helps with large products
+    /// (crate::split_work's `worker_helps`).
+    pub fn run_here(
+        &self,
+        device: Device,
+        inputs: &[Array],
+        constants: &[Array],
+    ) -> Result<Option<Vec<Array>>> {
+        if !self.runs_here() || inputs.len() != self.inputs || constants.len() != self.constants {
+            return Ok(None);
+        }
+        let arrays: Vec<&Array> = inputs.iter().chain(constants).collect();
+        let buffers = arrays
+            .iter()
+            .map(|a| {
+                if a.dtype() == Dtype::Float32 {
+                    HostBuffer::in_place(a)
+                } else {
+                    Ok(None)
+                }
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let mut values = Values {
+            arrays,
+            buffers,
+            results: vec![None; self.slots],
+        };
+        // a product in blocks (crate::ops::gemv) shares them with the
+        // worker, as the caller's thread shares the worker's
+        let _help = values
+            .arrays
+            .iter()
+            .any(|a| a.size() >= gemv::SPLIT_MIN_ELEMENTS)
+            .then(|| split_work::worker_helps(device))
+            .flatten();
+        let mut budget = MAX_VALUES;
+        for ins in &self.main.instructions {
+            match values.instruction(ins, &mut budget)? {
+                Some((slot, (v, shape))) => values.results[slot] = Some((Arc::new(v), shape)),
+                None => {
+                    self.stop_running_here();
+                    return Ok(None);
+                }
+            }
+        }
+        let mut outputs = Vec::with_capacity(self.main.outputs.len());
+        for &slot in &self.main.outputs {
+            if let Some(&array) = values.arrays.get(slot) {
+                outputs.push(array.clone());
+                continue;
+            }
+            match &values.results[slot] {
+                Some((v, shape)) => outputs.push(host_array(v, shape)?),
+                None => {
+                    self.stop_running_here();
+                    return Ok(None);
+                }
+            }
+        }
+        Ok(Some(outputs))
+    }
+}
