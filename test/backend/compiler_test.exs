@@ -28,6 +28,15 @@ if Code.ensure_loaded?(Nx) do
         |> softmax()
       end
 
+      defn relu_mlp(x, w1, b1, w2, b2) do
+        x
+        |> Nx.dot(w1)
+        |> Nx.add(b1)
+        |> Nx.max(0)
+        |> Nx.dot(w2)
+        |> Nx.add(b2)
+      end
+
       defn softmax(t) do
         e = Nx.exp(t - Nx.reduce_max(t, axes: [-1], keep_axes: true))
         e / Nx.sum(e, axes: [-1], keep_axes: true)
@@ -174,6 +183,42 @@ if Code.ensure_loaded?(Nx) do
       got = compiled(&Funs.mlp/5, args)
       assert %Nx.Tensor{data: %ExMLX.Backend{}, shape: {4, 3}, type: {:f, 32}} = got
       assert_all_close(got, binary(&Funs.mlp/5, args))
+    end
+
+    test "a batch-1 MLP runs on the calling thread: read while the worker is held, with the Evaluator's bits" do
+      # x {1, 600}, w1 {600, 512} (a product in blocks the worker helps
+      # with), b1 {512}, w2 {512, 16}, b2 {16} (weights scaled as an
+      # initializer would), all computed on ExMLX
+      args =
+        Enum.map(Enum.with_index([{1, 600}, {600, 512}, {512}, {512, 16}, {16}], 1), fn {s, i} ->
+          scale = if tuple_size(s) == 2 and i > 1, do: 0.04, else: 1.0
+          i |> normal(s) |> Nx.multiply(scale) |> Nx.backend_copy(ExMLX.Backend)
+        end)
+
+      fun = Nx.Defn.jit(&Funs.relu_mlp/5, compiler: ExMLX.Compiler)
+      # (the first call may run on the worker, behind the evaluation of the
+      # program's constant 0)
+      first = apply(fun, args) |> Nx.to_binary()
+
+      evaluator =
+        apply(Nx.Defn.jit(&Funs.relu_mlp/5, compiler: Nx.Defn.Evaluator), args)
+
+      assert first == Nx.to_binary(evaluator)
+      assert_all_close(evaluator, binary(&Funs.relu_mlp/5, args))
+
+      hold = make_ref()
+      :ok = ExMLX.Native.hold_worker_for_test(hold)
+      parent = self()
+
+      try do
+        spawn_link(fn -> send(parent, {:read, apply(fun, args) |> Nx.to_binary()}) end)
+        assert_receive {:read, bytes}, 10_000
+        assert bytes == first
+      after
+        ExMLX.Native.release_worker_for_test()
+      end
+
+      assert_receive {^hold, {:ok, true}}, 10_000
     end
 
     test "several outputs, integer results and constants" do

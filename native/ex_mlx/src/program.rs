@@ -389,7 +389,11 @@ fn run_here(
     };
     let outputs = program
         .program
-        .run_here(program.device, &computed(inputs)?, &computed(&program.constants)?)
+        .run_here(
+            program.device,
+            &computed(inputs)?,
+            &computed(&program.constants)?,
+        )
         .ok()??;
     if outputs.iter().zip(types).any(|(a, &t)| a.dtype() != t) {
         program.program.stop_running_here();

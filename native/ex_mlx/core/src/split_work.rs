@@ -35,7 +35,6 @@ use std::sync::atomic::{AtomicBool, AtomicU8, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-
 /// A computation in `count()` parts, part `i` writing `len(i)` float32
 /// values.
 pub trait Parts: Send + Sync {

@@ -341,8 +341,7 @@ impl StoredProduct {
     /// Whether the product goes in blocks that a waiting thread may share
     /// (crate::split_work): a large enough matrix.
     fn in_blocks(&self) -> bool {
-        self.stored_rows * self.stored_cols >= SPLIT_MIN_ELEMENTS
-            && self.stored_rows >= SPLIT_PARTS
+        self.stored_rows * self.stored_cols >= SPLIT_MIN_ELEMENTS && self.stored_rows >= SPLIT_PARTS
     }
 
     /// The product (`len` values), computed on this thread: in the blocks

@@ -65,6 +65,12 @@ fn computed_here(call: &OpCall) -> bool {
             || call.op == Op::tensordot)
 }
 
+/// Values computed here and their shape.
+type Computed = (Vec<f32>, Vec<i32>);
+
+/// [`Computed`] values a product's helper may keep (see `Values::results`).
+type Shared = (Arc<Vec<f32>>, Vec<i32>);
+
 /// A run's values: the call's inputs and constants (computed arrays, read
 /// in place), then the results of its instructions.
 struct Values<'a> {
@@ -74,7 +80,7 @@ struct Values<'a> {
     buffers: Vec<Option<HostBuffer>>,
     /// (shared, so that a product's helper can keep a row it reads:
     /// crate::split_work's `Kept`)
-    results: Vec<Option<(Arc<Vec<f32>>, Vec<i32>)>>,
+    results: Vec<Option<Shared>>,
 }
 
 impl Values<'_> {
@@ -115,7 +121,7 @@ impl Values<'_> {
         &self,
         ins: &Instruction,
         budget: &mut usize,
-    ) -> Result<Option<(usize, (Vec<f32>, Vec<i32>))>> {
+    ) -> Result<Option<(usize, Computed)>> {
         let (slot, result) = match ins {
             Instruction::Op(call) if call.op == Op::matmul || call.op == Op::tensordot => {
                 (call.first, self.product(call, budget)?)
@@ -151,7 +157,7 @@ impl Values<'_> {
     /// A row (any value) times a matrix (an input or constant array) of a
     /// `matmul` or a one-axis `tensordot` that contracts the row's last
     /// axis: crate::ops::gemv's `row_times_matrix`.
-    fn product(&self, call: &OpCall, budget: &mut usize) -> Result<Option<(Vec<f32>, Vec<i32>)>> {
+    fn product(&self, call: &OpCall, budget: &mut usize) -> Result<Option<Computed>> {
         let &[a, b] = call.inputs.as_slice() else {
             return Ok(None);
         };
@@ -268,5 +274,187 @@ impl Program {
             }
         }
         Ok(Some(outputs))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::test_arrays::{bits, computed};
+    use crate::worker::run_blocking;
+
+    fn op(op: Op, inputs: &[usize], params: Vec<Param>) -> Instruction {
+        Instruction::Op(OpCall::new(op, inputs.to_vec(), params, None, 1))
+    }
+
+    fn contract(a: i64, b: i64) -> Vec<Param> {
+        vec![Param::Ints(vec![a]), Param::Ints(vec![b])]
+    }
+
+    /// `n` values in [-0.5, 0.5), some negative, none repeating soon.
+    fn values(n: usize, seed: usize) -> Vec<f32> {
+        (0..n)
+            .map(|i| ((i * 7919 + seed * 104_729) % 2003) as f32 / 2003.0 - 0.5)
+            .collect()
+    }
+
+    /// The inputs of [`mlp`], as (values, shape): x [1, 600]; w1 [600, 512]
+    /// (large enough for blocks that a helper may share); b1 [512]; w2
+    /// stored [64, 512] and read transposed; b2 [64]; w3 [64, 80]; b3 [80].
+    fn mlp_inputs() -> Vec<(Vec<f32>, Vec<i32>)> {
+        [
+            vec![1, 600],
+            vec![600, 512],
+            vec![512],
+            vec![64, 512],
+            vec![64],
+            vec![64, 80],
+            vec![80],
+        ]
+        .into_iter()
+        .enumerate()
+        .map(|(k, shape)| {
+            let n = shape.iter().product::<i32>() as usize;
+            (values(n, k + 1), shape)
+        })
+        .collect()
+    }
+
+    /// relu(relu(x · w1 + b1) · w2ᵀ + b2) then `matmul` by w3, + b3; slot 7
+    /// is the constant 0, prepared for the CPU (its bias and ReLU grouped).
+    fn mlp() -> Program {
+        let mut p = Program::new(
+            7,
+            1,
+            vec![
+                op(Op::tensordot, &[0, 1], contract(1, 0)),
+                op(Op::add, &[8, 2], vec![]),
+                op(Op::max, &[9, 7], vec![]),
+                op(Op::tensordot, &[10, 3], contract(1, 1)),
+                op(Op::add, &[11, 4], vec![]),
+                op(Op::max, &[12, 7], vec![]),
+                op(Op::matmul, &[13, 5], vec![]),
+                op(Op::add, &[14, 6], vec![]),
+            ],
+            vec![15, 10],
+        )
+        .unwrap();
+        p.prepare(Device::Cpu, false);
+        p
+    }
+
+    /// The same MLP in float64 on the host, straight from its definition.
+    fn mlp_reference(inputs: &[(Vec<f32>, Vec<i32>)]) -> Vec<f64> {
+        let v = |k: usize| inputs[k].0.iter().map(|&x| x as f64).collect::<Vec<f64>>();
+        let (x, w1, b1, w2, b2, w3, b3) = (v(0), v(1), v(2), v(3), v(4), v(5), v(6));
+        let h1: Vec<f64> = (0..512)
+            .map(|j| ((0..600).map(|i| x[i] * w1[i * 512 + j]).sum::<f64>() + b1[j]).max(0.0))
+            .collect();
+        let h2: Vec<f64> = (0..64)
+            .map(|j| ((0..512).map(|i| h1[i] * w2[j * 512 + i]).sum::<f64>() + b2[j]).max(0.0))
+            .collect();
+        (0..80)
+            .map(|j| (0..64).map(|i| h2[i] * w3[i * 80 + j]).sum::<f64>() + b3[j])
+            .collect()
+    }
+
+    #[test]
+    fn a_batch_1_mlp_runs_here_with_the_bits_it_has_on_the_worker() {
+        let _one = split_work::one_test_at_a_time();
+        let program = Arc::new(mlp());
+        assert!(program.runs_here());
+        let inputs = mlp_inputs();
+        let on_worker = {
+            let (program, inputs) = (program.clone(), inputs.clone());
+            run_blocking(Device::Cpu, move || {
+                let arrays = inputs.iter().map(|(v, s)| computed(v, s)).collect();
+                let out = program.run(arrays, vec![computed(&[0.0], &[])])?;
+                Ok(out
+                    .iter()
+                    .map(|a| (bits(a), a.shape().to_vec()))
+                    .collect::<Vec<_>>())
+            })
+            .unwrap()
+        };
+        let arrays: Vec<Array> = inputs.iter().map(|(v, s)| computed(v, s)).collect();
+        let here = program
+            .run_here(Device::Cpu, &arrays, &[computed(&[0.0], &[])])
+            .unwrap()
+            .expect("runs here");
+        assert!(program.runs_here());
+        let here: Vec<(Vec<u32>, Vec<i32>)> = here
+            .iter()
+            .map(|a| {
+                assert!(crate::ahead::is_available(a), "an output is not computed");
+                (bits(a), a.shape().to_vec())
+            })
+            .collect();
+        assert_eq!(here, on_worker);
+        assert_eq!(here[0].1, vec![1, 80]);
+        // the second output is the first layer's activation: 512 values
+        assert_eq!(here[1].1, vec![1, 512]);
+        let reference = mlp_reference(&inputs);
+        for (got, want) in here[0].0.iter().zip(&reference) {
+            let got = f32::from_bits(*got) as f64;
+            assert!(
+                (got - want).abs() <= 1e-4 * (1.0 + want.abs()),
+                "{got} against {want}"
+            );
+        }
+    }
+
+    #[test]
+    fn programs_the_host_does_not_compute_run_on_the_worker() {
+        let prepared = |instructions: Vec<Instruction>, fuse: bool| {
+            let mut p = Program::new(2, 0, instructions, vec![2]).unwrap();
+            p.prepare(Device::Cpu, fuse);
+            p
+        };
+        // `exp` is not computed exactly as MLX computes it; `fuse: true`
+        // groups are not ready groups
+        assert!(!prepared(vec![op(Op::exp, &[0], vec![])], false).runs_here());
+        assert!(prepared(vec![op(Op::add, &[0, 1], vec![])], false).runs_here());
+        assert!(!prepared(
+            vec![
+                op(Op::add, &[0, 1], vec![]),
+                op(Op::multiply, &[2, 1], vec![])
+            ],
+            true
+        )
+        .runs_here());
+        let gives_up = |p: &Program, inputs: &[Array]| {
+            assert!(p.runs_here());
+            assert!(p.run_here(Device::Cpu, inputs, &[]).unwrap().is_none());
+            assert!(!p.runs_here(), "a program that gave up runs on the worker");
+        };
+        let x = computed(&values(64, 1), &[1, 64]);
+        let w = computed(&values(64 * 64, 2), &[64, 64]);
+        // an integer input
+        let ints = Array::from_slice(&[1i32, 2], &[2]);
+        ints.eval().unwrap();
+        let add = || prepared(vec![op(Op::add, &[0, 1], vec![])], false);
+        gives_up(&add(), &[ints.clone(), ints]);
+        // a matrix computed by the program itself
+        let square_then_product = Program::new(
+            2,
+            0,
+            vec![
+                op(Op::add, &[1, 1], vec![]),
+                op(Op::tensordot, &[0, 2], contract(1, 0)),
+            ],
+            vec![3],
+        );
+        let mut p = square_then_product.unwrap();
+        p.prepare(Device::Cpu, false);
+        gives_up(&p, &[x.clone(), w]);
+        // a product of more than MAX_VALUES matrix values
+        let rows = MAX_VALUES / 64 + 1;
+        let big = computed(&values(rows * 64, 3), &[rows as i32, 64]);
+        let row = computed(&values(rows, 4), &[1, rows as i32]);
+        let product = || prepared(vec![op(Op::tensordot, &[0, 1], contract(1, 0))], false);
+        gives_up(&product(), &[row, big]);
+        // a small matrix, which MLX's matmul computes
+        let small = computed(&values(64 * 8, 5), &[64, 8]);
+        gives_up(&product(), &[x, small]);
     }
 }
