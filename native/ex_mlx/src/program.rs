@@ -359,6 +359,11 @@ fn program_start<'a>(
         // compiled calls (a training loop feeding each step's parameters to
         // the next) does not grow one graph across its calls.
         mlx_rs::transforms::eval(&outputs)?;
+        // (an input computed on the way, such as a lazy slice, is computed
+        // for the next call too, which may then run on its caller's thread)
+        for t in &inputs {
+            t.mark_if_computed();
+        }
         crate::tensor::release_later(inputs);
         Ok(outputs)
     })

@@ -253,6 +253,25 @@ impl Tensor {
         }
     }
 
+    /// Records that this tensor's array is computed if it is (call on the
+    /// worker, after an evaluation that may have computed it: a program's
+    /// input, evaluated with its outputs), as [`Tensor::fill`] records it
+    /// for a result; later reads and calls on the calling thread then use it
+    /// in place.
+    pub fn mark_if_computed(&self) {
+        if self.device.kind() != Kind::Cpu {
+            return;
+        }
+        if let State::Ready {
+            array, evaluated, ..
+        } = &mut *self.lock()
+        {
+            if !*evaluated && ex_mlx_core::ahead::is_available(array) {
+                *evaluated = true;
+            }
+        }
+    }
+
     /// Whether the array is known to be computed (see `State::Ready`).
     pub fn is_evaluated(&self) -> bool {
         matches!(
