@@ -5,7 +5,9 @@
 //! The worker posts a [`Parts`] job and computes its parts from the first
 //! on; a poller that calls [`help`] meanwhile claims parts from the last
 //! on, one a call, each into a buffer of the job's own, until it meets the
-//! worker.
+//! worker. Roles swap for a program run on the calling thread
+//! (crate::program's `run_here`): that thread posts, and the worker, asked
+//! with [`worker_helps`], helps.
 //! The worker then takes the helper's results, waiting about as long as
 //! one of its own parts took; a part the helper has not finished by then
 //! the worker computes itself (a helper descheduled by the OS never holds
