@@ -646,13 +646,11 @@ defmodule Bench.Suite do
 
   # defn programs (bench/defn.exs) beside bench/defn_reference.py's, which
   # runs beside the VM (--serve) so that each row alternates between the two
-  # (3 rounds; 1 with --quick).
-  defp defn_section(%{reps: reps}, quick) do
+  # (as many rounds as the other sections: 5; 1 with --quick).
+  defp defn_section(%{reps: reps, rounds: rounds}, quick) do
     Code.require_file("bench/defn.exs")
 
     if Code.ensure_loaded?(Bench.Defn) do
-      rounds = if quick, do: 1, else: 3
-
       with_defn_reference(quick, fn py ->
         apply(Bench.Defn, :section, [reps, quick, py, &timed_back_to_back/2, [rounds: rounds]])
       end)
