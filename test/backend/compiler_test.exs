@@ -192,8 +192,7 @@ if Code.ensure_loaded?(Nx) do
       # program's constant 0)
       first = apply(fun, args) |> Nx.to_binary()
 
-      evaluator =
-        apply(Nx.Defn.jit(&Funs.relu_mlp/5, compiler: Nx.Defn.Evaluator), args)
+      evaluator = apply(Nx.Defn.jit(&Funs.relu_mlp/5, compiler: Nx.Defn.Evaluator), args)
 
       assert first == Nx.to_binary(evaluator)
       assert_all_close(evaluator, binary(&Funs.relu_mlp/5, args))
