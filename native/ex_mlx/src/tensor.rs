@@ -168,8 +168,7 @@ impl Tensor {
     /// place and computed on; only CPU tensors are read or computed on the
     /// calling thread, so a GPU fill does not ask).
     pub fn fill(&self, result: Result<Array>) {
-        let computed = self.device.kind() == Kind::Cpu
-            && matches!(&result, Ok(array) if ex_mlx_core::ahead::is_available(array));
+        let computed = matches!(&result, Ok(array) if self.known_computed(array));
         let mut state = self.lock();
         if matches!(*state, State::Pending) {
             *state = match result {
@@ -259,17 +258,20 @@ impl Tensor {
     /// for a result; later reads and calls on the calling thread then use it
     /// in place.
     pub fn mark_if_computed(&self) {
-        if self.device.kind() != Kind::Cpu {
-            return;
-        }
         if let State::Ready {
             array, evaluated, ..
         } = &mut *self.lock()
         {
-            if !*evaluated && ex_mlx_core::ahead::is_available(array) {
+            if !*evaluated && self.known_computed(array) {
                 *evaluated = true;
             }
         }
+    }
+
+    /// Whether `array`, this tensor's, can be recorded as computed: a CPU
+    /// array whose work is done (call on the worker: MLX's `is_available`).
+    fn known_computed(&self, array: &Array) -> bool {
+        self.device.kind() == Kind::Cpu && ex_mlx_core::ahead::is_available(array)
     }
 
     /// Whether the array is known to be computed (see `State::Ready`).

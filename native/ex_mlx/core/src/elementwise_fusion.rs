@@ -152,16 +152,10 @@ pub fn inputs_ready(inputs: &[&Array]) -> bool {
 /// knows it from the tensors); their data is read in place, not evaluated.
 /// The result is a new, computed array; the bits are MLX's.
 pub fn computed_on_host(kind: Kind, inputs: &[&Array]) -> Result<Option<Array>> {
-    if !kind.exactly_mlx()
-        || !(1..=2).contains(&inputs.len())
-        || inputs.iter().any(|a| a.dtype() != Dtype::Float32)
-    {
+    if inputs.iter().any(|a| a.dtype() != Dtype::Float32) {
         return Ok(None);
     }
-    let Some(shape) = broadcast_shape(inputs.iter().map(|a| a.shape())) else {
-        return Ok(None);
-    };
-    pass_here(&[one_step(kind, inputs.len())], inputs, &shape)
+    on_arrays(inputs, |operands| op_over(kind, operands))
 }
 
 /// The step of a lone `kind` of `inputs` (one or two) operands.
@@ -172,14 +166,19 @@ fn one_step(kind: Kind, inputs: usize) -> Step {
     }
 }
 
-/// `steps` over `inputs` (computed float32 arrays that broadcast to
-/// `shape`) in one pass on this thread, into a new computed array; `None`
-/// where the result has more than [`READY_MAX_ELEMENTS`] values or an input
-/// is not read in place as a single value, the result's values or a row it
-/// repeats ([`computed_on_host`], [`Kernel::run_ready`]).
-fn pass_here(steps: &[Step], inputs: &[&Array], shape: &[i32]) -> Result<Option<Array>> {
-    let n: usize = shape.iter().map(|&d| d as usize).product();
-    if n == 0 || n > READY_MAX_ELEMENTS {
+/// `pass` over `inputs` (computed float32 arrays, read in place as its
+/// operands) on this thread, its values made a new computed array; `None`
+/// where the inputs' result is too large for a pass ([`pass_len`], checked
+/// before any input is read), an input is not laid out in row-major order
+/// or `pass` gives none ([`computed_on_host`], [`Kernel::run_ready`]).
+fn on_arrays(
+    inputs: &[&Array],
+    pass: impl FnOnce(&[Operand]) -> Option<(Vec<f32>, Vec<i32>)>,
+) -> Result<Option<Array>> {
+    if broadcast_shape(inputs.iter().map(|a| a.shape()))
+        .and_then(|shape| pass_len(&shape))
+        .is_none()
+    {
         return Ok(None);
     }
     let Some(buffers) = in_place(inputs)? else {
@@ -195,8 +194,8 @@ fn pass_here(steps: &[Step], inputs: &[&Array], shape: &[i32]) -> Result<Option<
             })
         })
         .collect::<Result<Vec<_>>>()?;
-    match pass_over(steps, &operands, shape) {
-        Some(out) => host_array(&out, shape).map(Some),
+    match pass(&operands) {
+        Some((out, shape)) => host_array(&out, &shape).map(Some),
         None => Ok(None),
     }
 }
@@ -214,10 +213,7 @@ pub struct Operand<'a> {
 /// [`READY_MAX_ELEMENTS`], or an operand is not a single value, the
 /// result's values or a row it repeats.
 fn pass_over(steps: &[Step], operands: &[Operand], shape: &[i32]) -> Option<Vec<f32>> {
-    let n: usize = shape.iter().map(|&d| d as usize).product();
-    if n == 0 || n > READY_MAX_ELEMENTS {
-        return None;
-    }
+    let n = pass_len(shape)?;
     let sources = operands
         .iter()
         .map(|o| source(o.values, o.shape, shape))
@@ -227,10 +223,18 @@ fn pass_over(steps: &[Step], operands: &[Operand], shape: &[i32]) -> Option<Vec<
     Some(out)
 }
 
+/// How many values a result of `shape` has, if a pass on this thread
+/// computes it: at least one, at most [`READY_MAX_ELEMENTS`].
+fn pass_len(shape: &[i32]) -> Option<usize> {
+    let n: usize = shape.iter().map(|&d| d as usize).product();
+    (1..=READY_MAX_ELEMENTS).contains(&n).then_some(n)
+}
+
 /// `kind` (an exactly rounded one) of one or two float32 `operands`,
-/// computed on this thread as [`computed_on_host`] computes it from arrays:
-/// the result's values and shape, the bits MLX's op gives; `None` where
-/// [`computed_on_host`] gives none (crate::program's runs on the calling
+/// computed on this thread: the result's values and shape, the bits MLX's
+/// op gives; `None` for another kind or count of operands, shapes that do
+/// not broadcast, or what [`pass_over`] does not compute
+/// ([`computed_on_host`] from arrays; crate::program's runs on the calling
 /// thread, whose intermediate values are no MLX arrays).
 pub fn op_over(kind: Kind, operands: &[Operand]) -> Option<(Vec<f32>, Vec<i32>)> {
     if !kind.exactly_mlx() || !(1..=2).contains(&operands.len()) {
@@ -452,19 +456,17 @@ impl Kernel {
     /// one by one).
     pub fn run_ready(&self, leaves: &[Array]) -> Result<Option<Array>> {
         let refs: Vec<&Array> = leaves.iter().collect();
-        if !self.steps.iter().all(|s| s.kind.exactly_mlx()) || !inputs_ready(&refs) {
+        if !inputs_ready(&refs) {
             return Ok(None);
         }
-        match broadcast_shape(leaves.iter().map(|a| a.shape())) {
-            Some(shape) => pass_here(&self.steps, &refs, &shape),
-            None => Ok(None),
-        }
+        on_arrays(&refs, |operands| self.run_over(operands))
     }
 
-    /// The group's result from `leaves` (the operands of [`Kernel::leaves`])
-    /// as [`Kernel::run_ready`] computes it from arrays: its values and
-    /// shape, the bits of its ops one by one; `None` where `run_ready` gives
-    /// none (crate::program's runs on the calling thread).
+    /// The group's result from `leaves` (the operands of [`Kernel::leaves`]):
+    /// its values and shape, the bits of its ops one by one; `None` where a
+    /// step is not exactly rounded, the shapes do not broadcast, or
+    /// [`pass_over`] does not compute it ([`Kernel::run_ready`] from arrays;
+    /// crate::program's runs on the calling thread).
     pub fn run_over(&self, leaves: &[Operand]) -> Option<(Vec<f32>, Vec<i32>)> {
         if !self.steps.iter().all(|s| s.kind.exactly_mlx()) {
             return None;

@@ -40,7 +40,6 @@ use std::sync::Arc;
 pub const MAX_DEPTH: usize = 64;
 
 mod here;
-pub use here::MAX_VALUES as HERE_MAX_VALUES;
 
 /// One op: its input slots, parameters, the type each result is cast to (if
 /// any) and how many results it has.

@@ -73,48 +73,21 @@ pub fn vector_product(a: &Array, b: &Array) -> Result<Option<Array>> {
         return Ok(None);
     }
     mlx_rs::transforms::eval([vector, matrix])?;
-    let Some(Layout { column_major, ld }) = layout(matrix) else {
+    let (Some(strides), &[rows, cols]) = (strides(matrix), matrix.shape()) else {
         return Ok(None);
     };
     // (a vector is contiguous either way; a strided one goes to MLX)
     if !is_row_contiguous(vector)? {
         return Ok(None);
     }
-    let (rows, cols) = (matrix.shape()[0] as usize, matrix.shape()[1] as usize);
-    // the matrix as stored: row-major, or the row-major transpose, its
-    // rows `ld` values apart
-    let (stored_rows, stored_cols) = if column_major {
-        (cols, rows)
-    } else {
-        (rows, cols)
+    let len = if row_times { cols } else { rows } as usize;
+    let x = values(vector, if row_times { rows } else { cols } as usize)?;
+    let keep =
+        || -> Vec<split_work::Kept> { vec![Box::new(vector.clone()), Box::new(matrix.clone())] };
+    let strides = [strides[0], strides[1]];
+    let Some(y) = stored_product(x, matrix, [rows, cols], strides, row_times, keep)? else {
+        return Ok(None);
     };
-    let stored = values(matrix, (stored_rows - 1) * ld + stored_cols)?;
-    let len = if row_times { cols } else { rows };
-    let x = values(vector, if row_times { rows } else { cols })?;
-    // y = matrixᵀ x (row times matrix) or matrix x: with the storage, the
-    // first is a sum of its rows scaled by x when stored row-major, and
-    // the second one dot product per stored row; column-major swaps them.
-    let product = StoredProduct {
-        sums_rows: row_times != column_major,
-        x: x.as_ptr(),
-        x_len: x.len(),
-        stored: stored.as_ptr(),
-        stored_len: stored.len(),
-        stored_rows,
-        stored_cols,
-        ld,
-    };
-    debug_assert_eq!(
-        (x.len(), len),
-        if product.sums_rows {
-            (stored_rows, stored_cols)
-        } else {
-            (stored_cols, stored_rows)
-        }
-    );
-    let y = product.compute_here(len, || -> Vec<split_work::Kept> {
-        vec![Box::new(vector.clone()), Box::new(matrix.clone())]
-    });
     // MLX's matmul shapes: a's leading axes and n; m, and 1 for a column
     let shape: Vec<i32> = if row_times {
         let mut shape = sa.to_vec();
@@ -167,29 +140,66 @@ pub fn row_times_matrix(
     if !one_row || n < 2 || x.values.len() != k {
         return Ok(None);
     }
+    let keep = || -> Vec<split_work::Kept> { vec![keep_x(), Box::new(matrix.clone())] };
+    let Some(y) = stored_product(x.values, matrix, shape, strides, true, keep)? else {
+        return Ok(None);
+    };
+    let mut out_shape = x.shape.to_vec();
+    if let Some(last) = out_shape.last_mut() {
+        *last = n as i32;
+    }
+    Ok(Some((y, out_shape)))
+}
+
+/// `x` times the matrix of `shape` (rows, columns) and `strides` that lies
+/// in `matrix`'s buffer (`row_times`: the row `x` of `rows` values times
+/// it; else it times the column `x` of `cols` values), computed on this
+/// thread in one pass over the matrix as stored ([`StoredProduct`]), in
+/// blocks a waiting thread may share (`keep` gives the owners of the memory
+/// they read); `None` when the matrix has no layout read in place.
+fn stored_product(
+    x: &[f32],
+    matrix: &Array,
+    shape: [i32; 2],
+    strides: [usize; 2],
+    row_times: bool,
+    keep: impl FnOnce() -> Vec<split_work::Kept>,
+) -> Result<Option<Vec<f32>>> {
     let Some(Layout { column_major, ld }) = matrix_layout(&shape, &strides) else {
         return Ok(None);
     };
-    let (stored_rows, stored_cols) = if column_major { (n, k) } else { (k, n) };
+    let (rows, cols) = (shape[0] as usize, shape[1] as usize);
+    // the matrix as stored: row-major, or the row-major transpose, its
+    // rows `ld` values apart
+    let (stored_rows, stored_cols) = if column_major {
+        (cols, rows)
+    } else {
+        (rows, cols)
+    };
     let stored = values(matrix, (stored_rows - 1) * ld + stored_cols)?;
+    let len = if row_times { cols } else { rows };
+    // y = matrixᵀ x (row times matrix) or matrix x: with the storage, the
+    // first is a sum of its rows scaled by x when stored row-major, and
+    // the second one dot product per stored row; column-major swaps them.
     let product = StoredProduct {
-        sums_rows: !column_major,
-        x: x.values.as_ptr(),
-        x_len: x.values.len(),
+        sums_rows: row_times != column_major,
+        x: x.as_ptr(),
+        x_len: x.len(),
         stored: stored.as_ptr(),
         stored_len: stored.len(),
         stored_rows,
         stored_cols,
         ld,
     };
-    let mut out_shape = x.shape.to_vec();
-    if let Some(last) = out_shape.last_mut() {
-        *last = n as i32;
-    }
-    let y = product.compute_here(n, || -> Vec<split_work::Kept> {
-        vec![keep_x(), Box::new(matrix.clone())]
-    });
-    Ok(Some((y, out_shape)))
+    debug_assert_eq!(
+        (x.len(), len),
+        if product.sums_rows {
+            (stored_rows, stored_cols)
+        } else {
+            (stored_cols, stored_rows)
+        }
+    );
+    Ok(Some(product.compute_here(len, keep)))
 }
 
 /// `a · b` for a batch of single rows: `a` of shape `[B.., 1, k]` times `b`
@@ -399,12 +409,6 @@ impl split_work::Parts for StoredProduct {
 struct Layout {
     column_major: bool,
     ld: usize,
-}
-
-/// The layout of an evaluated matrix (a rank-2 array), or `None` when it
-/// has neither (a broadcast, every other column, a negative stride).
-fn layout(matrix: &Array) -> Option<Layout> {
-    matrix_layout(matrix.shape(), &strides(matrix)?)
 }
 
 /// The layout of a matrix of `shape` (rows, columns) and `strides`: one of
