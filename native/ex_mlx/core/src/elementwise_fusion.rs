@@ -77,6 +77,14 @@ pub enum Kind {
     /// x³ (`pow(x, 3)`, as GPT-2's GELU takes it), from the exact square in
     /// float64 times x, rounded once to float32.
     Cube,
+    /// MLX's CPU `exp` of float32, bit for bit ([`mlx_exp`]): the op
+    /// table's `exp` of fewer than [`MIN_ELEMENTS`] values.
+    MlxExp,
+    /// MLX's CPU `sigmoid` of float32, bit for bit ([`mlx_sigmoid`]), as
+    /// [`Kind::MlxExp`].
+    MlxSigmoid,
+    /// MLX's CPU `tanh` of float32: the C library's `tanhf`, as [`Kind::MlxExp`].
+    MlxTanh,
 }
 
 impl Kind {
@@ -96,6 +104,17 @@ impl Kind {
     /// [`Kind::worth_alone`] names, whose values are closer to the exact ones.
     pub fn exactly_mlx(self) -> bool {
         !self.worth_alone()
+    }
+
+    /// The most values a result of this kind may have where a pass gives
+    /// the op table's bits: the op table computes `exp`, `sigmoid` and
+    /// `tanh` of [`MIN_ELEMENTS`] values or more with their own kinds
+    /// ([`vectorized_or`]), so the MLX kinds stop below it.
+    fn most_values(self) -> usize {
+        match self {
+            Kind::MlxExp | Kind::MlxSigmoid | Kind::MlxTanh => MIN_ELEMENTS - 1,
+            _ => READY_MAX_ELEMENTS,
+        }
     }
 }
 
@@ -241,6 +260,9 @@ pub fn op_over(kind: Kind, operands: &[Operand]) -> Option<(Vec<f32>, Vec<i32>)>
         return None;
     }
     let shape = broadcast_shape(operands.iter().map(|o| o.shape))?;
+    if shape.iter().map(|&d| d as usize).product::<usize>() > kind.most_values() {
+        return None;
+    }
     let out = pass_over(&[one_step(kind, operands.len())], operands, &shape)?;
     Some((out, shape))
 }
@@ -566,6 +588,13 @@ fn fill_from_row(target: &mut [f32], row: &[f32], start: usize) {
     }
 }
 
+/// `kind` of `a` (and `b`, for a binary kind) value by value into `out`:
+/// `a`, `b` and `out` of one length (crate::host_tensor's small float32
+/// tensors; a binary kind's `b` must be `a`'s length, a unary one ignores it).
+pub fn values_of(kind: Kind, a: &[f32], b: &[f32], out: &mut [f32]) {
+    apply(kind, a, b, out);
+}
+
 #[inline(always)]
 fn apply(kind: Kind, a: &[f32], b: &[f32], out: &mut [f32]) {
     match kind {
@@ -584,6 +613,9 @@ fn apply(kind: Kind, a: &[f32], b: &[f32], out: &mut [f32]) {
         Kind::Sigmoid => unary(a, out, sigmoid),
         Kind::Erf => unary(a, out, erf),
         Kind::Cube => unary(a, out, cube),
+        Kind::MlxExp => unary(a, out, mlx_exp),
+        Kind::MlxSigmoid => unary(a, out, mlx_sigmoid),
+        Kind::MlxTanh => unary(a, out, f32::tanh),
     }
 }
 
@@ -692,6 +724,62 @@ fn exp(x: f32) -> f32 {
 fn sigmoid(x: f32) -> f32 {
     let z = at_least(at_most(-(x as f64), 120.0), -120.0);
     (1.0 / (1.0 + exp_f64(z))) as f32
+}
+
+/// The coefficients, highest degree first, of the polynomial in f for
+/// 2^f (|f| ≤ 1/2) that MLX's CPU `exp` evaluates, as float32 bits (about
+/// 1.5353362e-4, 1.3398874e-3, 9.618437e-3, 5.5503324e-2, 0.24022648,
+/// 0.6931472, 1).
+const MLX_EXP2: [u32; 7] = [
+    0x3920_fdde,
+    0x3aaf_9f29,
+    0x3c1d_96a6,
+    0x3d63_5774,
+    0x3e75_fdee,
+    0x3f31_7218,
+    0x3f80_0000,
+];
+
+/// log2(e) as MLX's CPU `exp` takes it, as float32 bits (about 1.442695).
+const MLX_LOG2_E: u32 = 0x3fb8_aa3b;
+
+/// e^x of a float32 with MLX's CPU bits (MLX 0.32): x·log2(e) in float32
+/// is split at its nearest integer i (⌊y + 1/2⌋) into i + f; 2^f is the
+/// polynomial [`MLX_EXP2`] by fused multiply-adds, 2^i the exponent bits
+/// i + 127; their product, NaN for NaN, infinity above 88 and 0 below
+/// -88. Checked bit for bit against MLX's `exp` in the tests.
+#[inline(always)]
+pub fn mlx_exp(x: f32) -> f32 {
+    let y = x * f32::from_bits(MLX_LOG2_E);
+    let i = (y + 0.5).floor();
+    let f = y - i;
+    let mut p = f32::from_bits(MLX_EXP2[0]);
+    for &c in &MLX_EXP2[1..] {
+        p = p.mul_add(f, f32::from_bits(c));
+    }
+    // (i out of range only where the result is replaced below)
+    let two_to_i = f32::from_bits(((i as i32).wrapping_add(127) as u32).wrapping_shl(23));
+    if x.is_nan() {
+        x
+    } else if x > 88.0 {
+        f32::INFINITY
+    } else if x < -88.0 {
+        0.0
+    } else {
+        two_to_i * p
+    }
+}
+
+/// 1 / (1 + e^x) of a float32 with MLX's CPU bits: y = 1 / (1 + e^|x|)
+/// ([`mlx_exp`]), y for negative x and 1 - y otherwise.
+#[inline(always)]
+pub fn mlx_sigmoid(x: f32) -> f32 {
+    let y = 1.0 / (1.0 + mlx_exp(x.abs()));
+    if x < 0.0 {
+        y
+    } else {
+        1.0 - y
+    }
 }
 
 /// How many terms of erf's series [`erf`] sums.
@@ -924,6 +1012,68 @@ mod tests {
         assert_eq!(erf(4.5), 1.0);
         assert_eq!(erf(-0.0f32).to_bits(), (-0.0f32).to_bits());
         assert_eq!(erf(1e-45), 1e-45 * std::f32::consts::FRAC_2_SQRT_PI);
+    }
+
+    /// MLX's `exp`, `sigmoid` and `tanh` (its kernels, on arrays of every
+    /// float32 kind of value: wide ranges, both thresholds of `exp`,
+    /// subnormals, zeros, infinities, NaN) against [`mlx_exp`],
+    /// [`mlx_sigmoid`] and `f32::tanh`, bit for bit.
+    #[test]
+    fn mlx_kinds_give_mlx_s_bits() {
+        let mut xs = inputs();
+        xs.extend((0..20_000).map(|i| (i as f32 - 10_000.0) / 100.0));
+        xs.extend([
+            88.0,
+            -88.0,
+            88.000_01,
+            -88.000_01,
+            87.999_99,
+            -87.999_99,
+            1e-40,
+            -1e-40,
+            0.0,
+            -0.0,
+            f32::MIN_POSITIVE,
+            f32::MAX,
+            f32::MIN,
+        ]);
+        let a = computed(&xs, &[xs.len() as i32]);
+        type Scalar = fn(f32) -> f32;
+        let kinds: [(&str, Scalar, MlxUnary); 3] = [
+            ("exp", mlx_exp, |a| mlx_rs::ops::exp(a)),
+            ("sigmoid", mlx_sigmoid, |a| mlx_rs::ops::sigmoid(a)),
+            ("tanh", f32::tanh, |a| mlx_rs::ops::tanh(a)),
+        ];
+        for (name, ours, mlx) in kinds {
+            let theirs = mlx(&a).unwrap();
+            theirs.eval().unwrap();
+            for (x, &t) in xs.iter().zip(theirs.as_slice::<f32>()) {
+                let o = ours(*x);
+                assert!(
+                    o.to_bits() == t.to_bits() || (o.is_nan() && t.is_nan()),
+                    "{name}({x:e}): {o:e} against MLX's {t:e}"
+                );
+            }
+        }
+        assert!(mlx_exp(f32::NAN).is_nan() && mlx_sigmoid(f32::NAN).is_nan());
+        assert_eq!(mlx_exp(89.0), f32::INFINITY);
+        assert_eq!(mlx_exp(-89.0), 0.0);
+        assert_eq!(mlx_sigmoid(-0.0), 0.5);
+    }
+
+    #[test]
+    fn mlx_kinds_stop_below_the_table_s_own_pass() {
+        let small = computed(&mixed(MIN_ELEMENTS - 1, 3), &[MIN_ELEMENTS as i32 - 1]);
+        let ours = ready_or(Kind::MlxExp, &[&small], must_not_run).unwrap();
+        assert_eq!(bits(&ours), bits(&mlx_rs::ops::exp(&small).unwrap()));
+        let large = computed(&mixed(MIN_ELEMENTS, 3), &[MIN_ELEMENTS as i32]);
+        let ran = std::cell::Cell::new(false);
+        ready_or(Kind::MlxExp, &[&large], || {
+            ran.set(true);
+            Ok(mlx_rs::ops::exp(&large)?)
+        })
+        .unwrap();
+        assert!(ran.get(), "MIN_ELEMENTS values are the table's own pass's");
     }
 
     fn step(kind: Kind, a: usize, b: usize) -> Step {

@@ -412,7 +412,7 @@ op_table! {
         ///
         ///     iex> ExMLX.full(0.75, {:f, 32}, {2}) |> ExMLX.exp() |> ExMLX.to_list() |> Enum.map(&Float.round(&1, 4))
         ///     [2.117, 2.117]
-        exp(tensor) -> float => elementwise_fusion::vectorized_or(Kind::Exp, tensor, |a| precise::f64_on_host("exp", a, f64::exp, |a| ops::exp(a)));
+        exp(tensor) -> float => elementwise_fusion::vectorized_or(Kind::Exp, tensor, |a| elementwise_fusion::ready_or(Kind::MlxExp, &[a], || precise::f64_on_host("exp", a, f64::exp, |a| ops::exp(a))));
         /// `e^x - 1`, accurate near 0.
         ///
         ///     iex> ExMLX.full(0.75, {:f, 32}, {2}) |> ExMLX.expm1() |> ExMLX.to_list() |> Enum.map(&Float.round(&1, 4))
@@ -486,7 +486,7 @@ op_table! {
         ///
         ///     iex> ExMLX.full(0.75, {:f, 32}, {2}) |> ExMLX.tanh() |> ExMLX.to_list() |> Enum.map(&Float.round(&1, 4))
         ///     [0.6351, 0.6351]
-        tanh(tensor) -> float => elementwise_fusion::vectorized_or(Kind::Tanh, tensor, |a| Ok(ops::tanh(a)?));
+        tanh(tensor) -> float => elementwise_fusion::vectorized_or(Kind::Tanh, tensor, |a| elementwise_fusion::ready_or(Kind::MlxTanh, &[a], || Ok(ops::tanh(a)?)));
         /// Inverse hyperbolic sine.
         ///
         ///     iex> ExMLX.full(0.75, {:f, 32}, {2}) |> ExMLX.asinh() |> ExMLX.to_list() |> Enum.map(&Float.round(&1, 4))
@@ -526,7 +526,7 @@ op_table! {
         ///
         ///     iex> ExMLX.full(0.75, {:f, 32}, {2}) |> ExMLX.sigmoid() |> ExMLX.to_list() |> Enum.map(&Float.round(&1, 4))
         ///     [0.6792, 0.6792]
-        sigmoid(tensor) -> float => elementwise_fusion::vectorized_or(Kind::Sigmoid, tensor, |a| precise::f64_on_host("sigmoid", a, precise::sigmoid, |a| ops::sigmoid(a)));
+        sigmoid(tensor) -> float => elementwise_fusion::vectorized_or(Kind::Sigmoid, tensor, |a| elementwise_fusion::ready_or(Kind::MlxSigmoid, &[a], || precise::f64_on_host("sigmoid", a, precise::sigmoid, |a| ops::sigmoid(a))));
         /// `x * x`.
         ///
         ///     iex> ExMLX.full(0.75, {:f, 32}, {2}) |> ExMLX.square() |> ExMLX.to_list()
