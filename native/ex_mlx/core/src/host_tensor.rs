@@ -1,4 +1,5 @@
-//! Small integer and boolean tensors a running program knows on the host.
+//! Small integer, boolean and float32 tensors a running program knows on
+//! the host.
 //!
 //! A `while` loop reads its condition at every step. Read from MLX, that is
 //! an evaluation, which on the CPU hands the work to MLX's stream thread and
@@ -22,8 +23,14 @@ use crate::item;
 use crate::ops::params::Param;
 use crate::ops::table::Op;
 
-/// The most elements of a tensor kept here.
+mod floats;
+
+/// The most elements of an integer or boolean tensor kept here.
 pub const MAX_ELEMENTS: usize = 64;
+
+/// The most elements of a float32 tensor kept here (their ops: the
+/// `floats` module).
+pub const MAX_FLOAT_ELEMENTS: usize = floats::MAX_ELEMENTS;
 
 /// An integer or boolean tensor of `dtype` and `shape`, its elements in
 /// row-major order.
@@ -50,9 +57,23 @@ fn width(dtype: Dtype) -> Option<(u32, bool)> {
     })
 }
 
+/// The smallest and largest value of an integer or boolean type.
+fn range(dtype: Dtype) -> Option<(i128, i128)> {
+    let (bits, signed) = width(dtype)?;
+    Some(if signed {
+        (-(1i128 << (bits - 1)), (1i128 << (bits - 1)) - 1)
+    } else {
+        (0, (1i128 << bits) - 1)
+    })
+}
+
 /// `value` converted to `dtype` as MLX converts integers: booleans are
-/// non-zero, other widths wrap (two's complement).
+/// non-zero, other widths wrap (two's complement); a float32's bits, as
+/// they are.
 fn wrap(dtype: Dtype, value: i128) -> Option<i128> {
+    if dtype == Dtype::Float32 {
+        return Some(value);
+    }
     let (bits, signed) = width(dtype)?;
     if dtype == Dtype::Bool {
         return Some((value != 0) as i128);
@@ -94,6 +115,15 @@ impl HostTensor {
     /// The values of `a` if it is a small integer or boolean tensor (`a` is
     /// evaluated for it: call this for arrays that are, or once).
     pub fn read(a: &Array) -> Option<HostTensor> {
+        if a.dtype() == Dtype::Float32 {
+            if a.size() > MAX_FLOAT_ELEMENTS {
+                return None;
+            }
+            let buffer = host::HostBuffer::new(a).ok()?;
+            let values = crate::elementwise_fusion::f32_values(buffer.bytes()).ok()?;
+            return (values.len() == a.size())
+                .then(|| HostTensor::from_floats(a.shape().to_vec(), values));
+        }
         width(a.dtype())?;
         if a.size() > MAX_ELEMENTS {
             return None;
@@ -106,9 +136,19 @@ impl HostTensor {
         })
     }
 
+    /// [`HostTensor::read`] for integer and boolean tensors only (`None`
+    /// for float32: a run on a GPU, whose float ops have the GPU's bits).
+    pub fn read_integers(a: &Array) -> Option<HostTensor> {
+        width(a.dtype())?;
+        HostTensor::read(a)
+    }
+
     /// An evaluated MLX array holding these values.
     pub fn to_array(&self) -> Result<Array> {
-        let (bits, _) = width(self.dtype).unwrap_or((64, true));
+        let (bits, _) = match self.dtype {
+            Dtype::Float32 => (32, false),
+            dtype => width(dtype).unwrap_or((64, true)),
+        };
         let n = bits.div_ceil(8) as usize;
         let mut bytes = Vec::with_capacity(n * self.values.len());
         for &v in &self.values {
@@ -120,10 +160,7 @@ impl HostTensor {
 
     /// Whether a one-element tensor is non-zero (`None` for other sizes).
     pub fn truthy(&self) -> Option<bool> {
-        match self.values.as_slice() {
-            [v] => Some(*v != 0),
-            _ => None,
-        }
+        (self.values.len() == 1).then(|| self.is_set(0))
     }
 
     /// The values broadcast to `shape` (`None` if they do not broadcast).
@@ -158,13 +195,46 @@ impl HostTensor {
     }
 }
 
+/// [`apply`] for integer and boolean tensors only: `None` for an op with a
+/// float32 argument or result (a run on a GPU).
+pub fn apply_integers(op: Op, args: &[&HostTensor], params: &[Param]) -> Option<HostTensor> {
+    let float_result = matches!(
+        (op, params),
+        (Op::as_type | Op::bitcast, [Param::Type(Dtype::Float32)])
+    );
+    if float_result || args.iter().any(|a| a.dtype == Dtype::Float32) {
+        return None;
+    }
+    apply(op, args, params)
+}
+
 /// `op` on `args` with `params`, computed here (result type, shape and
-/// values, without MLX) when it is exact integer or boolean arithmetic or an
-/// index rearrangement of small tensors; `None` when the op is left to MLX.
+/// values, without MLX) when it is exact integer or boolean arithmetic, an
+/// index rearrangement of small tensors, or a float32 op the `floats`
+/// module computes with MLX's CPU bits; `None` when the op is left to MLX.
 pub fn apply(op: Op, args: &[&HostTensor], params: &[Param]) -> Option<HostTensor> {
+    // (rearrangements move values whatever they are: float32 ones too)
+    let rearranges = matches!(
+        op,
+        Op::reshape
+            | Op::squeeze
+            | Op::broadcast_to
+            | Op::slice
+            | Op::dynamic_slice
+            | Op::concatenate
+            | Op::stack
+    );
+    if !rearranges && floats::involved(op, args, params) {
+        return floats::apply(op, args, params);
+    }
     let (dtype, shape) = result_of(op, args, params)?;
     let n = size(&shape);
-    if n > MAX_ELEMENTS {
+    let most = if dtype == Dtype::Float32 {
+        MAX_FLOAT_ELEMENTS
+    } else {
+        MAX_ELEMENTS
+    };
+    if n > most || args.iter().any(|a| a.values.len() > most) {
         return None;
     }
     let values: Vec<i128> = match (op, args) {
@@ -347,6 +417,7 @@ fn result_of(op: Op, args: &[&HostTensor], params: &[Param]) -> Option<(Dtype, V
                 | Op::bitwise_xor
                 | Op::left_shift
                 | Op::right_shift
+                | Op::remainder
                     if !boolean =>
                 {
                     (dtype, out)
@@ -383,6 +454,9 @@ fn binary(op: Op, x: i128, y: i128, bits: i128) -> Option<i128> {
         // (values are held sign-extended: an arithmetic shift for signed
         // types, and unsigned values are non-negative)
         Op::right_shift if (0..bits).contains(&y) => x >> y,
+        // the truncated remainder (the sign of x), as the op table's; a
+        // division by zero, and the minimum by -1, left to it
+        Op::remainder if y != 0 && y != -1 => x % y,
         _ => return None,
     })
 }
@@ -483,7 +557,9 @@ mod tests {
         assert_eq!(wrap(Dtype::Uint8, -1), Some(255));
         assert_eq!(wrap(Dtype::Int32, 1 << 31), Some(-(1 << 31)));
         assert_eq!(wrap(Dtype::Bool, 7), Some(1));
-        assert_eq!(wrap(Dtype::Float32, 1), None);
+        assert_eq!(wrap(Dtype::Float16, 1), None);
+        // (a float32's bits are kept as they are)
+        assert_eq!(wrap(Dtype::Float32, 0x8000_0000), Some(0x8000_0000));
     }
 
     /// `op` computed here and by MLX (evaluated), on the same arguments:
@@ -541,6 +617,7 @@ mod tests {
             Op::bitwise_xor,
             Op::left_shift,
             Op::right_shift,
+            Op::remainder,
         ];
         run_blocking(Device::Cpu, move || {
             let mut computed = 0;
@@ -621,6 +698,344 @@ mod tests {
                     "{op:?} {params:?} not computed here"
                 );
             }
+            Ok(())
+        })
+        .unwrap();
+    }
+
+    fn f(shape: &[i32], values: &[f32]) -> HostTensor {
+        HostTensor::from_floats(shape.to_vec(), values)
+    }
+
+    /// Float32 values of every kind: signs, zeros, subnormals, large ones,
+    /// infinities, NaN, and ordinary ones.
+    fn mixed_floats(n: usize, from: usize) -> Vec<f32> {
+        let special = [
+            0.0,
+            -0.0,
+            1e-40,
+            -1e-40,
+            f32::INFINITY,
+            f32::NEG_INFINITY,
+            f32::NAN,
+            3e38,
+            -2.5,
+            87.5,
+            -90.0,
+        ];
+        (from..from + n)
+            .map(|i| match i % 17 {
+                k if k < special.len() => special[k],
+                k => (k as f32 - 13.0) * 0.371 * ((i % 5) as f32 + 0.5),
+            })
+            .collect()
+    }
+
+    #[test]
+    fn float32_ops_match_mlx() {
+        run_blocking(Device::Cpu, || {
+            let a = f(&[2, 17], &mixed_floats(34, 0));
+            let b = f(&[2, 17], &mixed_floats(34, 5));
+            let row = f(&[17], &mixed_floats(17, 3));
+            let column = f(&[2, 1], &[0.5, -3.0]);
+            let scalar = f(&[], &[-0.0]);
+            let mut computed = 0;
+            let pairs = [
+                (&a, &b),
+                (&b, &a),
+                (&a, &row),
+                (&row, &a),
+                (&column, &row),
+                (&a, &scalar),
+            ];
+            let binary = [
+                Op::add,
+                Op::subtract,
+                Op::multiply,
+                Op::divide,
+                Op::max,
+                Op::min,
+                Op::pow,
+                Op::equal,
+                Op::not_equal,
+                Op::less,
+                Op::less_equal,
+                Op::greater,
+                Op::greater_equal,
+            ];
+            for (x, y) in pairs {
+                for op in binary {
+                    assert!(agrees(op, &[x.clone(), y.clone()], vec![])?, "{op:?}");
+                    computed += 1;
+                }
+            }
+            let unary = [
+                Op::negate,
+                Op::abs,
+                Op::sqrt,
+                Op::square,
+                Op::exp,
+                Op::sigmoid,
+                Op::tanh,
+            ];
+            for op in unary {
+                assert!(agrees(op, std::slice::from_ref(&a), vec![])?, "{op:?}");
+                computed += 1;
+            }
+            // conditions of every type (a float32 -0.0 is false, NaN true)
+            let conditions = [
+                t(Dtype::Bool, &[2, 1], &[1, 0]),
+                t(
+                    Dtype::Uint8,
+                    &[17],
+                    &[0, 1, 2, 0, 0, 9, 0, 1, 1, 0, 0, 0, 7, 0, 1, 0, 3],
+                ),
+                f(&[2, 17], &mixed_floats(34, 1)),
+            ];
+            for c in &conditions {
+                assert!(agrees(
+                    Op::select,
+                    &[c.clone(), a.clone(), row.clone()],
+                    vec![]
+                )?);
+                let ints = t(Dtype::Int32, &[17], &(0..17).collect::<Vec<_>>());
+                let zeros = t(Dtype::Int32, &[], &[0]);
+                assert!(agrees(Op::select, &[c.clone(), ints, zeros], vec![])?);
+                computed += 2;
+            }
+            // conversions: integers and booleans to float32; float32 to
+            // integers that hold the truncated values, and to booleans
+            let small = f(&[6], &[0.0, -0.0, 1.9, -1.9, 126.5, -128.0]);
+            for to in [
+                Dtype::Int8,
+                Dtype::Int32,
+                Dtype::Int64,
+                Dtype::Bool,
+                Dtype::Float32,
+            ] {
+                assert!(
+                    agrees(
+                        Op::as_type,
+                        std::slice::from_ref(&small),
+                        vec![Param::Type(to)]
+                    )?,
+                    "{to:?}"
+                );
+                computed += 1;
+            }
+            assert!(agrees(
+                Op::as_type,
+                std::slice::from_ref(&a),
+                vec![Param::Type(Dtype::Bool)]
+            )?);
+            for from in [
+                t(Dtype::Int32, &[3], &[i32::MAX as i128, -7, 16_777_217]),
+                t(Dtype::Uint64, &[2], &[u64::MAX as i128, 3]),
+                t(Dtype::Bool, &[2], &[1, 0]),
+            ] {
+                assert!(agrees(
+                    Op::as_type,
+                    &[from],
+                    vec![Param::Type(Dtype::Float32)]
+                )?);
+                computed += 1;
+            }
+            assert!(computed > 90, "{computed}");
+            Ok(())
+        })
+        .unwrap();
+    }
+
+    #[test]
+    fn float32_sums_products_and_writes_match_mlx() {
+        run_blocking(Device::Cpu, || {
+            let values = |n: usize, seed: usize| -> Vec<f32> {
+                (0..n)
+                    .map(|i| (((i * 7919 + seed * 104_729) % 2003) as f32 / 2003.0 - 0.5) * 37.0)
+                    .collect()
+            };
+            let cube = f(&[3, 4, 5], &values(60, 1));
+            let sum =
+                |axes: Option<Vec<i64>>, keep: bool| vec![Param::OptInts(axes), Param::Bool(keep)];
+            for params in [
+                sum(None, false),
+                sum(None, true),
+                sum(Some(vec![0]), false),
+                sum(Some(vec![1]), true),
+                sum(Some(vec![-1]), false),
+                sum(Some(vec![2, 0, 1]), false),
+            ] {
+                assert!(
+                    agrees(Op::sum, std::slice::from_ref(&cube), params.clone())?,
+                    "{params:?}"
+                );
+            }
+            let long = f(&[2, 500], &values(1000, 2));
+            assert!(agrees(
+                Op::sum,
+                std::slice::from_ref(&long),
+                sum(Some(vec![1]), false)
+            )?);
+            assert!(agrees(Op::sum, &[long], sum(Some(vec![0]), false))?);
+            // products in the four layouts of a one-axis contraction
+            let contract = |i: i64, j: i64| vec![Param::Ints(vec![i]), Param::Ints(vec![j])];
+            for (sa, sb, i, j) in [
+                ([2, 8], [8, 5], 1, 0),
+                ([2, 5], [8, 5], 1, 1),
+                ([2, 8], [2, 5], 0, 0),
+                ([5, 2], [5, 3], 0, 0),
+                ([1, 33], [33, 7], 1, 0),
+                ([7, 33], [9, 33], 1, 1),
+                ([3, 1], [3, 4], 0, 0),
+            ] {
+                let x = f(&sa, &values((sa[0] * sa[1]) as usize, 3));
+                let y = f(&sb, &values((sb[0] * sb[1]) as usize, 4));
+                assert!(
+                    agrees(Op::tensordot, &[x, y], contract(i, j))?,
+                    "{sa:?} {sb:?} {i} {j}"
+                );
+            }
+            // writes: clamped starts, float32 and integer tensors
+            let target = f(&[2, 16, 5], &values(160, 5));
+            let update = f(&[2, 1, 5], &values(10, 6));
+            for starts in [[0, 3, 0], [0, 15, 0], [1, 40, -2]] {
+                let starts = t(Dtype::Int64, &[3], &starts.map(|s| s as i128));
+                assert!(agrees(
+                    Op::put_slice,
+                    &[target.clone(), starts, update.clone()],
+                    vec![]
+                )?);
+            }
+            let ints = t(Dtype::Int32, &[4], &[1, 2, 3, 4]);
+            let two = t(Dtype::Int32, &[2], &[8, 9]);
+            assert!(agrees(
+                Op::put_slice,
+                &[ints, t(Dtype::Int32, &[1], &[1]), two],
+                vec![]
+            )?);
+            let zero = f(&[], &[0.0]);
+            for config in [
+                vec![(0, 0, 0), (0, 0, 0), (0, 0, 0)],
+                vec![(1, 0, 0), (0, 2, 0), (3, 1, 0)],
+            ] {
+                assert!(agrees(
+                    Op::pad,
+                    &[update.clone(), zero.clone()],
+                    vec![Param::PadConfig(config.clone())]
+                )?);
+            }
+            // scatters: repeated positions accumulate in order (float32 and
+            // integers), or the last write stays
+            let grads = f(&[2, 8], &values(16, 8));
+            let rows = t(Dtype::Int32, &[5, 1], &[1, 0, 1, 1, 0]);
+            let updates = f(&[5, 8], &values(40, 9));
+            for add in [true, false] {
+                let params = vec![Param::OptInts(Some(vec![0])), Param::Bool(add)];
+                assert!(agrees(
+                    Op::scatter,
+                    &[grads.clone(), rows.clone(), updates.clone()],
+                    params
+                )?);
+            }
+            let counts = t(Dtype::Int32, &[3], &[0, 0, 0]);
+            let spots = t(Dtype::Uint8, &[3, 1], &[0, 2, 2]);
+            let ones = t(Dtype::Int32, &[3], &[1, 1, 1]);
+            let all = vec![Param::OptInts(None), Param::Bool(true)];
+            assert!(agrees(Op::scatter, &[counts, spots, ones], all)?);
+            let grid = f(&[3, 4], &values(12, 10));
+            let cells = t(Dtype::Int64, &[2, 2], &[2, 3, 0, 1]);
+            let two = f(&[2], &[0.5, -1.5]);
+            let both = vec![Param::OptInts(Some(vec![0, 1])), Param::Bool(false)];
+            assert!(agrees(Op::scatter, &[grid, cells, two], both)?);
+            // gathers and bit casts
+            let table = f(&[3, 4], &values(12, 7));
+            let at = t(Dtype::Int32, &[2, 2], &[2, 0, 1, 2]);
+            assert!(agrees(
+                Op::take,
+                &[table.clone(), at.clone()],
+                vec![Param::Int(0)]
+            )?);
+            assert!(agrees(Op::take, &[table.clone(), at], vec![Param::Int(1)])?);
+            let words = t(
+                Dtype::Uint32,
+                &[3],
+                &[0x3f80_0000, 0x8000_0000, 0xffff_ffff],
+            );
+            for to in [Dtype::Float32, Dtype::Int32] {
+                assert!(agrees(
+                    Op::bitcast,
+                    std::slice::from_ref(&words),
+                    vec![Param::Type(to)]
+                )?);
+            }
+            assert!(agrees(
+                Op::bitcast,
+                &[table],
+                vec![Param::Type(Dtype::Uint32)]
+            )?);
+            // rearrangements move float32 values as they are
+            let a = f(&[2, 3], &mixed_floats(6, 2));
+            let checks: Vec<(Op, Vec<HostTensor>, Vec<Param>)> = vec![
+                (Op::reshape, vec![a.clone()], vec![Param::Shape(vec![3, 2])]),
+                (
+                    Op::broadcast_to,
+                    vec![f(&[3], &[1.0, -0.0, 2.5])],
+                    vec![Param::Shape(vec![2, 3])],
+                ),
+                (Op::stack, vec![a.clone(), a.clone()], vec![Param::Int(1)]),
+                (
+                    Op::concatenate,
+                    vec![a.clone(), a.clone()],
+                    vec![Param::Int(0)],
+                ),
+                (
+                    Op::dynamic_slice,
+                    vec![a.clone(), t(Dtype::Int64, &[2], &[1, 2])],
+                    vec![Param::Shape(vec![1, 2])],
+                ),
+            ];
+            for (op, args, params) in checks {
+                assert!(agrees(op, &args, params.clone())?, "{op:?}");
+            }
+            Ok(())
+        })
+        .unwrap();
+    }
+
+    #[test]
+    fn float32_ops_not_computed_here_stay_with_mlx() {
+        run_blocking(Device::Cpu, || {
+            let a = f(&[3], &[1.5, -2.0, 300.0]);
+            // a float32 too large for a type, a transcendental op MLX's
+            // kernel computes otherwise (erf), mixed types, interior padding
+            assert!(!agrees(
+                Op::as_type,
+                std::slice::from_ref(&a),
+                vec![Param::Type(Dtype::Uint8)]
+            )?);
+            assert!(!agrees(Op::erf, std::slice::from_ref(&a), vec![])?);
+            assert!(!agrees(
+                Op::add,
+                &[a.clone(), t(Dtype::Int32, &[], &[1])],
+                vec![]
+            )?);
+            let zero = f(&[], &[0.0]);
+            assert!(!agrees(
+                Op::pad,
+                &[a.clone(), zero],
+                vec![Param::PadConfig(vec![(0, 0, 1)])]
+            )?);
+            // more values than are kept here
+            let big = f(
+                &[MAX_FLOAT_ELEMENTS as i32 + 1],
+                &vec![1.0; MAX_FLOAT_ELEMENTS + 1],
+            );
+            assert!(!agrees(Op::add, &[big.clone(), big], vec![])?);
+            let large = Array::from_slice(
+                &vec![1.0f32; MAX_FLOAT_ELEMENTS + 1],
+                &[MAX_FLOAT_ELEMENTS as i32 + 1],
+            );
+            assert_eq!(HostTensor::read(&large), None);
             Ok(())
         })
         .unwrap();

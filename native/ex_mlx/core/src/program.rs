@@ -357,6 +357,7 @@ impl Program {
                 slots: args.iter().cloned().map(Some).collect(),
                 host: vec![None; slots],
                 stop: &|| false,
+                floats: false,
             };
             run.slots.resize(slots, None);
             run.block(&main.instructions)?;
@@ -408,21 +409,38 @@ impl Program {
         }
         let mut slots: Vec<Option<Array>> = Vec::with_capacity(self.slots);
         let mut host = vec![None; self.slots];
-        // (constants are evaluated: their small integer tensors are read
-        // once; a program with loops reads its small integer inputs too,
-        // once, rather than its loop conditions at every step)
+        // On the CPU, small float32 tensors are computed here too
+        // (crate::host_tensor's `floats`, MLX's CPU bits); elsewhere only
+        // the exact integer ones, whose bits every device shares.
+        let floats = crate::device::Device::current_is_cpu();
+        let read = |a: &Array| {
+            if floats {
+                HostTensor::read(a)
+            } else {
+                HostTensor::read_integers(a)
+            }
+        };
+        // (constants are evaluated: their small tensors are read once; a
+        // program with loops, or any on the CPU, reads its small inputs
+        // too, once: a loop then reads its condition here at every step,
+        // and the ops on them need no graph)
         for (k, c) in constants.iter().enumerate() {
-            host[self.inputs + k] = HostTensor::read(c);
+            host[self.inputs + k] = read(c);
         }
-        if self.loops {
+        if self.loops || floats {
             for (k, a) in inputs.iter().enumerate() {
-                host[k] = HostTensor::read(a);
+                host[k] = read(a);
             }
         }
         slots.extend(inputs.into_iter().map(Some));
         slots.extend(constants.into_iter().map(Some));
         slots.resize(self.slots, None);
-        let mut run = Run { slots, host, stop };
+        let mut run = Run {
+            slots,
+            host,
+            stop,
+            floats,
+        };
         run.block(&self.main.instructions)?;
         self.main.outputs.iter().map(|&s| run.read(s)).collect()
     }
@@ -764,6 +782,8 @@ struct Run<'a> {
     slots: Vec<Option<Array>>,
     host: Vec<Option<HostTensor>>,
     stop: &'a dyn Fn() -> bool,
+    /// Whether float32 tensors may be computed here (a CPU run).
+    floats: bool,
 }
 
 /// A loop evaluates its state every this many steps when its condition
@@ -896,11 +916,14 @@ impl Run<'_> {
             .iter()
             .map(|&s| self.host[s].as_ref())
             .collect::<Option<_>>()?;
-        let h = host_tensor::apply(call.op, &known, &call.params)?;
+        let apply = if self.floats {
+            host_tensor::apply
+        } else {
+            host_tensor::apply_integers
+        };
+        let h = apply(call.op, &known, &call.params)?;
         match call.cast {
-            Some(dtype) if dtype != h.dtype => {
-                host_tensor::apply(Op::as_type, &[&h], &[Param::Type(dtype)])
-            }
+            Some(dtype) if dtype != h.dtype => apply(Op::as_type, &[&h], &[Param::Type(dtype)]),
             _ => Some(h),
         }
     }

@@ -1,0 +1,625 @@
+//! Small float32 tensors a running program knows on the host.
+//!
+//! An LSTM unrolled by a `while` loop (Axon's dynamic unroll) runs a few
+//! dozen ops on tensors of a few values at every step: as MLX ops, each is
+//! a graph node that costs microseconds to build and to evaluate, hundreds
+//! a step. Where every input of such an op is known here, it is computed
+//! here, with the bits MLX's op gives (the op table's, checked against it
+//! in the tests): IEEE 754 arithmetic rounded once, comparisons and
+//! selections, MLX's `exp`, `sigmoid` and `tanh` (crate::elementwise_fusion's
+//! MLX kinds), the C library's `powf` (MLX's `pow`), sums added one value
+//! after another from zero in index order (MLX's order for these sizes),
+//! products by the very `cblas_sgemm` MLX calls, and writes into a slice or
+//! a padding. Anything else, or a tensor of more than [`MAX_ELEMENTS`]
+//! values, stays with MLX. Values are held as their bits in the parent
+//! module's `values` (so that its rearrangements serve both).
+
+use std::sync::OnceLock;
+
+use mlx_rs::Dtype;
+
+use super::{size, strides, unravel, HostTensor};
+use crate::elementwise_fusion::{values_of, Kind};
+use crate::ops::computed::exact_kind;
+use crate::ops::params::Param;
+use crate::ops::table::Op;
+
+/// The most values of a float32 tensor kept here.
+pub const MAX_ELEMENTS: usize = 1024;
+
+impl HostTensor {
+    /// A float32 tensor of `values` in `shape`.
+    pub(super) fn from_floats(shape: Vec<i32>, values: &[f32]) -> HostTensor {
+        HostTensor {
+            dtype: Dtype::Float32,
+            shape,
+            values: values.iter().map(|v| v.to_bits() as i128).collect(),
+        }
+    }
+
+    /// The values of a float32 tensor (`None` for another type).
+    pub(super) fn floats(&self) -> Option<Vec<f32>> {
+        (self.dtype == Dtype::Float32).then(|| {
+            self.values
+                .iter()
+                .map(|&b| f32::from_bits(b as u32))
+                .collect()
+        })
+    }
+
+    /// Whether element `i` is non-zero, as MLX reads a condition (for
+    /// float32 by value: -0.0 is zero, NaN is not).
+    pub(super) fn is_set(&self, i: usize) -> bool {
+        let v = self.values[i];
+        if self.dtype == Dtype::Float32 {
+            f32::from_bits(v as u32) != 0.0
+        } else {
+            v != 0
+        }
+    }
+}
+
+/// Whether [`apply`] is the one to compute `op` (a float32 argument or
+/// result, or an op that copies values), rather than the parent module's
+/// integer arithmetic.
+pub(super) fn involved(op: Op, args: &[&HostTensor], params: &[Param]) -> bool {
+    // (`select`, `put_slice` and `pad` copy values of any type: they are
+    // computed here for all)
+    matches!(
+        op,
+        Op::select | Op::put_slice | Op::pad | Op::take | Op::bitcast | Op::scatter
+    ) || args.iter().any(|a| a.dtype == Dtype::Float32)
+        || matches!((op, params), (Op::as_type, [Param::Type(Dtype::Float32)]))
+}
+
+/// `op` of `args` with `params` computed here, with MLX's bits; `None`
+/// when it is left to MLX.
+pub(super) fn apply(op: Op, args: &[&HostTensor], params: &[Param]) -> Option<HostTensor> {
+    if args.iter().any(|a| a.values.len() > MAX_ELEMENTS) {
+        return None;
+    }
+    match (op, args, params) {
+        (Op::as_type, [a], [Param::Type(to)]) => as_type(a, *to),
+        (Op::select, [c, a, b], []) => select(c, a, b),
+        (Op::sum, [a], [Param::OptInts(axes), Param::Bool(keep)]) => sum(a, axes.as_deref(), *keep),
+        (Op::tensordot, [a, b], [Param::Ints(i), Param::Ints(j)]) => tensordot(a, b, i, j),
+        (Op::put_slice, [t, starts, update], []) => put_slice(t, starts, update),
+        (Op::pad, [a, value], [Param::PadConfig(config)]) => pad(a, value, config),
+        (Op::take, [a, indices], [Param::Int(axis)]) => take(a, indices, *axis),
+        (Op::bitcast, [a], [Param::Type(to)]) => bitcast(a, *to),
+        (Op::scatter, [a, indices, updates], [Param::OptInts(axes), Param::Bool(add)]) => {
+            scatter(a, indices, updates, axes.as_deref(), *add)
+        }
+        (Op::pow, [a, b], []) => binary(a, b, |x, y| Some(x.powf(y).to_bits())),
+        (_, [a, b], []) => match comparison(op) {
+            Some(compare) => compare_values(a, b, compare),
+            None => {
+                let kind = exact_kind(op)?;
+                binary_kind(kind, a, b)
+            }
+        },
+        (_, [a], []) => {
+            let kind = exact_kind(op)?;
+            let x = a.floats()?;
+            let mut out = vec![0.0f32; x.len()];
+            values_of(kind, &x, &x, &mut out);
+            Some(HostTensor::from_floats(a.shape.clone(), &out))
+        }
+        _ => None,
+    }
+}
+
+/// The shape two or three shapes broadcast to (NumPy's rule, MLX's).
+fn broadcast_all(shapes: &[&[i32]]) -> Option<Vec<i32>> {
+    let (first, rest) = shapes.split_first()?;
+    rest.iter().try_fold(first.to_vec(), |shape, next| {
+        crate::dtype::broadcast_shape(&shape, next).ok()
+    })
+}
+
+/// The float32 values of `a` and `b` broadcast to their common shape.
+fn both(a: &HostTensor, b: &HostTensor) -> Option<(Vec<i32>, Vec<f32>, Vec<f32>)> {
+    if a.dtype != Dtype::Float32 || b.dtype != Dtype::Float32 {
+        return None;
+    }
+    let shape = broadcast_all(&[&a.shape, &b.shape])?;
+    if size(&shape) > MAX_ELEMENTS {
+        return None;
+    }
+    let x = floats_of(&a.broadcast(&shape)?);
+    let y = floats_of(&b.broadcast(&shape)?);
+    Some((shape, x, y))
+}
+
+fn floats_of(bits: &[i128]) -> Vec<f32> {
+    bits.iter().map(|&b| f32::from_bits(b as u32)).collect()
+}
+
+/// An exactly rounded binary `kind` (crate::elementwise_fusion) of two
+/// float32 tensors.
+fn binary_kind(kind: Kind, a: &HostTensor, b: &HostTensor) -> Option<HostTensor> {
+    if !kind.exactly_mlx() {
+        return None;
+    }
+    let (shape, x, y) = both(a, b)?;
+    let mut out = vec![0.0f32; x.len()];
+    values_of(kind, &x, &y, &mut out);
+    Some(HostTensor::from_floats(shape, &out))
+}
+
+/// `f` of two float32 tensors value by value, `f` giving the result's bits.
+fn binary(
+    a: &HostTensor,
+    b: &HostTensor,
+    f: impl Fn(f32, f32) -> Option<u32>,
+) -> Option<HostTensor> {
+    let (shape, x, y) = both(a, b)?;
+    let values = x
+        .iter()
+        .zip(&y)
+        .map(|(&x, &y)| f(x, y).map(|bits| bits as i128))
+        .collect::<Option<Vec<_>>>()?;
+    Some(HostTensor {
+        dtype: Dtype::Float32,
+        shape,
+        values,
+    })
+}
+
+/// IEEE 754 comparisons (false against NaN, but `not_equal`).
+fn comparison(op: Op) -> Option<fn(f32, f32) -> bool> {
+    Some(match op {
+        Op::equal => |x, y| x == y,
+        Op::not_equal => |x, y| x != y,
+        Op::less => |x, y| x < y,
+        Op::less_equal => |x, y| x <= y,
+        Op::greater => |x, y| x > y,
+        Op::greater_equal => |x, y| x >= y,
+        _ => return None,
+    })
+}
+
+fn compare_values(
+    a: &HostTensor,
+    b: &HostTensor,
+    compare: fn(f32, f32) -> bool,
+) -> Option<HostTensor> {
+    let (shape, x, y) = both(a, b)?;
+    Some(HostTensor {
+        dtype: Dtype::Bool,
+        shape,
+        values: x
+            .iter()
+            .zip(&y)
+            .map(|(&x, &y)| compare(x, y) as i128)
+            .collect(),
+    })
+}
+
+/// MLX's `astype` to or from float32 (C++'s conversions): integers and
+/// booleans to the nearest float32; float32 to a boolean (non-zero, NaN
+/// included) or, truncated, to an integer type that holds the result
+/// (`None` otherwise: the C++ conversion of such a value is undefined).
+fn as_type(a: &HostTensor, to: Dtype) -> Option<HostTensor> {
+    let values: Vec<i128> = match (a.dtype, to) {
+        (Dtype::Float32, Dtype::Float32) => a.values.clone(),
+        (Dtype::Float32, Dtype::Bool) => (0..a.values.len()).map(|i| a.is_set(i) as i128).collect(),
+        (Dtype::Float32, to) => {
+            let (lo, hi) = super::range(to)?;
+            a.floats()?
+                .iter()
+                .map(|x| {
+                    let t = x.trunc();
+                    (t.is_finite() && t >= lo as f32 && t <= hi as f32).then_some(t as i128)
+                })
+                .collect::<Option<_>>()?
+        }
+        (from, Dtype::Float32) => {
+            super::range(from)?;
+            a.values
+                .iter()
+                .map(|&v| (v as f32).to_bits() as i128)
+                .collect()
+        }
+        _ => return None,
+    };
+    Some(HostTensor {
+        dtype: to,
+        shape: a.shape.clone(),
+        values,
+    })
+}
+
+/// `select(c, a, b)`: `a` where `c` is set, else `b`, all broadcast to one
+/// shape; `a` and `b` of one type (any: the values are copied).
+fn select(c: &HostTensor, a: &HostTensor, b: &HostTensor) -> Option<HostTensor> {
+    if a.dtype != b.dtype {
+        return None;
+    }
+    let shape = broadcast_all(&[&c.shape, &a.shape, &b.shape])?;
+    if size(&shape) > MAX_ELEMENTS {
+        return None;
+    }
+    let c = HostTensor {
+        values: c.broadcast(&shape)?,
+        shape: shape.clone(),
+        dtype: c.dtype,
+    };
+    let (x, y) = (a.broadcast(&shape)?, b.broadcast(&shape)?);
+    let values = (0..x.len())
+        .map(|i| if c.is_set(i) { x[i] } else { y[i] })
+        .collect();
+    Some(HostTensor {
+        dtype: a.dtype,
+        shape,
+        values,
+    })
+}
+
+/// The sum over one axis or all (`None`): for each result value, the
+/// values it sums added one after another from +0 in index order (MLX's
+/// order for tensors this small), then +0 once more.
+fn sum(a: &HostTensor, axes: Option<&[i64]>, keep: bool) -> Option<HostTensor> {
+    let x = a.floats()?;
+    let rank = a.shape.len();
+    let axis = match axes {
+        None => None,
+        Some(&[axis]) => {
+            let axis = if axis < 0 { axis + rank as i64 } else { axis };
+            (0..rank as i64)
+                .contains(&axis)
+                .then_some(axis as usize)?
+                .into()
+        }
+        Some(axes) if rank > 0 && axes.len() == rank => {
+            let mut sorted: Vec<i64> = axes
+                .iter()
+                .map(|&x| if x < 0 { x + rank as i64 } else { x })
+                .collect();
+            sorted.sort_unstable();
+            sorted.iter().copied().eq(0..rank as i64).then_some(())?;
+            None
+        }
+        _ => return None,
+    };
+    let add = |values: &mut dyn Iterator<Item = f32>| values.fold(0.0f32, |acc, v| v + acc) + 0.0;
+    let (values, shape) = match axis {
+        None => {
+            let total = add(&mut x.iter().copied());
+            (vec![total], if keep { vec![1; rank] } else { vec![] })
+        }
+        Some(axis) => {
+            let len = a.shape[axis].max(0) as usize;
+            let inner: usize = a.shape[axis + 1..]
+                .iter()
+                .map(|&d| d.max(0) as usize)
+                .product();
+            let outer: usize = a.shape[..axis].iter().map(|&d| d.max(0) as usize).product();
+            let mut sums = Vec::with_capacity(outer * inner);
+            for o in 0..outer {
+                for i in 0..inner {
+                    let base = o * len * inner + i;
+                    sums.push(add(&mut (0..len).map(|k| x[base + k * inner])));
+                }
+            }
+            let mut shape = a.shape.clone();
+            if keep {
+                shape[axis] = 1;
+            } else {
+                shape.remove(axis);
+            }
+            (sums, shape)
+        }
+    };
+    Some(HostTensor::from_floats(shape, &values))
+}
+
+/// `cblas_sgemm` as MLX's CPU matmul calls it (row-major; `a` and `b` as
+/// stored or transposed).
+type Sgemm = unsafe extern "C" fn(
+    order: i32,
+    trans_a: i32,
+    trans_b: i32,
+    m: i32,
+    n: i32,
+    k: i32,
+    alpha: f32,
+    a: *const f32,
+    lda: i32,
+    b: *const f32,
+    ldb: i32,
+    beta: f32,
+    c: *mut f32,
+    ldc: i32,
+);
+
+/// The `cblas_sgemm` libmlx calls: looked up in libmlx (already loaded, by
+/// its soname) and the libraries it depends on, as its own calls resolve;
+/// `None` where there is none (the products then stay with MLX).
+fn sgemm() -> Option<Sgemm> {
+    static FOUND: OnceLock<Option<usize>> = OnceLock::new();
+    let address = FOUND.get_or_init(|| {
+        // SAFETY: RTLD_NOLOAD returns a handle only to a library already
+        // loaded (adding a reference that is never dropped, so the handle
+        // stays valid); both names are NUL-terminated.
+        let handle =
+            unsafe { libc::dlopen(c"libmlx.so".as_ptr(), libc::RTLD_NOW | libc::RTLD_NOLOAD) };
+        if handle.is_null() {
+            return None;
+        }
+        // SAFETY: as above; dlsym searches the library and its dependencies.
+        let symbol = unsafe { libc::dlsym(handle, c"cblas_sgemm".as_ptr()) };
+        (!symbol.is_null()).then_some(symbol as usize)
+    });
+    // SAFETY: the address is `cblas_sgemm`'s, whose C signature is `Sgemm`'s.
+    address.map(|a| unsafe { std::mem::transmute::<usize, Sgemm>(a) })
+}
+
+/// A one-axis contraction of two float32 matrices as the op table's
+/// `tensordot` computes it for matrices this small: MLX's matmul of `a`
+/// (transposed when contracted on its first axis) by `b` (transposed when
+/// contracted on its second), one `cblas_sgemm` call.
+fn tensordot(a: &HostTensor, b: &HostTensor, axes_a: &[i64], axes_b: &[i64]) -> Option<HostTensor> {
+    let (&[i], &[j]) = (axes_a, axes_b) else {
+        return None;
+    };
+    let (&[ra, ca], &[rb, cb]) = (a.shape.as_slice(), b.shape.as_slice()) else {
+        return None;
+    };
+    let (x, y) = (a.floats()?, b.floats()?);
+    let (trans_a, m, k) = match i {
+        0 => (true, ca, ra),
+        1 => (false, ra, ca),
+        _ => return None,
+    };
+    let (trans_b, k2, n) = match j {
+        0 => (false, rb, cb),
+        1 => (true, cb, rb),
+        _ => return None,
+    };
+    if k != k2 || m <= 0 || n <= 0 || k <= 0 || (m * n) as usize > MAX_ELEMENTS {
+        return None;
+    }
+    let sgemm = sgemm()?;
+    let mut out = vec![0.0f32; (m * n) as usize];
+    const ROW_MAJOR: i32 = 101;
+    let flag = |t: bool| if t { 112 } else { 111 };
+    // SAFETY: `x` holds k·m (or m·k) values and `y` k·n, laid out as the
+    // leading dimensions say; `out` holds m·n values; sgemm reads and
+    // writes nothing else, and returns before they are dropped.
+    unsafe {
+        sgemm(
+            ROW_MAJOR,
+            flag(trans_a),
+            flag(trans_b),
+            m,
+            n,
+            k,
+            1.0,
+            x.as_ptr(),
+            if trans_a { m } else { k },
+            y.as_ptr(),
+            if trans_b { k } else { n },
+            0.0,
+            out.as_mut_ptr(),
+            n,
+        );
+    }
+    Some(HostTensor::from_floats(vec![m, n], &out))
+}
+
+/// `t` with `update` (of `t`'s type and rank) written at `starts` (one per
+/// axis), each clamped so that it fits (Nx's `put_slice`).
+fn put_slice(t: &HostTensor, starts: &HostTensor, update: &HostTensor) -> Option<HostTensor> {
+    let rank = t.shape.len();
+    if update.dtype != t.dtype
+        || starts.dtype == Dtype::Float32
+        || update.shape.len() != rank
+        || starts.values.len() != rank
+        || rank == 0
+    {
+        return None;
+    }
+    let mut at = Vec::with_capacity(rank);
+    for k in 0..rank {
+        let (d, u) = (t.shape[k] as i128, update.shape[k] as i128);
+        if u > d {
+            return None;
+        }
+        at.push(starts.values[k].clamp(0, d - u) as usize);
+    }
+    let mut values = t.values.clone();
+    let own = strides(&t.shape);
+    for (flat, &v) in update.values.iter().enumerate() {
+        let index = unravel(flat, &update.shape);
+        let target: usize = index
+            .iter()
+            .zip(&at)
+            .zip(&own)
+            .map(|((i, s), st)| (i + s) * st)
+            .sum();
+        values[target] = v;
+    }
+    Some(HostTensor {
+        dtype: t.dtype,
+        shape: t.shape.clone(),
+        values,
+    })
+}
+
+/// `a` padded with the one value `value` (of `a`'s type) by non-negative
+/// low and high widths, without interior padding.
+fn pad(a: &HostTensor, value: &HostTensor, config: &[(i64, i64, i64)]) -> Option<HostTensor> {
+    if value.dtype != a.dtype || value.values.len() != 1 || config.len() != a.shape.len() {
+        return None;
+    }
+    if config
+        .iter()
+        .any(|&(lo, hi, interior)| lo < 0 || hi < 0 || interior != 0)
+    {
+        return None;
+    }
+    let shape: Vec<i32> = a
+        .shape
+        .iter()
+        .zip(config)
+        .map(|(&d, &(lo, hi, _))| d + lo as i32 + hi as i32)
+        .collect();
+    if size(&shape) > MAX_ELEMENTS {
+        return None;
+    }
+    let mut values = vec![value.values[0]; size(&shape)];
+    let out = strides(&shape);
+    for (flat, &v) in a.values.iter().enumerate() {
+        let index = unravel(flat, &a.shape);
+        let target: usize = index
+            .iter()
+            .zip(config)
+            .zip(&out)
+            .map(|((&i, &(lo, _, _)), st)| (i + lo as usize) * st)
+            .sum();
+        values[target] = v;
+    }
+    Some(HostTensor {
+        dtype: a.dtype,
+        shape,
+        values,
+    })
+}
+
+/// `a`'s slices along `axis` at `indices` (integers, each in range: `None`
+/// otherwise), in their shape: `a`'s axes before `axis`, the indices'
+/// axes, `a`'s axes after it.
+fn take(a: &HostTensor, indices: &HostTensor, axis: i64) -> Option<HostTensor> {
+    if indices.dtype == Dtype::Float32 || indices.dtype == Dtype::Bool {
+        return None;
+    }
+    let rank = a.shape.len() as i64;
+    let axis = if axis < 0 { axis + rank } else { axis };
+    if !(0..rank).contains(&axis) {
+        return None;
+    }
+    let axis = axis as usize;
+    let d = a.shape[axis] as i128;
+    if indices.values.iter().any(|&i| !(0..d).contains(&i)) {
+        return None;
+    }
+    let outer: usize = a.shape[..axis].iter().map(|&x| x as usize).product();
+    let inner: usize = a.shape[axis + 1..].iter().map(|&x| x as usize).product();
+    let mut shape = a.shape[..axis].to_vec();
+    shape.extend(&indices.shape);
+    shape.extend(&a.shape[axis + 1..]);
+    if size(&shape) > MAX_ELEMENTS {
+        return None;
+    }
+    let mut values = Vec::with_capacity(size(&shape));
+    for o in 0..outer {
+        for &i in &indices.values {
+            let start = (o * d as usize + i as usize) * inner;
+            values.extend_from_slice(&a.values[start..start + inner]);
+        }
+    }
+    Some(HostTensor {
+        dtype: a.dtype,
+        shape,
+        values,
+    })
+}
+
+/// `a`'s 32-bit elements read as another 32-bit type (float32, int32,
+/// uint32), bits unchanged.
+fn bitcast(a: &HostTensor, to: Dtype) -> Option<HostTensor> {
+    let is_32 = |d: Dtype| matches!(d, Dtype::Float32 | Dtype::Int32 | Dtype::Uint32);
+    if !is_32(a.dtype) || !is_32(to) {
+        return None;
+    }
+    let values = a
+        .values
+        .iter()
+        .map(|&v| {
+            let bits = v as u32;
+            match to {
+                Dtype::Int32 => bits as i32 as i128,
+                _ => bits as i128,
+            }
+        })
+        .collect();
+    Some(HostTensor {
+        dtype: to,
+        shape: a.shape.clone(),
+        values,
+    })
+}
+
+/// `a` with `updates` written (or added, `add`) at `indices`: row i of
+/// `indices` (of shape [n, axes]) is a position over `axes` (all when
+/// `None`), and the updates' i-th slice runs over `a`'s other axes; rows
+/// taken in order (a repeated position accumulates, or the last write
+/// stays: MLX's order). Positions out of range, and additions of booleans,
+/// are left to MLX.
+fn scatter(
+    a: &HostTensor,
+    indices: &HostTensor,
+    updates: &HostTensor,
+    axes: Option<&[i64]>,
+    add: bool,
+) -> Option<HostTensor> {
+    let rank = a.shape.len();
+    let axes: Vec<usize> = match axes {
+        None => (0..rank).collect(),
+        Some(axes) => axes
+            .iter()
+            .map(|&x| {
+                let x = if x < 0 { x + rank as i64 } else { x };
+                (0..rank as i64).contains(&x).then_some(x as usize)
+            })
+            .collect::<Option<_>>()?,
+    };
+    let (&[n, k], true) = (indices.shape.as_slice(), indices.dtype != Dtype::Float32) else {
+        return None;
+    };
+    if k as usize != axes.len() || updates.dtype != a.dtype || (add && a.dtype == Dtype::Bool) {
+        return None;
+    }
+    let others: Vec<usize> = (0..rank).filter(|d| !axes.contains(d)).collect();
+    let slice_shape: Vec<i32> = others.iter().map(|&d| a.shape[d]).collect();
+    let slice = size(&slice_shape);
+    if updates.values.len() != n as usize * slice {
+        return None;
+    }
+    let own = strides(&a.shape);
+    let mut values = a.values.clone();
+    for row in 0..n as usize {
+        let mut base = 0usize;
+        for (j, &axis) in axes.iter().enumerate() {
+            let p = indices.values[row * k as usize + j];
+            if !(0..a.shape[axis] as i128).contains(&p) {
+                return None;
+            }
+            base += p as usize * own[axis];
+        }
+        for e in 0..slice {
+            let within = unravel(e, &slice_shape);
+            let at = base
+                + within
+                    .iter()
+                    .zip(&others)
+                    .map(|(i, &d)| i * own[d])
+                    .sum::<usize>();
+            let u = updates.values[row * slice + e];
+            values[at] = if !add {
+                u
+            } else if a.dtype == Dtype::Float32 {
+                let sum = f32::from_bits(values[at] as u32) + f32::from_bits(u as u32);
+                sum.to_bits() as i128
+            } else {
+                super::wrap(a.dtype, values[at] + u)?
+            };
+        }
+    }
+    Some(HostTensor {
+        dtype: a.dtype,
+        shape: a.shape.clone(),
+        values,
+    })
+}
