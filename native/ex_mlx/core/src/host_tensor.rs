@@ -100,6 +100,31 @@ fn strides(shape: &[i32]) -> Vec<usize> {
     s
 }
 
+/// Calls `f` with Σ index[k] · steps[k] for every multi-index of `shape`,
+/// in row-major order (an odometer: no index is built per element).
+fn for_each_offset(shape: &[i32], steps: &[usize], mut f: impl FnMut(usize)) {
+    let n = size(shape);
+    if n == 0 {
+        return;
+    }
+    let rank = shape.len();
+    let mut index = vec![0usize; rank];
+    let mut offset = 0usize;
+    for _ in 0..n {
+        f(offset);
+        // (the last axis moves fastest; an axis that wraps carries over)
+        for k in (0..rank).rev() {
+            index[k] += 1;
+            offset += steps[k];
+            if index[k] < shape[k] as usize {
+                break;
+            }
+            offset -= steps[k] * index[k];
+            index[k] = 0;
+        }
+    }
+}
+
 /// The multi-index of flat position `flat` in `shape`.
 fn unravel(mut flat: usize, shape: &[i32]) -> Vec<usize> {
     let mut index = vec![0usize; shape.len()];
@@ -180,18 +205,12 @@ impl HostTensor {
             }
             src[lead + i] = if d == 1 { 0 } else { own[i] };
         }
-        Some(
-            (0..size(shape))
-                .map(|flat| {
-                    let at: usize = unravel(flat, shape)
-                        .iter()
-                        .zip(&src)
-                        .map(|(i, s)| i * s)
-                        .sum();
-                    self.values[at]
-                })
-                .collect(),
-        )
+        if let [v] = self.values.as_slice() {
+            return Some(vec![*v; size(shape)]);
+        }
+        let mut out = Vec::with_capacity(size(shape));
+        for_each_offset(shape, &src, |at| out.push(self.values[at]));
+        Some(out)
     }
 }
 
@@ -475,18 +494,19 @@ fn gather(a: &HostTensor, shape: &[i32], starts: &[i64], steps: &[i64]) -> Optio
         }
     }
     let own = strides(&a.shape);
-    Some(
-        (0..size(shape))
-            .map(|flat| {
-                let at: usize = unravel(flat, shape)
-                    .iter()
-                    .enumerate()
-                    .map(|(k, &i)| (starts[k] as usize + i * steps[k] as usize) * own[k])
-                    .sum();
-                a.values[at]
-            })
-            .collect(),
-    )
+    let first: usize = starts
+        .iter()
+        .zip(&own)
+        .map(|(&s, st)| s as usize * st)
+        .sum();
+    let moves: Vec<usize> = steps
+        .iter()
+        .zip(&own)
+        .map(|(&st, o)| st as usize * o)
+        .collect();
+    let mut out = Vec::with_capacity(size(shape));
+    for_each_offset(shape, &moves, |at| out.push(a.values[first + at]));
+    Some(out)
 }
 
 /// Concatenation (or stacking) of `parts` along `axis` into `shape`.

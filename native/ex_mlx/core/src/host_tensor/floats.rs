@@ -18,7 +18,7 @@ use std::sync::OnceLock;
 
 use mlx_rs::Dtype;
 
-use super::{size, strides, unravel, HostTensor};
+use super::{for_each_offset, size, strides, unravel, HostTensor};
 use crate::elementwise_fusion::{values_of, Kind};
 use crate::ops::computed::exact_kind;
 use crate::ops::params::Param;
@@ -430,16 +430,13 @@ fn put_slice(t: &HostTensor, starts: &HostTensor, update: &HostTensor) -> Option
     }
     let mut values = t.values.clone();
     let own = strides(&t.shape);
-    for (flat, &v) in update.values.iter().enumerate() {
-        let index = unravel(flat, &update.shape);
-        let target: usize = index
-            .iter()
-            .zip(&at)
-            .zip(&own)
-            .map(|((i, s), st)| (i + s) * st)
-            .sum();
-        values[target] = v;
-    }
+    let first: usize = at.iter().zip(&own).map(|(s, st)| s * st).sum();
+    let mut next = update.values.iter();
+    for_each_offset(&update.shape, &own, |offset| {
+        if let Some(&v) = next.next() {
+            values[first + offset] = v;
+        }
+    });
     Some(HostTensor {
         dtype: t.dtype,
         shape: t.shape.clone(),
@@ -470,16 +467,17 @@ fn pad(a: &HostTensor, value: &HostTensor, config: &[(i64, i64, i64)]) -> Option
     }
     let mut values = vec![value.values[0]; size(&shape)];
     let out = strides(&shape);
-    for (flat, &v) in a.values.iter().enumerate() {
-        let index = unravel(flat, &a.shape);
-        let target: usize = index
-            .iter()
-            .zip(config)
-            .zip(&out)
-            .map(|((&i, &(lo, _, _)), st)| (i + lo as usize) * st)
-            .sum();
-        values[target] = v;
-    }
+    let first: usize = config
+        .iter()
+        .zip(&out)
+        .map(|(&(lo, _, _), st)| lo as usize * st)
+        .sum();
+    let mut next = a.values.iter();
+    for_each_offset(&a.shape, &out, |offset| {
+        if let Some(&v) = next.next() {
+            values[first + offset] = v;
+        }
+    });
     Some(HostTensor {
         dtype: a.dtype,
         shape,
