@@ -144,6 +144,28 @@ if Code.ensure_loaded?(Nx) do
       end
 
       defn(transposed_product(a, b), do: Nx.transpose(Nx.dot(a, [0], b, [0])))
+
+      # a gated recurrent cell over the sequence axis of xs, in a while loop
+      # (as Axon unrolls an LSTM dynamically)
+      defn recurrent(xs, wx, wh, b) do
+        h0 = Nx.broadcast(0.0, {Nx.axis_size(xs, 0), Nx.axis_size(wh, 0)})
+
+        {_, h, _, _, _, _} =
+          while {i = 0, h = h0, xs, wx, wh, b}, i < Nx.axis_size(xs, 1) do
+            x = xs |> Nx.slice_along_axis(i, 1, axis: 1) |> Nx.squeeze(axes: [1])
+            z = Nx.dot(x, wx) + Nx.dot(h, wh) + b
+            gate = Nx.sigmoid(z)
+            {i + 1, gate * Nx.tanh(z) + (1 - gate) * Nx.exp(-Nx.abs(h)) * h, xs, wx, wh, b}
+          end
+
+        h
+      end
+
+      defn recurrent_step(xs, wx, wh, b) do
+        value_and_grad({wx, wh, b}, fn {wx, wh, b} ->
+          xs |> recurrent(wx, wh, b) |> Nx.pow(2) |> Nx.sum()
+        end)
+      end
     end
 
     defp binary(fun, args) do
@@ -210,6 +232,34 @@ if Code.ensure_loaded?(Nx) do
       end
 
       assert_receive {^hold, {:ok, true}}, 10_000
+    end
+
+    test "a small recurrent loop and its gradient (host-computed steps on the CPU) have the Evaluator's bits" do
+      # xs {2, 6, 8}, wx {8, 5}, wh {5, 5}, b {5}: every tensor small, so a
+      # CPU run computes the loops' steps on the host, with MLX's bits
+      args =
+        [{{2, 6, 8}, 1.0}, {{8, 5}, 0.3}, {{5, 5}, 0.3}, {{5}, 0.1}]
+        |> Enum.with_index(1)
+        |> Enum.map(fn {{shape, scale}, i} ->
+          i |> normal(shape) |> Nx.multiply(scale) |> Nx.backend_copy(ExMLX.Backend)
+        end)
+
+      for fun <- [&Funs.recurrent/4, &Funs.recurrent_step/4] do
+        got = compiled(fun, args)
+        # (the Evaluator's constants made on ExMLX too: its eager ops)
+        evaluator =
+          Nx.with_default_backend(ExMLX.Backend, fn ->
+            apply(Nx.Defn.jit(fun, compiler: Nx.Defn.Evaluator), args)
+          end)
+
+        flat = fn t -> t |> List.wrap() |> Nx.Defn.Composite.flatten_list() end
+
+        assert Enum.map(flat.(got), &Nx.to_binary/1) ==
+                 Enum.map(flat.(evaluator), &Nx.to_binary/1)
+
+        Enum.zip(flat.(got), flat.(binary(fun, args)))
+        |> Enum.each(fn {g, b} -> assert_all_close(g, b) end)
+      end
     end
 
     test "several outputs, integer results and constants" do
