@@ -1033,6 +1033,12 @@ mod tests {
                 std::slice::from_ref(&a),
                 vec![Param::Type(Dtype::Uint8)]
             )?);
+            // (2^31 for int32: that bound rounded to float32 is 2^31 too)
+            let int32 = || vec![Param::Type(Dtype::Int32)];
+            let edge = f(&[2], &[2_147_483_648.0, -2_147_483_648.0]);
+            assert!(!agrees(Op::as_type, std::slice::from_ref(&edge), int32())?);
+            let inside = f(&[2], &[2_147_483_520.0, -2_147_483_648.0]);
+            assert!(agrees(Op::as_type, std::slice::from_ref(&inside), int32())?);
             assert!(!agrees(Op::erf, std::slice::from_ref(&a), vec![])?);
             assert!(!agrees(
                 Op::add,

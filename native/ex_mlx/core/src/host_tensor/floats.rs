@@ -206,11 +206,14 @@ fn as_type(a: &HostTensor, to: Dtype) -> Option<HostTensor> {
         (Dtype::Float32, Dtype::Bool) => (0..a.values.len()).map(|i| a.is_set(i) as i128).collect(),
         (Dtype::Float32, to) => {
             let (lo, hi) = super::range(to)?;
+            // (compared as integers: the bounds rounded to float32 would
+            // let 2^31 through for int32)
             a.floats()?
                 .iter()
                 .map(|x| {
                     let t = x.trunc();
-                    (t.is_finite() && t >= lo as f32 && t <= hi as f32).then_some(t as i128)
+                    let v = t as i128;
+                    (t.is_finite() && (lo..=hi).contains(&v)).then_some(v)
                 })
                 .collect::<Option<_>>()?
         }
