@@ -434,17 +434,23 @@ fn put_slice(t: &HostTensor, starts: &HostTensor, update: &HostTensor) -> Option
     let mut values = t.values.clone();
     let own = strides(&t.shape);
     let first: usize = at.iter().zip(&own).map(|(s, st)| s * st).sum();
-    let mut next = update.values.iter();
-    for_each_offset(&update.shape, &own, |offset| {
-        if let Some(&v) = next.next() {
-            values[first + offset] = v;
-        }
-    });
+    write_block(&mut values, first, &own, update);
     Some(HostTensor {
         dtype: t.dtype,
         shape: t.shape.clone(),
         values,
     })
+}
+
+/// `block`'s values written into `values` (a tensor's, whose strides are
+/// `steps`) from position `first`, in `block`'s shape.
+fn write_block(values: &mut [i128], first: usize, steps: &[usize], block: &HostTensor) {
+    let mut next = block.values.iter();
+    for_each_offset(&block.shape, steps, |offset| {
+        if let Some(&v) = next.next() {
+            values[first + offset] = v;
+        }
+    });
 }
 
 /// `a` padded with the one value `value` (of `a`'s type) by non-negative
@@ -475,12 +481,7 @@ fn pad(a: &HostTensor, value: &HostTensor, config: &[(i64, i64, i64)]) -> Option
         .zip(&out)
         .map(|(&(lo, _, _), st)| lo as usize * st)
         .sum();
-    let mut next = a.values.iter();
-    for_each_offset(&a.shape, &out, |offset| {
-        if let Some(&v) = next.next() {
-            values[first + offset] = v;
-        }
-    });
+    write_block(&mut values, first, &out, a);
     Some(HostTensor {
         dtype: a.dtype,
         shape,

@@ -358,24 +358,33 @@ mod tests {
             .collect()
     }
 
+    /// `program` run on the CPU's worker with `inputs` and scalar
+    /// `constants`: each output's bits and shape.
+    fn on_the_worker(
+        program: &Arc<Program>,
+        inputs: &[(Vec<f32>, Vec<i32>)],
+        constants: Vec<f32>,
+    ) -> Vec<(Vec<u32>, Vec<i32>)> {
+        let (program, inputs) = (program.clone(), inputs.to_vec());
+        run_blocking(Device::Cpu, move || {
+            let arrays = inputs.iter().map(|(v, s)| computed(v, s)).collect();
+            let constants = constants.iter().map(|&c| computed(&[c], &[])).collect();
+            let out = program.run(arrays, constants)?;
+            Ok(out
+                .iter()
+                .map(|a| (bits(a), a.shape().to_vec()))
+                .collect::<Vec<_>>())
+        })
+        .unwrap()
+    }
+
     #[test]
     fn a_batch_1_mlp_runs_here_with_the_bits_it_has_on_the_worker() {
         let _one = split_work::one_test_at_a_time();
         let program = Arc::new(mlp());
         assert!(program.runs_here());
         let inputs = mlp_inputs();
-        let on_worker = {
-            let (program, inputs) = (program.clone(), inputs.clone());
-            run_blocking(Device::Cpu, move || {
-                let arrays = inputs.iter().map(|(v, s)| computed(v, s)).collect();
-                let out = program.run(arrays, vec![computed(&[0.0], &[])])?;
-                Ok(out
-                    .iter()
-                    .map(|a| (bits(a), a.shape().to_vec()))
-                    .collect::<Vec<_>>())
-            })
-            .unwrap()
-        };
+        let on_worker = on_the_worker(&program, &inputs, vec![0.0]);
         let arrays: Vec<Array> = inputs.iter().map(|(v, s)| computed(v, s)).collect();
         let here = program
             .run_here(Device::Cpu, &arrays, &[computed(&[0.0], &[])])
@@ -430,22 +439,16 @@ mod tests {
         let program = Arc::new(p);
         assert!(program.runs_here());
         let inputs = mlp_inputs();
-        let on_worker = {
-            let (program, inputs) = (program.clone(), inputs.clone());
-            run_blocking(Device::Cpu, move || {
-                let arrays = inputs.iter().map(|(v, s)| computed(v, s)).collect();
-                let out = program.run(arrays, vec![])?;
-                Ok(out.iter().map(bits).collect::<Vec<_>>())
-            })
-            .unwrap()
-        };
+        let on_worker = on_the_worker(&program, &inputs, vec![]);
         let arrays: Vec<Array> = inputs.iter().map(|(v, s)| computed(v, s)).collect();
         let here = program
             .run_here(Device::Cpu, &arrays, &[])
             .unwrap()
             .expect("runs here");
         assert!(here.iter().all(crate::ahead::is_available));
-        assert_eq!(here.iter().map(bits).collect::<Vec<_>>(), on_worker);
+        let here_bits: Vec<(Vec<u32>, Vec<i32>)> =
+            here.iter().map(|a| (bits(a), a.shape().to_vec())).collect();
+        assert_eq!(here_bits, on_worker);
         // each activation against MLX's own kernel on what it was computed from
         type MlxUnary = fn(&Array) -> std::result::Result<Array, mlx_rs::error::Exception>;
         let kernels: [(usize, MlxUnary); 3] = [
