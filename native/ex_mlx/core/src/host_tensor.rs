@@ -217,11 +217,7 @@ impl HostTensor {
 /// [`apply`] for integer and boolean tensors only: `None` for an op with a
 /// float32 argument or result (a run on a GPU).
 pub fn apply_integers(op: Op, args: &[&HostTensor], params: &[Param]) -> Option<HostTensor> {
-    let float_result = matches!(
-        (op, params),
-        (Op::as_type | Op::bitcast, [Param::Type(Dtype::Float32)])
-    );
-    if float_result || args.iter().any(|a| a.dtype == Dtype::Float32) {
+    if floats::has_floats(op, args, params) {
         return None;
     }
     apply(op, args, params)

@@ -18,10 +18,12 @@ use std::sync::OnceLock;
 
 use mlx_rs::Dtype;
 
-use super::{for_each_offset, size, strides, unravel, HostTensor};
+use super::{for_each_offset, size, strides, HostTensor};
 use crate::elementwise_fusion::{values_of, Kind};
+use crate::ops::check_axis;
 use crate::ops::computed::exact_kind;
 use crate::ops::params::Param;
+use crate::ops::reduce::sum_in_mlx_order;
 use crate::ops::table::Op;
 
 /// The most values of a float32 tensor kept here.
@@ -39,12 +41,7 @@ impl HostTensor {
 
     /// The values of a float32 tensor (`None` for another type).
     pub(super) fn floats(&self) -> Option<Vec<f32>> {
-        (self.dtype == Dtype::Float32).then(|| {
-            self.values
-                .iter()
-                .map(|&b| f32::from_bits(b as u32))
-                .collect()
-        })
+        (self.dtype == Dtype::Float32).then(|| floats_of(&self.values))
     }
 
     /// Whether element `i` is non-zero, as MLX reads a condition (for
@@ -59,17 +56,25 @@ impl HostTensor {
     }
 }
 
-/// Whether [`apply`] is the one to compute `op` (a float32 argument or
-/// result, or an op that copies values), rather than the parent module's
+/// Whether [`apply`] is the one to compute `op` (one with float32 in it,
+/// or one that copies values of any type), rather than the parent module's
 /// integer arithmetic.
 pub(super) fn involved(op: Op, args: &[&HostTensor], params: &[Param]) -> bool {
-    // (`select`, `put_slice` and `pad` copy values of any type: they are
-    // computed here for all)
+    // (these copy values of any type: they are computed here for all)
     matches!(
         op,
         Op::select | Op::put_slice | Op::pad | Op::take | Op::bitcast | Op::scatter
-    ) || args.iter().any(|a| a.dtype == Dtype::Float32)
-        || matches!((op, params), (Op::as_type, [Param::Type(Dtype::Float32)]))
+    ) || has_floats(op, args, params)
+}
+
+/// Whether `op` reads or makes float32 values: an argument of that type,
+/// or a conversion or bit cast to it.
+pub(super) fn has_floats(op: Op, args: &[&HostTensor], params: &[Param]) -> bool {
+    args.iter().any(|a| a.dtype == Dtype::Float32)
+        || matches!(
+            (op, params),
+            (Op::as_type | Op::bitcast, [Param::Type(Dtype::Float32)])
+        )
 }
 
 /// `op` of `args` with `params` computed here, with MLX's bits; `None`
@@ -90,7 +95,7 @@ pub(super) fn apply(op: Op, args: &[&HostTensor], params: &[Param]) -> Option<Ho
         (Op::scatter, [a, indices, updates], [Param::OptInts(axes), Param::Bool(add)]) => {
             scatter(a, indices, updates, axes.as_deref(), *add)
         }
-        (Op::pow, [a, b], []) => binary(a, b, |x, y| Some(x.powf(y).to_bits())),
+        (Op::pow, [a, b], []) => binary(a, b, f32::powf),
         (_, [a, b], []) => match comparison(op) {
             Some(compare) => compare_values(a, b, compare),
             None => {
@@ -147,23 +152,11 @@ fn binary_kind(kind: Kind, a: &HostTensor, b: &HostTensor) -> Option<HostTensor>
     Some(HostTensor::from_floats(shape, &out))
 }
 
-/// `f` of two float32 tensors value by value, `f` giving the result's bits.
-fn binary(
-    a: &HostTensor,
-    b: &HostTensor,
-    f: impl Fn(f32, f32) -> Option<u32>,
-) -> Option<HostTensor> {
+/// `f` of two float32 tensors value by value.
+fn binary(a: &HostTensor, b: &HostTensor, f: impl Fn(f32, f32) -> f32) -> Option<HostTensor> {
     let (shape, x, y) = both(a, b)?;
-    let values = x
-        .iter()
-        .zip(&y)
-        .map(|(&x, &y)| f(x, y).map(|bits| bits as i128))
-        .collect::<Option<Vec<_>>>()?;
-    Some(HostTensor {
-        dtype: Dtype::Float32,
-        shape,
-        values,
-    })
+    let out: Vec<f32> = x.iter().zip(&y).map(|(&x, &y)| f(x, y)).collect();
+    Some(HostTensor::from_floats(shape, &out))
 }
 
 /// IEEE 754 comparisons (false against NaN, but `not_equal`).
@@ -267,13 +260,7 @@ fn sum(a: &HostTensor, axes: Option<&[i64]>, keep: bool) -> Option<HostTensor> {
     let rank = a.shape.len();
     let axis = match axes {
         None => None,
-        Some(&[axis]) => {
-            let axis = if axis < 0 { axis + rank as i64 } else { axis };
-            (0..rank as i64)
-                .contains(&axis)
-                .then_some(axis as usize)?
-                .into()
-        }
+        Some(&[axis]) => Some(check_axis("axes", axis, rank).ok()? as usize),
         Some(axes) if rank > 0 && axes.len() == rank => {
             let mut sorted: Vec<i64> = axes
                 .iter()
@@ -285,10 +272,9 @@ fn sum(a: &HostTensor, axes: Option<&[i64]>, keep: bool) -> Option<HostTensor> {
         }
         _ => return None,
     };
-    let add = |values: &mut dyn Iterator<Item = f32>| values.fold(0.0f32, |acc, v| v + acc) + 0.0;
     let (values, shape) = match axis {
         None => {
-            let total = add(&mut x.iter().copied());
+            let total = sum_in_mlx_order(x.iter().copied());
             (vec![total], if keep { vec![1; rank] } else { vec![] })
         }
         Some(axis) => {
@@ -302,7 +288,7 @@ fn sum(a: &HostTensor, axes: Option<&[i64]>, keep: bool) -> Option<HostTensor> {
             for o in 0..outer {
                 for i in 0..inner {
                     let base = o * len * inner + i;
-                    sums.push(add(&mut (0..len).map(|k| x[base + k * inner])));
+                    sums.push(sum_in_mlx_order((0..len).map(|k| x[base + k * inner])));
                 }
             }
             let mut shape = a.shape.clone();
@@ -496,12 +482,7 @@ fn take(a: &HostTensor, indices: &HostTensor, axis: i64) -> Option<HostTensor> {
     if indices.dtype == Dtype::Float32 || indices.dtype == Dtype::Bool {
         return None;
     }
-    let rank = a.shape.len() as i64;
-    let axis = if axis < 0 { axis + rank } else { axis };
-    if !(0..rank).contains(&axis) {
-        return None;
-    }
-    let axis = axis as usize;
+    let axis = check_axis("axis", axis, a.shape.len()).ok()? as usize;
     let d = a.shape[axis] as i128;
     if indices.values.iter().any(|&i| !(0..d).contains(&i)) {
         return None;
@@ -571,10 +552,7 @@ fn scatter(
         None => (0..rank).collect(),
         Some(axes) => axes
             .iter()
-            .map(|&x| {
-                let x = if x < 0 { x + rank as i64 } else { x };
-                (0..rank as i64).contains(&x).then_some(x as usize)
-            })
+            .map(|&x| check_axis("axes", x, rank).ok().map(|x| x as usize))
             .collect::<Option<_>>()?,
     };
     let (&[n, k], true) = (indices.shape.as_slice(), indices.dtype != Dtype::Float32) else {
@@ -590,6 +568,10 @@ fn scatter(
         return None;
     }
     let own = strides(&a.shape);
+    // (the offsets of a slice's values from its first, in order)
+    let steps: Vec<usize> = others.iter().map(|&d| own[d]).collect();
+    let mut within = Vec::with_capacity(slice);
+    for_each_offset(&slice_shape, &steps, |offset| within.push(offset));
     let mut values = a.values.clone();
     for row in 0..n as usize {
         let mut base = 0usize;
@@ -600,14 +582,8 @@ fn scatter(
             }
             base += p as usize * own[axis];
         }
-        for e in 0..slice {
-            let within = unravel(e, &slice_shape);
-            let at = base
-                + within
-                    .iter()
-                    .zip(&others)
-                    .map(|(i, &d)| i * own[d])
-                    .sum::<usize>();
+        for (e, offset) in within.iter().enumerate() {
+            let at = base + offset;
             let u = updates.values[row * slice + e];
             values[at] = if !add {
                 u

@@ -114,12 +114,7 @@ mod tests {
         let max = on_host(Op::max, &[&a, &row], &[]).unwrap().unwrap();
         assert_eq!(bits(&max), bits(&mlx_rs::ops::maximum(&a, &row).unwrap()));
         // exp, sigmoid and tanh with MLX's bits, below MIN_ELEMENTS values
-        let mlx_unary: [(Op, MlxUnary); 3] = [
-            (Op::exp, |a| mlx_rs::ops::exp(a)),
-            (Op::sigmoid, |a| mlx_rs::ops::sigmoid(a)),
-            (Op::tanh, |a| mlx_rs::ops::tanh(a)),
-        ];
-        for (op, mlx) in mlx_unary {
+        for (op, mlx) in MLX_TRANSCENDENTALS {
             let ours = on_host(op, &[&a], &[]).unwrap().unwrap();
             assert!(crate::ahead::is_available(&ours), "{op:?}");
             assert_eq!(bits(&ours), bits(&mlx(&a).unwrap()), "{op:?}");
@@ -139,6 +134,13 @@ mod tests {
 
     type MlxUnary = fn(&Array) -> std::result::Result<Array, mlx_rs::error::Exception>;
 
+    /// The table's ops computed with MLX's kinds, and MLX's own kernels.
+    const MLX_TRANSCENDENTALS: [(Op, MlxUnary); 3] = [
+        (Op::exp, |a| mlx_rs::ops::exp(a)),
+        (Op::sigmoid, |a| mlx_rs::ops::sigmoid(a)),
+        (Op::tanh, |a| mlx_rs::ops::tanh(a)),
+    ];
+
     /// The op table's `exp`, `sigmoid` and `tanh` of a computed float32
     /// array on the worker's stream: below MIN_ELEMENTS values computed at
     /// once with MLX's bits (the MLX kinds); from MIN_ELEMENTS on, the
@@ -147,12 +149,7 @@ mod tests {
     fn the_table_s_transcendentals_are_computed_at_once_with_mlx_s_bits() {
         let values: Vec<f32> = (0..3000).map(|i| (i as f32 - 1500.0) / 97.0).collect();
         let a = computed(&values, &[30, 100]);
-        let mlx_unary: [(Op, MlxUnary); 3] = [
-            (Op::exp, |a| mlx_rs::ops::exp(a)),
-            (Op::sigmoid, |a| mlx_rs::ops::sigmoid(a)),
-            (Op::tanh, |a| mlx_rs::ops::tanh(a)),
-        ];
-        for (op, mlx) in mlx_unary {
+        for (op, mlx) in MLX_TRANSCENDENTALS {
             let ours = op
                 .apply(std::slice::from_ref(&a), vec![])
                 .unwrap()

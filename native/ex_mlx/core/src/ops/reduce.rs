@@ -91,6 +91,14 @@ pub fn sum_on_host(a: &Array, axes: &[i32], keep_dims: bool) -> Result<Option<Ar
     host_array(&sums, &shape).map(Some)
 }
 
+/// `values` summed as MLX's CPU sum adds those of one result: from 0.0,
+/// each value added in turn, then 0.0 added (so a sum is never -0.0).
+/// [`sum_on_host`] and a program's small float32 tensors
+/// (crate::host_tensor) sum so.
+pub fn sum_in_mlx_order(values: impl Iterator<Item = f32>) -> f32 {
+    values.fold(0.0f32, |acc, v| v + acc) + 0.0
+}
+
 /// The values and shape [`sum_on_host`] gives, or `None`.
 fn sums_on_host(a: &Array, axes: &[i32], keep_dims: bool) -> Result<Option<(Vec<f32>, Vec<i32>)>> {
     use crate::elementwise_fusion::{f32_values, in_place, READY_MAX_ELEMENTS};
@@ -112,7 +120,7 @@ fn sums_on_host(a: &Array, axes: &[i32], keep_dims: bool) -> Result<Option<(Vec<
     let row = if all { n } else { a.shape()[ndim - 1] as usize };
     let sums: Vec<f32> = values
         .chunks_exact(row)
-        .map(|r| r.iter().fold(0.0f32, |acc, &v| v + acc) + 0.0)
+        .map(|r| sum_in_mlx_order(r.iter().copied()))
         .collect();
     let mut shape = a.shape().to_vec();
     if all {
