@@ -118,9 +118,11 @@ if Code.ensure_loaded?(Nx) do
     # function `(name, variant, reps, warm_up_ms) -> seconds | nil` that
     # times a program on request (defn_reference.py --serve). With a
     # function, each row is timed in `rounds:` alternating rounds (default
-    # 1) — Python plain, Python compiled, ExMLX.Compiler, the Evaluator —
-    # so that every ratio compares measurements seconds apart: this host's
-    # speed drifts by a third within a minute (bench/README.md, session 20).
+    # 1) — half of Python plain's calls, ExMLX.Compiler, the other half,
+    # then Python compiled and the Evaluator — so that every ratio compares
+    # measurements seconds apart, and ExMLX.Compiler's with Python plain's
+    # taken on either side of it (their mean): this host's speed drifts by a
+    # third within a minute (bench/README.md, session 20).
     # Each column is the median of its per-round medians and each ratio the
     # median of the per-round ratios.
     #
@@ -144,10 +146,14 @@ if Code.ensure_loaded?(Nx) do
 
           per_round =
             for _ <- 1..rounds do
-              plain = py_time.(name, "plain", reps, warm_ms)
-              mxc = py_time.(name, "compiled", reps, warm_ms)
+              # ExMLX.Compiler timed between two halves of Python's plain
+              # timing: a drift of the host's speed weighs on both alike
               unless quick, do: warm_up(call.(compiled), @warm_up_ms)
+              half = div(reps + 1, 2)
+              plain_before = py_time.(name, "plain", half, warm_ms)
               c = timed.(call.(compiled), reps).median
+              plain = mean(plain_before, py_time.(name, "plain", half, 0))
+              mxc = py_time.(name, "compiled", reps, warm_ms)
 
               e =
                 if evaluator_reps > 0 do
@@ -321,6 +327,10 @@ if Code.ensure_loaded?(Nx) do
     defp ratio(_, nil), do: "—"
     defp ratio(nil, _), do: "—"
     defp ratio(a, b), do: ratio(a / b)
+
+    # the mean of two timings; nil if either is missing
+    defp mean(a, b) when is_number(a) and is_number(b), do: (a + b) / 2
+    defp mean(_, _), do: nil
 
     # the middle value (the upper one of an even count); nil for none
     defp median(values) do

@@ -539,39 +539,57 @@ multiversion!(
 
 #[inline(always)]
 fn compute_chunks(steps: &[Step], sources: &[Source], out: &mut [f32]) {
+    let Some((last, inner)) = steps.split_last() else {
+        return;
+    };
     let leaves = sources.len();
     // (registers no longer than the result: a few values need no 2 KiB each)
     let width = CHUNK.min(out.len()).max(1);
-    let mut registers: Vec<Vec<f32>> = (0..leaves + steps.len())
-        .map(|_| vec![0.0f32; width])
+    // A register for each leaf not read in place (a single value, a row)
+    // and each step but the last, which writes `out`'s chunk itself.
+    let mut registers: Vec<Vec<f32>> = (0..leaves + inner.len())
+        .map(|r| match sources.get(r) {
+            Some(Source::Values(_)) => Vec::new(),
+            Some(Source::Value(v)) => vec![*v; width],
+            _ => vec![0.0f32; width],
+        })
         .collect();
-    for (r, source) in sources.iter().enumerate() {
-        if let Source::Value(v) = source {
-            registers[r].fill(*v);
-        }
-    }
-    let last = leaves + steps.len() - 1;
     let mut start = 0;
     while start < out.len() {
         let len = width.min(out.len() - start);
+        let chunk = start..start + len;
         for (r, source) in sources.iter().enumerate() {
-            match source {
-                Source::Values(values) => {
-                    registers[r][..len].copy_from_slice(&values[start..start + len])
-                }
-                Source::Row(row) => fill_from_row(&mut registers[r][..len], row, start),
-                Source::Value(_) => {}
+            if let Source::Row(row) = source {
+                fill_from_row(&mut registers[r][..len], row, start);
             }
         }
-        for (k, step) in steps.iter().enumerate() {
+        for (k, step) in inner.iter().enumerate() {
             let mut target = std::mem::take(&mut registers[leaves + k]);
-            let a = &registers[step.args[0]][..len];
-            let b = &registers[step.args[1]][..len];
+            let a = register(&registers, sources, step.args[0], &chunk);
+            let b = register(&registers, sources, step.args[1], &chunk);
             apply(step.kind, a, b, &mut target[..len]);
             registers[leaves + k] = target;
         }
-        out[start..start + len].copy_from_slice(&registers[last][..len]);
+        let a = register(&registers, sources, last.args[0], &chunk);
+        let b = register(&registers, sources, last.args[1], &chunk);
+        apply(last.kind, a, b, &mut out[chunk.clone()]);
         start += len;
+    }
+}
+
+/// Register `r`'s values for the elements `chunk` of the result: a leaf
+/// read in place straight from its values, else its register's first
+/// `chunk.len()`.
+#[inline(always)]
+fn register<'a>(
+    registers: &'a [Vec<f32>],
+    sources: &'a [Source],
+    r: usize,
+    chunk: &std::ops::Range<usize>,
+) -> &'a [f32] {
+    match sources.get(r) {
+        Some(Source::Values(values)) => &values[chunk.clone()],
+        _ => &registers[r][..chunk.len()],
     }
 }
 
@@ -1126,6 +1144,34 @@ mod tests {
         };
         for k in (0..xs.len()).step_by(997) {
             assert_eq!(plain[k].to_bits(), one(xs[k]).to_bits(), "at {}", xs[k]);
+        }
+    }
+
+    /// A pass whose steps read leaves in place (values, again in later
+    /// steps), a row it repeats and a single value, over several chunks and
+    /// a last, shorter one: each element is what the ops give one by one.
+    #[test]
+    fn leaves_read_in_place_rows_and_values_give_each_op_s_result() {
+        let n = 3 * CHUNK + 37;
+        let a: Vec<f32> = (0..n).map(|i| (i as f32 * 0.37).sin() * 3.0).collect();
+        let row: Vec<f32> = (0..7).map(|j| 0.5 + j as f32 * 0.25).collect();
+        // leaves: 0 = a, 1 = row, 2 = 1.5; steps: 3 = a * row, 4 = 3 + 1.5,
+        // 5 = 4 - a, 6 = max(5, a), 7 = 6 / row
+        let steps = [
+            step(Kind::Multiply, 0, 1),
+            step(Kind::Add, 3, 2),
+            step(Kind::Subtract, 4, 0),
+            step(Kind::Maximum, 5, 0),
+            step(Kind::Divide, 6, 1),
+        ];
+        let sources = [Source::Values(&a), Source::Row(&row), Source::Value(1.5)];
+        let mut out = vec![f32::NAN; n];
+        compute(&steps, &sources, &mut out);
+        for (i, (&x, &got)) in a.iter().zip(&out).enumerate() {
+            let r = row[i % row.len()];
+            let t = x * r + 1.5 - x;
+            let t = if t > x { t } else { x };
+            assert_eq!(got.to_bits(), (t / r).to_bits(), "element {i}");
         }
     }
 
