@@ -147,12 +147,15 @@ if Code.ensure_loaded?(Nx) do
           per_round =
             for _ <- 1..rounds do
               # ExMLX.Compiler timed between two halves of Python's plain
-              # timing: a drift of the host's speed weighs on both alike
-              unless quick, do: warm_up(call.(compiled), @warm_up_ms)
+              # timing: a drift of the host's speed weighs on both alike.
+              # Each side warms up right before it is timed: a batch-1 MLP
+              # timed just after Python's calls, without, took about twice
+              # as long (bench/README.md, session 23).
               half = div(reps + 1, 2)
               plain_before = py_time.(name, "plain", half, warm_ms)
+              unless quick, do: warm_up(call.(compiled), @warm_up_ms)
               c = timed.(call.(compiled), reps).median
-              plain = mean(plain_before, py_time.(name, "plain", half, 0))
+              plain = mean(plain_before, py_time.(name, "plain", half, warm_ms))
               mxc = py_time.(name, "compiled", reps, warm_ms)
 
               e =

@@ -87,6 +87,114 @@ fn wrap(dtype: Dtype, value: i128) -> Option<i128> {
     })
 }
 
+/// `values` (row-major, in `shape`) reduced over one axis or all of them
+/// (`axes` `None`, or every axis): each result `fold` of the values along
+/// the axis in index order (MLX's order for the sizes kept here); the
+/// results and their shape. `None` for other axes, an empty reduction (MLX's
+/// op gives its error) or where `fold` gives none.
+fn reduce_values<T: Copy>(
+    values: &[T],
+    shape: &[i32],
+    axes: Option<&[i64]>,
+    keep: bool,
+    fold: impl Fn(&[T]) -> Option<T>,
+) -> Option<(Vec<T>, Vec<i32>)> {
+    let rank = shape.len();
+    let axis = match axes {
+        None => None,
+        Some(&[axis]) => Some(crate::ops::check_axis("axes", axis, rank).ok()? as usize),
+        Some(axes) if rank > 0 && axes.len() == rank => {
+            let mut sorted: Vec<i64> = axes
+                .iter()
+                .map(|&x| if x < 0 { x + rank as i64 } else { x })
+                .collect();
+            sorted.sort_unstable();
+            sorted.iter().copied().eq(0..rank as i64).then_some(())?;
+            None
+        }
+        _ => return None,
+    };
+    match axis {
+        None => {
+            if values.is_empty() {
+                return None;
+            }
+            let shape = if keep { vec![1; rank] } else { vec![] };
+            Some((vec![fold(values)?], shape))
+        }
+        Some(axis) => {
+            let len = shape[axis].max(0) as usize;
+            if len == 0 {
+                return None;
+            }
+            let inner = size(&shape[axis + 1..]);
+            let outer = size(&shape[..axis]);
+            let mut results = Vec::with_capacity(outer * inner);
+            let mut along = Vec::with_capacity(len);
+            for o in 0..outer {
+                for i in 0..inner {
+                    let base = o * len * inner + i;
+                    along.clear();
+                    along.extend((0..len).map(|k| values[base + k * inner]));
+                    results.push(fold(&along)?);
+                }
+            }
+            let mut shape = shape.to_vec();
+            if keep {
+                shape[axis] = 1;
+            } else {
+                shape.remove(axis);
+            }
+            Some((results, shape))
+        }
+    }
+}
+
+/// The sum of an integer or boolean tensor over one axis or all: exact,
+/// wrapped to the result's type as MLX's sum wraps. That type is MLX's
+/// rule: booleans and signed integers of fewer than 32 bits sum to int32,
+/// unsigned ones to uint32, others to their own type (the tests compare
+/// with MLX).
+fn integer_sum(a: &HostTensor, axes: Option<&[i64]>, keep: bool) -> Option<HostTensor> {
+    let dtype = match a.dtype {
+        Dtype::Bool | Dtype::Int8 | Dtype::Int16 => Dtype::Int32,
+        Dtype::Uint8 | Dtype::Uint16 => Dtype::Uint32,
+        other => other,
+    };
+    width(dtype)?;
+    if a.values.len() > MAX_ELEMENTS {
+        return None;
+    }
+    let (values, shape) = reduce_values(&a.values, &a.shape, axes, keep, |along| {
+        wrap(dtype, along.iter().sum())
+    })?;
+    Some(HostTensor {
+        dtype,
+        shape,
+        values,
+    })
+}
+
+/// The largest or smallest (`pick`) value of an integer or boolean tensor
+/// over one axis or all, of its own type (exact, as MLX's).
+fn integer_extreme(
+    a: &HostTensor,
+    axes: Option<&[i64]>,
+    keep: bool,
+    pick: fn(&[i128]) -> Option<i128>,
+) -> Option<HostTensor> {
+    width(a.dtype)?;
+    if a.values.len() > MAX_ELEMENTS {
+        return None;
+    }
+    let (values, shape) = reduce_values(&a.values, &a.shape, axes, keep, pick)?;
+    Some(HostTensor {
+        dtype: a.dtype,
+        shape,
+        values,
+    })
+}
+
 fn size(shape: &[i32]) -> usize {
     shape.iter().map(|&d| d.max(0) as usize).product()
 }
@@ -241,6 +349,15 @@ pub fn apply(op: Op, args: &[&HostTensor], params: &[Param]) -> Option<HostTenso
     );
     if !rearranges && floats::involved(op, args, params) {
         return floats::apply(op, args, params);
+    }
+    if let ([a], [Param::OptInts(axes), Param::Bool(keep)]) = (args, params) {
+        let (axes, keep) = (axes.as_deref(), *keep);
+        match op {
+            Op::sum => return integer_sum(a, axes, keep),
+            Op::reduce_max => return integer_extreme(a, axes, keep, |v| v.iter().max().copied()),
+            Op::reduce_min => return integer_extreme(a, axes, keep, |v| v.iter().min().copied()),
+            _ => {}
+        }
     }
     let (dtype, shape) = result_of(op, args, params)?;
     let n = size(&shape);
@@ -857,6 +974,111 @@ mod tests {
                 computed += 1;
             }
             assert!(computed > 90, "{computed}");
+            Ok(())
+        })
+        .unwrap();
+    }
+
+    #[test]
+    fn integer_sums_and_extremes_match_mlx() {
+        run_blocking(Device::Cpu, || {
+            let over =
+                |axes: Option<Vec<i64>>, keep: bool| vec![Param::OptInts(axes), Param::Bool(keep)];
+            // (values near each type's ends, so that sums wrap)
+            for (dtype, values) in [
+                (Dtype::Uint8, vec![250, 9, 3, 255, 0, 1]),
+                (Dtype::Uint32, vec![0xFFFF_FFFF, 2, 7, 1, 0x8000_0000, 3]),
+                (
+                    Dtype::Int32,
+                    vec![i32::MAX as i128, 1, -5, i32::MIN as i128, -1, 9],
+                ),
+                (Dtype::Int64, vec![i64::MAX as i128, 1, -5, 4, -1, 9]),
+                (Dtype::Int16, vec![-300, 32_000, 900, -7, 2, 1]),
+                (Dtype::Bool, vec![1, 0, 1, 1, 0, 1]),
+            ] {
+                let a = t(dtype, &[2, 3], &values);
+                for params in [
+                    over(None, false),
+                    over(None, true),
+                    over(Some(vec![0]), false),
+                    over(Some(vec![1]), true),
+                    over(Some(vec![-1, 0]), false),
+                ] {
+                    for op in [Op::sum, Op::reduce_max, Op::reduce_min] {
+                        assert!(
+                            agrees(op, std::slice::from_ref(&a), params.clone())?,
+                            "{op:?} {dtype:?} {params:?}"
+                        );
+                    }
+                }
+            }
+            // an empty axis: MLX's op decides
+            let empty = t(Dtype::Int32, &[2, 0], &[]);
+            assert!(!agrees(Op::sum, &[empty], over(Some(vec![1]), false))?);
+            Ok(())
+        })
+        .unwrap();
+    }
+
+    #[test]
+    fn float32_extremes_and_logs_match_mlx() {
+        run_blocking(Device::Cpu, || {
+            // ties, infinities, signed zeros of one sign, subnormals
+            let cube = f(
+                &[3, 4, 5],
+                &(0..60)
+                    .map(|i| match i % 13 {
+                        0 => f32::INFINITY,
+                        1 => f32::NEG_INFINITY,
+                        2 => 1.0e-40,
+                        3 => -0.0,
+                        4 => 7.25,
+                        _ => ((i * 37 % 29) as f32 - 14.5) * 0.75,
+                    })
+                    .collect::<Vec<_>>(),
+            );
+            let over =
+                |axes: Option<Vec<i64>>, keep: bool| vec![Param::OptInts(axes), Param::Bool(keep)];
+            for op in [Op::reduce_max, Op::reduce_min] {
+                for params in [
+                    over(None, false),
+                    over(None, true),
+                    over(Some(vec![0]), false),
+                    over(Some(vec![1]), true),
+                    over(Some(vec![-1]), false),
+                    over(Some(vec![2, 0, 1]), true),
+                ] {
+                    assert!(
+                        agrees(op, std::slice::from_ref(&cube), params.clone())?,
+                        "{op:?} {params:?}"
+                    );
+                }
+            }
+            // a result whose bits depend on MLX's kernel stays with it: a
+            // NaN among the values, a zero maximum with both signed zeros
+            let nan = f(&[2, 2], &[1.0, f32::NAN, 2.0, 3.0]);
+            assert!(!agrees(Op::reduce_max, &[nan], over(Some(vec![1]), false))?);
+            let zeros = f(&[3], &[-0.0, 0.0, -1.0]);
+            assert!(!agrees(
+                Op::reduce_max,
+                std::slice::from_ref(&zeros),
+                over(None, false)
+            )?);
+            // (its minimum, -1, is certain: computed here)
+            assert!(agrees(Op::reduce_min, &[zeros], over(None, false))?);
+            // an empty axis: MLX's error
+            let empty = f(&[2, 0], &[]);
+            assert!(!agrees(
+                Op::reduce_max,
+                &[empty],
+                over(Some(vec![1]), false)
+            )?);
+            // logs: zeros, negatives, infinities, subnormals, a spread
+            let mut xs = vec![0.0, -0.0, -1.0, 1.0, f32::INFINITY, f32::NEG_INFINITY];
+            xs.extend([1.0e-45, 1.0e-40, f32::MIN_POSITIVE, f32::MAX, f32::NAN]);
+            xs.extend((1..1000).map(|i| i as f32 * 0.0137 + (i % 7) as f32 * 91.0));
+            let logs = f(&[xs.len() as i32], &xs);
+            assert!(agrees(Op::log, &[logs], vec![])?);
             Ok(())
         })
         .unwrap();

@@ -18,7 +18,7 @@ use std::sync::OnceLock;
 
 use mlx_rs::Dtype;
 
-use super::{for_each_offset, size, strides, HostTensor};
+use super::{for_each_offset, reduce_values, size, strides, HostTensor};
 use crate::elementwise_fusion::{values_of, Kind};
 use crate::ops::check_axis;
 use crate::ops::computed::exact_kind;
@@ -86,7 +86,22 @@ pub(super) fn apply(op: Op, args: &[&HostTensor], params: &[Param]) -> Option<Ho
     match (op, args, params) {
         (Op::as_type, [a], [Param::Type(to)]) => as_type(a, *to),
         (Op::select, [c, a, b], []) => select(c, a, b),
-        (Op::sum, [a], [Param::OptInts(axes), Param::Bool(keep)]) => sum(a, axes.as_deref(), *keep),
+        (Op::sum, [a], [Param::OptInts(axes), Param::Bool(keep)]) => {
+            reduce(a, axes.as_deref(), *keep, |v| {
+                Some(sum_in_mlx_order(v.iter().copied()))
+            })
+        }
+        (Op::reduce_max, [a], [Param::OptInts(axes), Param::Bool(keep)]) => {
+            reduce(a, axes.as_deref(), *keep, |v| extreme(v, f32::max))
+        }
+        (Op::reduce_min, [a], [Param::OptInts(axes), Param::Bool(keep)]) => {
+            reduce(a, axes.as_deref(), *keep, |v| extreme(v, f32::min))
+        }
+        (Op::log, [a], []) => {
+            let x = a.floats()?;
+            let out: Vec<f32> = x.iter().map(|v| v.ln()).collect();
+            Some(HostTensor::from_floats(a.shape.clone(), &out))
+        }
         (Op::tensordot, [a, b], [Param::Ints(i), Param::Ints(j)]) => tensordot(a, b, i, j),
         (Op::put_slice, [t, starts, update], []) => put_slice(t, starts, update),
         (Op::pad, [a, value], [Param::PadConfig(config)]) => pad(a, value, config),
@@ -252,55 +267,38 @@ fn select(c: &HostTensor, a: &HostTensor, b: &HostTensor) -> Option<HostTensor> 
     })
 }
 
-/// The sum over one axis or all (`None`): for each result value, the
-/// values it sums added one after another from +0 in index order (MLX's
-/// order for tensors this small), then +0 once more.
-fn sum(a: &HostTensor, axes: Option<&[i64]>, keep: bool) -> Option<HostTensor> {
+/// A reduction of a float32 tensor over one axis or all of them, each
+/// result `fold` of its values in index order (the parent module's
+/// `reduce_values`).
+fn reduce(
+    a: &HostTensor,
+    axes: Option<&[i64]>,
+    keep: bool,
+    fold: impl Fn(&[f32]) -> Option<f32>,
+) -> Option<HostTensor> {
     let x = a.floats()?;
-    let rank = a.shape.len();
-    let axis = match axes {
-        None => None,
-        Some(&[axis]) => Some(check_axis("axes", axis, rank).ok()? as usize),
-        Some(axes) if rank > 0 && axes.len() == rank => {
-            let mut sorted: Vec<i64> = axes
-                .iter()
-                .map(|&x| if x < 0 { x + rank as i64 } else { x })
-                .collect();
-            sorted.sort_unstable();
-            sorted.iter().copied().eq(0..rank as i64).then_some(())?;
-            None
-        }
-        _ => return None,
-    };
-    let (values, shape) = match axis {
-        None => {
-            let total = sum_in_mlx_order(x.iter().copied());
-            (vec![total], if keep { vec![1; rank] } else { vec![] })
-        }
-        Some(axis) => {
-            let len = a.shape[axis].max(0) as usize;
-            let inner: usize = a.shape[axis + 1..]
-                .iter()
-                .map(|&d| d.max(0) as usize)
-                .product();
-            let outer: usize = a.shape[..axis].iter().map(|&d| d.max(0) as usize).product();
-            let mut sums = Vec::with_capacity(outer * inner);
-            for o in 0..outer {
-                for i in 0..inner {
-                    let base = o * len * inner + i;
-                    sums.push(sum_in_mlx_order((0..len).map(|k| x[base + k * inner])));
-                }
-            }
-            let mut shape = a.shape.clone();
-            if keep {
-                shape[axis] = 1;
-            } else {
-                shape.remove(axis);
-            }
-            (sums, shape)
-        }
-    };
+    let (values, shape) = reduce_values(&x, &a.shape, axes, keep, fold)?;
     Some(HostTensor::from_floats(shape, &values))
+}
+
+/// The largest (`f32::max`) or smallest (`f32::min`) of `values` where
+/// that value's bits are certain: `None` where one is NaN (MLX propagates
+/// one; which, is its kernel's business) or where the result is zero and
+/// both signed zeros are among the values (which one MLX keeps depends on
+/// its order of comparison).
+fn extreme(values: &[f32], pick: fn(f32, f32) -> f32) -> Option<f32> {
+    if values.iter().any(|v| v.is_nan()) {
+        return None;
+    }
+    let best = values.iter().copied().reduce(pick)?;
+    if best == 0.0 {
+        let negative = values.iter().any(|v| *v == 0.0 && v.is_sign_negative());
+        let positive = values.iter().any(|v| *v == 0.0 && v.is_sign_positive());
+        if negative && positive {
+            return None;
+        }
+    }
+    Some(best)
 }
 
 /// `cblas_sgemm` as MLX's CPU matmul calls it (row-major; `a` and `b` as
