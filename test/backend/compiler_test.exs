@@ -161,6 +161,21 @@ if Code.ensure_loaded?(Nx) do
         h
       end
 
+      # one SGD step of a small classifier with a log-softmax cross-entropy
+      # loss (reduce_max, exp, log, sums; the gradient's tie counts are
+      # integer sums)
+      defn classifier_step({w1, b1, w2, b2}, x, labels) do
+        {loss, {g1, gb1, g2, gb2}} =
+          value_and_grad({w1, b1, w2, b2}, fn {w1, b1, w2, b2} ->
+            logits = x |> Nx.dot(w1) |> Nx.add(b1) |> Nx.max(0) |> Nx.dot(w2) |> Nx.add(b2)
+            shifted = logits - Nx.reduce_max(logits, axes: [1], keep_axes: true)
+            log_probs = shifted - Nx.log(Nx.sum(Nx.exp(shifted), axes: [1], keep_axes: true))
+            -Nx.mean(Nx.sum(log_probs * labels, axes: [1]))
+          end)
+
+        {loss, {w1 - 0.1 * g1, b1 - 0.1 * gb1, w2 - 0.1 * g2, b2 - 0.1 * gb2}}
+      end
+
       defn recurrent_step(xs, wx, wh, b) do
         value_and_grad({wx, wh, b}, fn {wx, wh, b} ->
           xs |> recurrent(wx, wh, b) |> Nx.pow(2) |> Nx.sum()
@@ -260,6 +275,39 @@ if Code.ensure_loaded?(Nx) do
         Enum.zip(flat.(got), flat.(binary(fun, args)))
         |> Enum.each(fn {g, b} -> assert_all_close(g, b) end)
       end
+    end
+
+    test "a small classifier's training step (computed on the host on the CPU) has the Evaluator's bits" do
+      # x {4, 6}, w1 {6, 8}, w2 {8, 3}: every tensor small, so a CPU run
+      # computes every op on the host, with MLX's bits
+      [x, w1, w2] =
+        [{{4, 6}, 1.0}, {{6, 8}, 0.4}, {{8, 3}, 0.4}]
+        |> Enum.with_index(11)
+        |> Enum.map(fn {{shape, scale}, i} -> i |> normal(shape) |> Nx.multiply(scale) end)
+
+      labels = Nx.equal(Nx.iota({4, 3}, axis: 1), Nx.remainder(Nx.iota({4, 1}), 3))
+
+      args =
+        Enum.map(
+          [{w1, Nx.broadcast(0.0, {8}), w2, Nx.broadcast(0.0, {3})}, x, Nx.as_type(labels, :f32)],
+          fn t -> Nx.Defn.Composite.traverse(t, &Nx.backend_copy(&1, ExMLX.Backend)) end
+        )
+
+      fun = &Funs.classifier_step/3
+      got = compiled(fun, args)
+
+      evaluator =
+        Nx.with_default_backend(ExMLX.Backend, fn ->
+          apply(Nx.Defn.jit(fun, compiler: Nx.Defn.Evaluator), args)
+        end)
+
+      flat = fn t -> t |> List.wrap() |> Nx.Defn.Composite.flatten_list() end
+
+      assert Enum.map(flat.(got), &Nx.to_binary/1) ==
+               Enum.map(flat.(evaluator), &Nx.to_binary/1)
+
+      Enum.zip(flat.(got), flat.(binary(fun, args)))
+      |> Enum.each(fn {g, b} -> assert_all_close(g, b) end)
     end
 
     test "several outputs, integer results and constants" do
