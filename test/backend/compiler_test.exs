@@ -190,6 +190,25 @@ if Code.ensure_loaded?(Nx) do
 
     defp compiled(fun, args), do: apply(Nx.Defn.jit(fun, compiler: ExMLX.Compiler), args)
 
+    # `fun` of `args` through ExMLX.Compiler gives Nx.Defn.Evaluator's bits on
+    # ExMLX.Backend, and values close to Nx.BinaryBackend's
+    defp assert_evaluator_bits(fun, args) do
+      got = compiled(fun, args)
+      # (the Evaluator's constants made on ExMLX too: its eager ops)
+      evaluator =
+        Nx.with_default_backend(ExMLX.Backend, fn ->
+          apply(Nx.Defn.jit(fun, compiler: Nx.Defn.Evaluator), args)
+        end)
+
+      flat = fn t -> t |> List.wrap() |> Nx.Defn.Composite.flatten_list() end
+
+      assert Enum.map(flat.(got), &Nx.to_binary/1) ==
+               Enum.map(flat.(evaluator), &Nx.to_binary/1)
+
+      Enum.zip(flat.(got), flat.(binary(fun, args)))
+      |> Enum.each(fn {g, b} -> assert_all_close(g, b) end)
+    end
+
     defp key(seed), do: Nx.Random.key(seed)
 
     defp normal(seed, shape) do
@@ -260,20 +279,7 @@ if Code.ensure_loaded?(Nx) do
         end)
 
       for fun <- [&Funs.recurrent/4, &Funs.recurrent_step/4] do
-        got = compiled(fun, args)
-        # (the Evaluator's constants made on ExMLX too: its eager ops)
-        evaluator =
-          Nx.with_default_backend(ExMLX.Backend, fn ->
-            apply(Nx.Defn.jit(fun, compiler: Nx.Defn.Evaluator), args)
-          end)
-
-        flat = fn t -> t |> List.wrap() |> Nx.Defn.Composite.flatten_list() end
-
-        assert Enum.map(flat.(got), &Nx.to_binary/1) ==
-                 Enum.map(flat.(evaluator), &Nx.to_binary/1)
-
-        Enum.zip(flat.(got), flat.(binary(fun, args)))
-        |> Enum.each(fn {g, b} -> assert_all_close(g, b) end)
+        assert_evaluator_bits(fun, args)
       end
     end
 
@@ -293,21 +299,7 @@ if Code.ensure_loaded?(Nx) do
           fn t -> Nx.Defn.Composite.traverse(t, &Nx.backend_copy(&1, ExMLX.Backend)) end
         )
 
-      fun = &Funs.classifier_step/3
-      got = compiled(fun, args)
-
-      evaluator =
-        Nx.with_default_backend(ExMLX.Backend, fn ->
-          apply(Nx.Defn.jit(fun, compiler: Nx.Defn.Evaluator), args)
-        end)
-
-      flat = fn t -> t |> List.wrap() |> Nx.Defn.Composite.flatten_list() end
-
-      assert Enum.map(flat.(got), &Nx.to_binary/1) ==
-               Enum.map(flat.(evaluator), &Nx.to_binary/1)
-
-      Enum.zip(flat.(got), flat.(binary(fun, args)))
-      |> Enum.each(fn {g, b} -> assert_all_close(g, b) end)
+      assert_evaluator_bits(&Funs.classifier_step/3, args)
     end
 
     test "several outputs, integer results and constants" do
