@@ -103,13 +103,9 @@ fn reduce_values<T: Copy>(
     let axis = match axes {
         None => None,
         Some(&[axis]) => Some(crate::ops::check_axis("axes", axis, rank).ok()? as usize),
+        // (as many distinct axes in range as the rank: every axis)
         Some(axes) if rank > 0 && axes.len() == rank => {
-            let mut sorted: Vec<i64> = axes
-                .iter()
-                .map(|&x| if x < 0 { x + rank as i64 } else { x })
-                .collect();
-            sorted.sort_unstable();
-            sorted.iter().copied().eq(0..rank as i64).then_some(())?;
+            crate::ops::check_axes("axes", axes, rank).ok()?;
             None
         }
         _ => return None,
@@ -150,46 +146,41 @@ fn reduce_values<T: Copy>(
     }
 }
 
-/// The sum of an integer or boolean tensor over one axis or all: exact,
-/// wrapped to the result's type as MLX's sum wraps. That type is MLX's
-/// rule: booleans and signed integers of fewer than 32 bits sum to int32,
-/// unsigned ones to uint32, others to their own type (the tests compare
-/// with MLX).
-fn integer_sum(a: &HostTensor, axes: Option<&[i64]>, keep: bool) -> Option<HostTensor> {
-    let dtype = match a.dtype {
+/// The result type of MLX's sum of an integer or boolean tensor of
+/// `dtype`: booleans and signed integers of fewer than 32 bits sum to
+/// int32, unsigned ones to uint32, others to their own type (the tests
+/// compare with MLX).
+fn sum_type(dtype: Dtype) -> Dtype {
+    match dtype {
         Dtype::Bool | Dtype::Int8 | Dtype::Int16 => Dtype::Int32,
         Dtype::Uint8 | Dtype::Uint16 => Dtype::Uint32,
         other => other,
-    };
+    }
+}
+
+/// One result of an integer reduction from the values along its axis.
+type Fold = fn(&[i128]) -> Option<i128>;
+
+/// A reduction of an integer or boolean tensor over one axis or all
+/// (`reduce_values`), exact: each result `fold` of its values, wrapped to
+/// `dtype` (the result's type) as MLX wraps.
+fn integer_reduce(
+    a: &HostTensor,
+    dtype: Dtype,
+    axes: Option<&[i64]>,
+    keep: bool,
+    fold: Fold,
+) -> Option<HostTensor> {
+    width(a.dtype)?;
     width(dtype)?;
     if a.values.len() > MAX_ELEMENTS {
         return None;
     }
     let (values, shape) = reduce_values(&a.values, &a.shape, axes, keep, |along| {
-        wrap(dtype, along.iter().sum())
+        wrap(dtype, fold(along)?)
     })?;
     Some(HostTensor {
         dtype,
-        shape,
-        values,
-    })
-}
-
-/// The largest or smallest (`pick`) value of an integer or boolean tensor
-/// over one axis or all, of its own type (exact, as MLX's).
-fn integer_extreme(
-    a: &HostTensor,
-    axes: Option<&[i64]>,
-    keep: bool,
-    pick: fn(&[i128]) -> Option<i128>,
-) -> Option<HostTensor> {
-    width(a.dtype)?;
-    if a.values.len() > MAX_ELEMENTS {
-        return None;
-    }
-    let (values, shape) = reduce_values(&a.values, &a.shape, axes, keep, pick)?;
-    Some(HostTensor {
-        dtype: a.dtype,
         shape,
         values,
     })
@@ -352,11 +343,14 @@ pub fn apply(op: Op, args: &[&HostTensor], params: &[Param]) -> Option<HostTenso
     }
     if let ([a], [Param::OptInts(axes), Param::Bool(keep)]) = (args, params) {
         let (axes, keep) = (axes.as_deref(), *keep);
-        match op {
-            Op::sum => return integer_sum(a, axes, keep),
-            Op::reduce_max => return integer_extreme(a, axes, keep, |v| v.iter().max().copied()),
-            Op::reduce_min => return integer_extreme(a, axes, keep, |v| v.iter().min().copied()),
-            _ => {}
+        let reduction: Option<(Dtype, Fold)> = match op {
+            Op::sum => Some((sum_type(a.dtype), |v| Some(v.iter().sum()))),
+            Op::reduce_max => Some((a.dtype, |v| v.iter().max().copied())),
+            Op::reduce_min => Some((a.dtype, |v| v.iter().min().copied())),
+            _ => None,
+        };
+        if let Some((dtype, fold)) = reduction {
+            return integer_reduce(a, dtype, axes, keep, fold);
         }
     }
     let (dtype, shape) = result_of(op, args, params)?;
