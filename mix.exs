@@ -15,6 +15,10 @@ defmodule ExMLX.MixProject do
 
   @version "0.1.0"
 
+  # Nx 0.12 is the line Bumblebee 0.7 asks for; both lines are tested
+  # (README, "Installing").
+  @nx_requirement "~> 0.12.0 or ~> 0.13.0"
+
   def project do
     [
       app: :ex_mlx,
@@ -39,13 +43,13 @@ defmodule ExMLX.MixProject do
   # Nx is the one dependency, and it is optional for building and testing:
   #
   #   * NX_PATH=/path/to/nx/nx  - a local Nx checkout (path dependency)
-  #   * Hex installed           - {:nx, "~> 0.13"} from Hex (what users get)
+  #   * Hex installed           - Nx from Hex, @nx_requirement (what users get)
   #   * neither                 - no Nx: ExMLX.Backend is not compiled and its
   #                               tests are skipped (the rest works and is tested)
   defp deps do
     case nx_source() do
       {:path, path} -> [{:nx, path: path}]
-      :hex -> [{:nx, "~> 0.13"}]
+      :hex -> [{:nx, @nx_requirement}]
       :none -> []
     end
   end

@@ -20,12 +20,16 @@ defmodule ExMLX.Integration.MixProject do
 
   def application, do: [extra_applications: [:logger]]
 
+  # From Hex nothing is overridden: the versions resolve as in a user's
+  # project (Bumblebee 0.7 brings Nx 0.12 and Axon 0.8). A checkout is a
+  # path dependency, which must override the Hex requirement its dependents
+  # declare; test/notebook_requirements_test.exs checks those requirements.
   defp deps do
     [{:ex_mlx, path: ".."}] ++
       Enum.flat_map(dependencies(), fn {app, source} ->
         case source do
           {:path, path} -> [{app, path: path, override: true}]
-          {:hex, requirement} -> [{app, requirement, override: true}]
+          {:hex, requirement} -> [{app, requirement}]
           :none -> []
         end
       end) ++ rustler()
@@ -53,10 +57,10 @@ defmodule ExMLX.Integration.MixProject do
     hex? = hex_installed?()
 
     for {app, variable, requirement} <- [
-          {:nx, "NX_PATH", "~> 0.13"},
+          {:nx, "NX_PATH", "~> 0.12.0 or ~> 0.13.0"},
           {:polaris, "POLARIS_PATH", "~> 0.1"},
-          {:axon, "AXON_PATH", "~> 0.9"},
-          {:bumblebee, "BUMBLEBEE_PATH", "~> 0.7"}
+          {:axon, "AXON_PATH", "~> 0.8"},
+          {:bumblebee, "BUMBLEBEE_PATH", "~> 0.7.0"}
         ] do
       case System.get_env(variable) do
         path when is_binary(path) and path != "" -> {app, {:path, Path.expand(path)}}

@@ -5,7 +5,7 @@ if Code.ensure_loaded?(Nx) do
 else
   IO.puts("""
   ExMLX.Backend tests skipped: Nx is not available. Set NX_PATH to an Nx \
-  checkout (its nx/ folder), or install Hex so mix.exs can depend on {:nx, "~> 0.13"}.
+  checkout (its nx/ folder), or install Hex so mix.exs can depend on Nx 0.12 or 0.13.
   """)
 
   ExUnit.start(exclude: [:nx])

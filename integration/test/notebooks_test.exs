@@ -1,11 +1,14 @@
 defmodule ExMLX.Integration.NotebooksTest do
   # Every notebook in the repository's notebooks/ runs, cell by cell, as a
   # user would run it in Livebook (its Mix.install cell replaced by this
-  # project's dependencies). A notebook needing a package this project lacks
-  # (Bumblebee) is skipped, and says so.
+  # project's dependencies), when those dependencies are the versions its
+  # Mix.install cell asks for (ExMLX.Integration.Requirements): a notebook
+  # for Nx 0.12 runs where this project is built with Nx 0.12. A notebook
+  # for other versions, or needing a package this project lacks, is
+  # skipped, and says so.
   use ExUnit.Case, async: false
 
-  alias ExMLX.Integration.Notebook
+  alias ExMLX.Integration.{Notebook, Requirements}
 
   @moduletag timeout: 600_000
   @notebooks Path.wildcard(Path.expand("../../notebooks/*.livemd", __DIR__))
@@ -18,8 +21,16 @@ defmodule ExMLX.Integration.NotebooksTest do
     @path path
     test "#{Path.basename(path)} runs" do
       source = File.read!(@path)
+      requirements = Requirements.check(Requirements.install_cell(@path), Requirements.packages())
+      assert requirements.conflicts == []
 
       cond do
+        requirements.mismatches != [] ->
+          IO.puts(
+            "\n#{Path.basename(@path)} skipped: " <>
+              Enum.join(requirements.mismatches, "; ")
+          )
+
         source =~ "{:bumblebee" and not Code.ensure_loaded?(Bumblebee) ->
           IO.puts("\n#{Path.basename(@path)} skipped: Bumblebee is not available")
 

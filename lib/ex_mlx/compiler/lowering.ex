@@ -120,6 +120,39 @@ if Code.ensure_loaded?(Nx) do
       end
     end
 
+    # Nx 0.12's hooks: `attach_token(token, expr)` on each output tensor,
+    # the shared `token` node holding the hooks (newest first), in place of
+    # 0.13's `hook` nodes. The token's hooks run once (its value is cached
+    # by id like any node's), oldest first, as Nx.Defn.Evaluator runs them.
+    defp eval_apply(:attach_token, %T{data: %Expr{args: [token, expr]}}, state, cache) do
+      {_, cache} = eval(token, state, cache)
+      eval(expr, state, cache)
+    end
+
+    defp eval_apply(:token, %T{data: %Expr{args: [%{hooks: hooks}]}}, state, cache) do
+      cache =
+        hooks
+        |> Enum.reverse()
+        |> Enum.reduce(cache, fn %{expr: hooked, name: name, callback: callback}, cache ->
+          spec = {:named, name, callback}
+
+          cond do
+            not state.nested ->
+              {value, cache} = composite_eval(hooked, state, cache)
+              push_hook(spec, value)
+              cache
+
+            not hook_calls?(spec, state.hooked) ->
+              cache
+
+            true ->
+              raise Op.Unrecordable, message: "a hook inside while or cond needs its own program"
+          end
+        end)
+
+      {{}, cache}
+    end
+
     defp eval_apply(:runtime_call, _ans, _state, _cache),
       do: raise(Op.Unrecordable, message: "a runtime_call runs Elixir code on data at run time")
 
@@ -380,9 +413,11 @@ if Code.ensure_loaded?(Nx) do
             {value, spec, cache}
         end
 
-      Process.put(@hooks, [{spec, hooked} | Process.get(@hooks)])
+      push_hook(spec, hooked)
       {hook_result(value, template), cache}
     end
+
+    defp push_hook(spec, value), do: Process.put(@hooks, [{spec, value} | Process.get(@hooks)])
 
     defp hook_result(value, %T{}), do: value
 
