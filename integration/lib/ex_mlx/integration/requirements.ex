@@ -19,7 +19,7 @@ defmodule ExMLX.Integration.Requirements do
   """
 
   @type requirement :: String.t() | :path
-  @type package :: %{version: String.t(), deps: [{atom(), String.t()}]}
+  @type package :: %{version: String.t() | nil, deps: [{atom(), String.t()}]}
 
   @doc """
   The dependencies the `Mix.install` cell of the notebook at `path` names:
@@ -70,7 +70,7 @@ defmodule ExMLX.Integration.Requirements do
   The version and the declared dependency requirements of the package whose
   `mix.exs` is in `dir`. Module attributes holding strings (`@version`,
   `{:nx, @nx_requirement}`) are resolved; dependencies without a version
-  (`path:` only) are left out.
+  (`path:` only) are left out. A version computed by a function is `nil`.
   """
   @spec package(Path.t()) :: package()
   def package(dir) do
@@ -107,7 +107,7 @@ defmodule ExMLX.Integration.Requirements do
           {node, acc}
       end)
 
-    %{version: version || raise(ArgumentError, "#{file} declares no version"), deps: deps}
+    %{version: version, deps: deps}
   end
 
   defp declared_deps(ast, string) do
@@ -136,14 +136,16 @@ defmodule ExMLX.Integration.Requirements do
   defp add_dep(acc, _app, _requirement), do: acc
 
   @doc """
-  The packages this project builds with, by app (`Mix.Project.deps_paths/0`
-  and ExMLX itself).
+  The packages this project builds with, by app (`Mix.Project.deps_paths/0`,
+  ExMLX among them), each with the version of its compiled application.
   """
   @spec packages() :: %{atom() => package()}
   def packages do
-    Mix.Project.deps_paths()
-    |> Enum.filter(fn {_app, dir} -> File.exists?(Path.join(dir, "mix.exs")) end)
-    |> Map.new(fn {app, dir} -> {app, package(dir)} end)
+    for {app, dir} <- Mix.Project.deps_paths(),
+        File.exists?(Path.join(dir, "mix.exs")),
+        Application.load(app) in [:ok, {:error, {:already_loaded, app}}],
+        into: %{},
+        do: {app, %{package(dir) | version: to_string(Application.spec(app, :vsn))}}
   end
 
   @doc """
@@ -178,9 +180,10 @@ defmodule ExMLX.Integration.Requirements do
       end
       |> Enum.reject(&is_nil/1)
 
+    checked = if mismatches == [], do: installed(Keyword.keys(cell), packages), else: []
+
     conflicts =
-      for mismatches == [],
-          app <- installed(Keyword.keys(cell), packages),
+      for app <- checked,
           {dep, requirement} <- packages[app].deps,
           Map.has_key?(packages, dep),
           version = packages[dep].version,
