@@ -345,74 +345,130 @@ defmodule Bench.Suite do
   # load is for other processes than an equal Elixir load.
   @tick_ms 10
 
-  # The eager round trip while one of the cores is busy with another OS
-  # process (`yes > /dev/null`, started and stopped here), beside the same
-  # case in Python mlx under the same load, and both quiet, in rounds.
-  defp under_load(%{reps: reps, graph: graph, rounds: rounds}) do
-    one = ExMLX.full(1.0, {:f, 32}, {}) |> ExMLX.eval()
-    n = div(graph, 10)
-
-    eager = fn ->
-      timed(fn -> for _ <- 1..n, do: ExMLX.add(one, one) |> ExMLX.item() end, reps)
-    end
-
+  # Small eager calls and a compiled call quiet, with one core busy and
+  # with every core busy (one `yes > /dev/null` per core, started and
+  # stopped here), each beside Python mlx under the same load: for each
+  # load, in each round, Python mlx (bench/load_reference.py, a fresh
+  # process) then ExMLX. Each side times phases of back-to-back
+  # iterations; a figure is the median of the phases' mean times, then the
+  # median over rounds; the ratio is the median of the per-round ratios.
+  defp under_load(%{rounds: rounds, reps: reps}) do
     quick = reps == 5
+    {iterations, count} = if quick, do: {50, 3}, else: {300, 5}
+    cores = System.schedulers_online()
+    loads = [{"quiet", 0}, {"one core busy", 1}, {"every core busy (#{cores})", cores}]
+    cases = load_cases()
 
-    per_round =
-      for _ <- 1..rounds do
-        quiet = {eager.().median / n * 1.0e6, py_eager(quick)}
-        busy = with_busy_core(fn -> {eager.().median / n * 1.0e6, py_eager(quick)} end)
-        {quiet, busy}
+    measured =
+      for {label, burners} <- loads do
+        per_round =
+          for _ <- 1..rounds do
+            with_burners(burners, fn ->
+              python = python_reference(quick, [], "bench/load_reference.py")
+
+              for {name, _title, step} <- cases,
+                  into: %{},
+                  do: {name, {phases(step, iterations, count), python[name]}}
+            end)
+          end
+
+        {label, per_round}
       end
 
-    row = fn label, pick ->
-      pairs = Enum.map(per_round, pick)
-      ours = median(Enum.map(pairs, &elem(&1, 0)))
+    rows =
+      for {name, title, _step} <- cases, {label, per_round} <- measured do
+        pairs = Enum.map(per_round, & &1[name])
+        ours = median(Enum.map(pairs, &elem(&1, 0)))
+        valid = Enum.filter(pairs, fn {_, theirs} -> is_number(theirs) end)
 
-      case Enum.reject(pairs, fn {_, theirs} -> is_nil(theirs) end) do
-        [] ->
-          row(label, ours, nil)
-
-        valid ->
-          [
-            label,
-            fmt(ours),
-            fmt(median(Enum.map(valid, &elem(&1, 1)))),
-            fmt_ratio(median(Enum.map(valid, fn {o, t} -> o / t end)))
-          ]
+        [
+          "#{title}, #{label}",
+          fmt(ours),
+          fmt(median(Enum.map(valid, &elem(&1, 1)))),
+          if(valid == [],
+            do: "—",
+            else: fmt_ratio(median(Enum.map(valid, fn {o, t} -> o / t end)))
+          )
+        ]
       end
-    end
 
     %{
       title:
-        "Eager round trip (add + item) quiet and with one core busy (µs; ratio = ExMLX / Python mlx, median over #{rounds} round(s))",
+        "Small calls under load (µs an iteration; ratio = ExMLX / Python mlx, median over #{rounds} round(s))",
       columns: ["ExMLX", "Python mlx", "ratio"],
-      rows: [row.("quiet", &elem(&1, 0)), row.("one core busy (yes > /dev/null)", &elem(&1, 1))]
+      rows: rows
     }
   end
 
-  defp py_eager(quick) do
-    py = python_reference(quick, ["--dispatch-only"])
-    scale(get_in(py, ["eager_s_per_op", "median"]), 1.0e6)
+  # `{name, title, step}`: the same calls as bench/load_reference.py's (the
+  # Nx ones where Nx is loaded).
+  defp load_cases do
+    one = ExMLX.full(1.0, {:f, 32}, {}) |> ExMLX.eval()
+    base = ExMLX.iota({:s, 32}, {16}) |> ExMLX.eval()
+
+    eager = [
+      {"add_item", "add + item (f32 scalar)", fn _ -> ExMLX.add(one, one) |> ExMLX.item() end},
+      {"loop", "iota(16) + full(i), eval",
+       fn i -> base |> ExMLX.add(ExMLX.full(i + 1, {:s, 32}, {})) |> ExMLX.eval() end}
+    ]
+
+    if Code.ensure_loaded?(Nx) do
+      nx = Nx
+      a = nx.iota({16}, type: :f32, backend: ExMLX.Backend)
+      b = nx.iota({16}, type: :f32, backend: ExMLX.Backend)
+      f = fn x -> x |> nx.exp() |> nx.multiply(2) |> nx.sum() end
+      compiled = Nx.Defn.jit(f, compiler: ExMLX.Compiler)
+
+      eager ++
+        [
+          {"add_sum_item", "Nx add + sum + to_number (16 f32)",
+           fn _ -> a |> nx.add(b) |> nx.sum() |> nx.to_number() end},
+          {"compiled_call", "compiled sum(exp(x) · 2) + to_number (16 f32)",
+           fn _ -> compiled.(a) |> nx.to_number() end}
+        ]
+    else
+      eager
+    end
   end
 
-  # Runs `fun` while an OS process of ours keeps one core busy: `yes`,
-  # started in the background by a shell (which prints its PID), killed by
-  # that PID afterwards, and bounded by `timeout` should this VM die first.
-  defp with_busy_core(fun) do
-    pid =
-      ~c"timeout 600 yes > /dev/null 2>&1 & echo $!"
-      |> :os.cmd()
-      |> to_string()
-      |> String.trim()
+  # The median over `count` phases of the mean seconds, in µs, an iteration
+  # of `step` took (`iterations` back to back in a phase), after one phase
+  # of warm-up.
+  defp phases(step, iterations, count) do
+    for i <- 1..iterations, do: step.(i)
+
+    for _ <- 1..count do
+      started = System.monotonic_time(:nanosecond)
+      for i <- 1..iterations, do: step.(i)
+      (System.monotonic_time(:nanosecond) - started) / iterations / 1.0e3
+    end
+    |> median()
+  end
+
+  # Runs `fun` while `count` OS processes of ours keep a core busy each:
+  # `yes`, started in the background by a shell (which prints its PID),
+  # killed by that PID afterwards, and bounded by `timeout` should this VM
+  # die first.
+  defp with_burners(0, fun), do: fun.()
+
+  defp with_burners(count, fun) do
+    pids =
+      for _ <- 1..count do
+        ~c"timeout 600 yes > /dev/null 2>&1 & echo $!"
+        |> :os.cmd()
+        |> to_string()
+        |> String.trim()
+      end
 
     try do
       Process.sleep(100)
       fun.()
     after
-      System.cmd("kill", [pid])
+      System.cmd("kill", pids)
     end
   end
+
+  defp with_busy_core(fun), do: with_burners(1, fun)
 
   defp fairness(%{load: {processes, ops}}) do
     shared = ExMLX.iota({:f, 32}, {16}) |> ExMLX.eval()

@@ -24,7 +24,7 @@ use std::time::{Duration, Instant};
 
 use ex_mlx_core::device::Device;
 use ex_mlx_core::error::{Error, Result};
-use ex_mlx_core::worker;
+use ex_mlx_core::{wait, worker};
 use mlx_rs::Dtype;
 use rustler::env::{OwnedEnv, SavedTerm};
 use rustler::{Atom, Encoder, Env, LocalPid, NifResult, Term};
@@ -327,19 +327,27 @@ where
     )?;
     // Wait only when the worker has at most a few jobs (a deferred op or two
     // ahead is common and quick), and only one NIF at a time: a waiting NIF
-    // holds its scheduler (it yields the core, not the scheduler), and
-    // several of them would keep every other process waiting.
-    let spin = backlog <= QUICK_BACKLOG
-        && SPINNING
+    // holds its scheduler (it spins or sleeps, the scheduler does no other
+    // work), and several of them would keep every other process waiting.
+    // When every core is busy it waits longer, asleep, and behind more jobs
+    // (see QUICK_WAIT_SATURATED).
+    let saturated = wait::saturated();
+    let (most_jobs, limit) = if saturated {
+        (QUICK_BACKLOG_SATURATED, QUICK_WAIT_SATURATED)
+    } else {
+        (QUICK_BACKLOG, QUICK_WAIT)
+    };
+    let waits = backlog <= most_jobs
+        && NIF_WAITING
             .compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed)
             .is_ok();
     let started = Instant::now();
-    let limit = if spin { QUICK_WAIT } else { Duration::ZERO };
+    let limit = if waits { limit } else { Duration::ZERO };
     // (the replier, which copies the tag, is made only if the reply will
     // have to be a message)
     let outcome = meeting.wait(limit, || Replier::new(env, tag));
-    if spin {
-        SPINNING.store(false, Ordering::Release);
+    if waits {
+        NIF_WAITING.store(false, Ordering::Release);
     }
     // Keep the scheduling the message would have given. A caller that gets
     // its result here would otherwise have waited in `receive`, giving its
@@ -371,16 +379,34 @@ where
 /// behind others does not wait at all.
 const QUICK_WAIT: Duration = Duration::from_micros(60);
 
+/// How long a NIF waits, asleep, for an idle worker when every core of the
+/// machine is busy (ex_mlx_core::wait): the worker's job then takes longer
+/// than [`QUICK_WAIT`] to get a core, and a caller left to `receive` its
+/// result idles its scheduler, which spins with `sched_yield` before it
+/// sleeps (the BEAM's scheduler busy-wait) and so falls behind every
+/// CPU-bound process for milliseconds. Within the 1 ms a NIF may hold a
+/// normal scheduler.
+const QUICK_WAIT_SATURATED: Duration = Duration::from_micros(500);
+
 /// The most jobs (this one included) a worker may have before a NIF stops
 /// waiting for it.
 const QUICK_BACKLOG: usize = 2;
 
-/// Whether a NIF is waiting for a worker right now (at most one does).
-static SPINNING: AtomicBool = AtomicBool::new(false);
+/// The same when every core is busy: the deferred ops a caller issued
+/// before a read are then often still queued when the read comes.
+const QUICK_BACKLOG_SATURATED: usize = 8;
 
+/// Whether a NIF is waiting for a worker right now (at most one does).
+static NIF_WAITING: AtomicBool = AtomicBool::new(false);
+
+/// A meeting's states: the NIF waits for the result, spinning
+/// (`WAITING`) or asleep (`PARKED`, its thread in `parked`); the worker
+/// left the result (`DONE`); the NIF stopped waiting and left the replier
+/// (`GONE`).
 const WAITING: u8 = 0;
-const DONE: u8 = 1;
-const GONE: u8 = 2;
+const PARKED: u8 = 1;
+const DONE: u8 = 2;
+const GONE: u8 = 3;
 
 /// Where the worker leaves a result for a NIF that may still be waiting,
 /// and the NIF, when it stops waiting, leaves the replier for the worker.
@@ -388,6 +414,7 @@ struct Meeting<T> {
     state: AtomicU8,
     result: Mutex<Option<Result<T>>>,
     replier: Mutex<Option<Replier>>,
+    parked: Mutex<Option<std::thread::Thread>>,
 }
 
 fn locked<X>(slot: &Mutex<X>) -> std::sync::MutexGuard<'_, X> {
@@ -400,50 +427,92 @@ impl<T: Encoder> Meeting<T> {
             state: AtomicU8::new(WAITING),
             result: Mutex::new(None),
             replier: Mutex::new(None),
+            parked: Mutex::new(None),
         }
     }
 
-    /// The worker's side: leaves `result` for the NIF, or, if the NIF
-    /// stopped waiting, sends it as a message with the replier it left.
+    /// The worker's side: leaves `result` for the NIF (waking it if it
+    /// sleeps), or, if the NIF stopped waiting, sends it as a message with
+    /// the replier it left.
     fn finish(&self, result: Result<T>) {
         *locked(&self.result) = Some(result);
-        if self
+        let previous = self
             .state
-            .compare_exchange(WAITING, DONE, Ordering::AcqRel, Ordering::Acquire)
-            .is_err()
-        {
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |state| {
+                (state != GONE).then_some(DONE)
+            });
+        match previous {
+            Ok(PARKED) => {
+                if let Some(thread) = locked(&self.parked).take() {
+                    thread.unpark();
+                }
+            }
+            Ok(_) => {}
             // GONE: the NIF left the replier before it said so
-            let replier = locked(&self.replier).take();
-            let result = locked(&self.result).take();
-            if let (Some(replier), Some(result)) = (replier, result) {
-                replier.send(result);
+            Err(_) => {
+                let replier = locked(&self.replier).take();
+                let result = locked(&self.result).take();
+                if let (Some(replier), Some(result)) = (replier, result) {
+                    replier.send(result);
+                }
             }
         }
     }
 
     /// The NIF's side: the result if the worker finishes within `limit`;
     /// otherwise `None`, after leaving `replier()` for the worker to send
-    /// the result with.
+    /// the result with. It spins while the machine has a core to spare and
+    /// sleeps otherwise (ex_mlx_core::wait).
     fn wait(&self, limit: Duration, replier: impl FnOnce() -> Replier) -> Option<Result<T>> {
-        // (while it waits, it computes blocks of a large product the worker
+        let deadline = Instant::now() + limit;
+        // (while it spins, it computes blocks of a large product the worker
         // posted: ex_mlx_core::split_work)
         let finished = || {
             ex_mlx_core::split_work::help();
             self.state.load(Ordering::Acquire) != WAITING
         };
-        if !worker::poll_until(limit, finished) {
+        if !(wait::spin_until(limit, finished) || self.sleep_until(deadline)) {
             *locked(&self.replier) = Some(replier());
-            if self
+            let stopped = self
                 .state
-                .compare_exchange(WAITING, GONE, Ordering::AcqRel, Ordering::Acquire)
-                .is_ok()
-            {
+                .fetch_update(Ordering::AcqRel, Ordering::Acquire, |state| {
+                    (state != DONE).then_some(GONE)
+                });
+            if stopped.is_ok() {
                 return None;
             }
             // the worker finished meanwhile: the replier is not needed
             locked(&self.replier).take();
         }
         locked(&self.result).take()
+    }
+
+    /// Sleeps until the worker has finished or `deadline` has passed;
+    /// whether it has finished.
+    fn sleep_until(&self, deadline: Instant) -> bool {
+        if Instant::now() >= deadline {
+            return self.state.load(Ordering::Acquire) == DONE;
+        }
+        *locked(&self.parked) = Some(std::thread::current());
+        if self
+            .state
+            .compare_exchange(WAITING, PARKED, Ordering::AcqRel, Ordering::Acquire)
+            .is_err()
+        {
+            return true;
+        }
+        loop {
+            if self.state.load(Ordering::Acquire) == DONE {
+                return true;
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                return false;
+            }
+            // (a wake-up meant for an earlier meeting of this thread only
+            // ends this sleep early: the loop looks again)
+            std::thread::park_timeout(deadline - now);
+        }
     }
 }
 

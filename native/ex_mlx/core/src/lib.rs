@@ -2,7 +2,8 @@
 //!
 //! Modules, one concern each: [`error`] (the error enum), [`mlx_c`] (calls
 //! through mlx-c with MLX's error messages), [`dtype`] (the type
-//! table), [`device`], [`worker`] (the thread model), [`exit`] (workers
+//! table), [`device`], [`worker`] (the thread model), [`wait`] (how a thread
+//! waits for another: spin while a core is spare, else block), [`exit`] (workers
 //! stopped before MLX's static objects go at the process's exit), [`ahead`] (evaluation
 //! ahead of reads on an idle worker), [`host`] (bytes in and
 //! out), [`item`], [`memory`], [`wire`], [`ops`] (the op table and the op
@@ -36,6 +37,7 @@ pub mod split_work;
 #[cfg(test)]
 mod test_arrays;
 pub mod unified;
+pub mod wait;
 pub mod wire;
 pub mod worker;
 

@@ -196,7 +196,7 @@ pub fn in_parts(
     let states = &posted.states[first_helped..];
     let all_done = || states.iter().all(|s| s.load(Ordering::Acquire) == DONE);
     if !all_done() {
-        crate::worker::poll_until(slowest * 2 + Duration::from_micros(20), all_done);
+        crate::wait::spin_until(slowest * 2 + Duration::from_micros(20), all_done);
     }
     let helped: Vec<bool> = states
         .iter()
@@ -242,7 +242,7 @@ pub fn worker_helps(device: crate::device::Device) -> Option<WorkerHelp> {
     crate::worker::submit(
         device,
         Box::new(move || {
-            crate::worker::poll_until(HELP_AT_MOST, || {
+            crate::wait::spin_until(HELP_AT_MOST, || {
                 help();
                 finished.load(Ordering::Acquire)
             });

@@ -170,7 +170,9 @@ fn start(device: Device) -> std::result::Result<Worker, String> {
                     };
                     extra = next_extra_poll(waited, extra);
                     exit::in_mlx(&in_mlx, || {
+                        let busy = crate::wait::Busy::new(2);
                         job();
+                        drop(busy);
                         done.fetch_sub(1, Ordering::AcqRel);
                         // start evaluating what was built (crate::ahead)
                         // once a batch of results is waiting, queued jobs
@@ -241,42 +243,9 @@ fn make_mlx_objects() {
 /// How long an idle worker polls its queue before it sleeps. Small ops come
 /// in bursts (one process building a graph op by op); polling briefly saves
 /// the wake-up of a sleeping thread on each of them (on a virtual machine,
-/// waking a thread whose core went idle costs tens of microseconds).
+/// waking a thread whose core went idle costs tens of microseconds). It
+/// polls only while the machine has a core to spare (crate::wait).
 const POLL: std::time::Duration = std::time::Duration::from_micros(50);
-
-/// Waits until `ready()` holds or `limit` has passed; whether it holds.
-///
-/// It spins, and every [`SPIN_BETWEEN_YIELDS`] yields its core once
-/// (`sched_yield`). On a machine whose other cores are taken (another VM's
-/// schedulers, any CPU-bound process), a pure spin held the core that the
-/// threads being waited for (a worker, MLX's stream thread, the BEAM
-/// scheduler of a NIF) needed: an eager round trip took 6–8× its quiet time
-/// with one of two cores busy. Yielding at every check fixed that but made
-/// the quiet round trip about 30% slower (a system call per check); a short
-/// spin between yields keeps the quiet time and gives the core away within
-/// microseconds (bench/README.md, "Waiting without spinning").
-pub fn poll_until(limit: std::time::Duration, mut ready: impl FnMut() -> bool) -> bool {
-    let start = std::time::Instant::now();
-    let mut yielded = start;
-    loop {
-        if ready() {
-            return true;
-        }
-        let now = std::time::Instant::now();
-        if now.duration_since(start) >= limit {
-            return false;
-        }
-        if now.duration_since(yielded) >= SPIN_BETWEEN_YIELDS {
-            thread::yield_now();
-            yielded = now;
-        } else {
-            std::hint::spin_loop();
-        }
-    }
-}
-
-/// How long [`poll_until`] spins between two yields of its core.
-const SPIN_BETWEEN_YIELDS: std::time::Duration = std::time::Duration::from_micros(2);
 
 /// What a worker runs before it blocks for want of jobs, set once with
 /// [`set_before_sleep`]; `true` when it did something.
@@ -307,7 +276,7 @@ fn next_job(
     let started = std::time::Instant::now();
     let mut next = None;
     let mut poll = |limit| {
-        poll_until(limit, || match jobs.try_recv() {
+        crate::wait::spin_until(limit, || match jobs.try_recv() {
             Ok(job) => {
                 next = Some(Some(job));
                 true
@@ -638,21 +607,6 @@ mod tests {
         assert_eq!(next_extra_poll(us(501), us(350)), us(0));
         assert_eq!(next_extra_poll(us(5_000_000), us(350)), us(0));
         assert_eq!(next_extra_poll(us(10), us(0)), us(0));
-    }
-
-    #[test]
-    fn poll_until_reports_whether_the_condition_came_true() {
-        let mut checks = 0;
-        assert!(poll_until(std::time::Duration::from_secs(10), || {
-            checks += 1;
-            checks == 3
-        }));
-        assert_eq!(checks, 3);
-
-        let limit = std::time::Duration::from_millis(2);
-        let start = std::time::Instant::now();
-        assert!(!poll_until(limit, || false));
-        assert!(start.elapsed() >= limit);
     }
 
     /// `cargo test -- --ignored --nocapture time_gpu_streams` on a GPU
