@@ -12,7 +12,9 @@
 # one rank would take on the whole batch, and ends at the same loss.
 # (already started under `mix run`; started here for `elixir -pa ...` too)
 {:ok, _} = Application.ensure_all_started([:nx, :ex_mlx])
-Nx.default_backend(ExMLX.Backend)
+# EXMLX_DEVICE=gpu trains on the GPU (with the NCCL backend across GPUs)
+device = String.to_existing_atom(System.get_env("EXMLX_DEVICE", "cpu"))
+Nx.default_backend({ExMLX.Backend, device: device})
 alias ExMLX.Distributed
 
 defmodule DataParallel do
@@ -49,7 +51,21 @@ my_y = Nx.slice_along_axis(y, group.rank * share, share, axis: 0)
 
 step = Nx.Defn.jit(&DataParallel.step/3, compiler: ExMLX.Compiler)
 params = %{w: Nx.broadcast(0.0, {4}), b: Nx.tensor(0.0)}
-params = Enum.reduce(1..steps, params, fn _, p -> step.(p, my_x, my_y) end)
+# CURVE=1 prints the whole batch's loss after every step (rank 0)
+curve? = System.get_env("CURVE") == "1" and group.rank == 0
+
+params =
+  Enum.reduce(1..steps, params, fn s, p ->
+    p = step.(p, my_x, my_y)
+
+    if curve?,
+      do: IO.puts("CURVE #{group.size} #{s} #{DataParallel.loss(p, x, y) |> Nx.to_number()}")
+
+    p
+  end)
 
 full_loss = DataParallel.loss(params, x, y) |> Nx.to_number()
-IO.puts("rank #{group.rank} of #{group.size}: loss on the whole batch after #{steps} steps: #{full_loss}")
+
+IO.puts(
+  "rank #{group.rank} of #{group.size}: loss on the whole batch after #{steps} steps: #{full_loss}"
+)

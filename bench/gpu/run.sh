@@ -16,6 +16,9 @@
 #                                       (integration/bench/models.exs with
 #                                       --device gpu, PyTorch on CUDA);
 #                                       OUT_DIR/models.md
+#   bench/gpu/run.sh nccl OUT_DIR [N]   NCCL across N GPUs: probe, references
+#                                       (torch.distributed, Python mlx),
+#                                       data-parallel training; OUT_DIR/nccl.txt
 #   bench/gpu/run.sh elixir ARGS...     runs elixir with the app on the code
 #                                       path and MLX's CUDA runtime (probes)
 set -euo pipefail
@@ -114,13 +117,38 @@ case "$1" in
       PYTHONPATH="$work/pylib" elixir $(code_paths) integration/bench/models.exs \
       --device gpu --out "$out/models.md"
     ;;
+  nccl)
+    # NCCL across this machine's GPUs (N, default every GPU): ExMLX's probe
+    # (checks, all_sum's bandwidth, a peer that dies), torch.distributed's
+    # and Python mlx's all_sum bandwidth on the same GPUs, and data-parallel
+    # training against one GPU; OUT_DIR/nccl.log, the figures in
+    # OUT_DIR/nccl.txt
+    out=$2
+    n=${3:-$(nvidia-smi -L | wc -l)}
+    mkdir -p "$out"
+    cuda_env
+    nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader > "$out/gpu.txt" || true
+    nvidia-smi topo -m >> "$out/gpu.txt" 2>&1 || true
+    {
+      for round in 1 2; do
+        echo "== round $round"
+        elixir $(code_paths) bench/gpu/nccl_probe.exs "$n" 2>&1 || echo "probe exit $?"
+        "$(python_with_torch)" bench/gpu/nccl_reference.py torch "$n" 2>&1 || echo "torch exit $?"
+        PYTHONPATH="$work/mlx-cuda" python3 bench/gpu/nccl_reference.py mlx "$n" 2>&1 || echo "mlx exit $?"
+      done
+      echo "== training"
+      elixir $(code_paths) bench/gpu/nccl_training.exs "$n" 2>&1 || echo "training exit $?"
+    } > "$out/nccl.log"
+    grep -E "^(ok|FAIL)|BW |^REF |peer gone|bad peer|recv=|step |exit|== " "$out/nccl.log" > "$out/nccl.txt" || true
+    cat "$out/gpu.txt" "$out/nccl.txt"
+    ;;
   elixir)
     shift
     cuda_env
     exec elixir $(code_paths) "$@"
     ;;
   *)
-    echo "usage: $0 unpack STAGE_DIR | suite OUT_DIR | bench OUT_DIR | models OUT_DIR | elixir ARGS..." >&2
+    echo "usage: $0 unpack STAGE_DIR | suite OUT_DIR | bench OUT_DIR | models OUT_DIR | nccl OUT_DIR [N] | elixir ARGS..." >&2
     exit 2
     ;;
 esac

@@ -222,18 +222,28 @@ defmodule ExMLX.Distributed do
 
   @doc """
   Sends `tensor` to rank `dst`, returning once it is sent. The ring backend
-  sends to its neighbours only.
+  sends to its neighbours only. MLX 0.32's NCCL backend has no point-to-point
+  transfer: in an NCCL group of two ranks, a send and its matching `recv/4`
+  travel together as one `all_gather` (the receiver keeps the sender's part,
+  bit for bit); in a larger NCCL group they raise an `ExMLX.Error` of kind
+  `:argument`, and the group stays usable.
   """
   @spec send(Tensor.t(), non_neg_integer(), keyword()) :: :ok
   def send(tensor, dst, opts \\ []) do
     tensor = tensor!(tensor)
     {group, timeout} = group_opts(opts)
 
-    await(
-      "send to rank #{inspect(dst)}",
-      timeout,
-      &Native.dist_send(&1, tensor.ref, dst, group.ref)
-    )
+    if nccl_peer?(group, dst) do
+      # (the pair's all_gather: see nccl_peer?/2)
+      _ = all_gather(tensor, group: group, timeout: timeout) |> ExMLX.eval()
+      :ok
+    else
+      await(
+        "send to rank #{inspect(dst)}",
+        timeout,
+        &Native.dist_send(&1, tensor.ref, dst, group.ref)
+      )
+    end
   end
 
   @doc """
@@ -245,10 +255,14 @@ defmodule ExMLX.Distributed do
     {device, opts} = Keyword.pop(opts, :device, :cpu)
     {group, timeout} = group_opts(opts)
 
-    await("recv from rank #{inspect(src)}", timeout, fn tag ->
-      Native.dist_recv(tag, shape, type, src, group.ref, device)
-    end)
-    |> Tensor.wrap()
+    if nccl_peer?(group, src) do
+      nccl_recv(shape, type, src, device, group, timeout)
+    else
+      await("recv from rank #{inspect(src)}", timeout, fn tag ->
+        Native.dist_recv(tag, shape, type, src, group.ref, device)
+      end)
+      |> Tensor.wrap()
+    end
   end
 
   @doc "A tensor like `tensor` (shape, type, device) received from rank `src`."
@@ -257,12 +271,61 @@ defmodule ExMLX.Distributed do
     tensor = tensor!(tensor)
     {group, timeout} = group_opts(opts)
 
-    await(
-      "recv from rank #{inspect(src)}",
-      timeout,
-      &Native.dist_recv_like(&1, tensor.ref, src, group.ref)
-    )
-    |> Tensor.wrap()
+    if nccl_peer?(group, src) do
+      nccl_recv(
+        ExMLX.shape(tensor),
+        ExMLX.type(tensor),
+        src,
+        ExMLX.device(tensor),
+        group,
+        timeout
+      )
+    else
+      await(
+        "recv from rank #{inspect(src)}",
+        timeout,
+        &Native.dist_recv_like(&1, tensor.ref, src, group.ref)
+      )
+      |> Tensor.wrap()
+    end
+  end
+
+  # MLX 0.32's NCCL backend has no point-to-point transfer (its CUDA build
+  # raises "Send has no CUDA implementation"). In a group of two, a send and
+  # the matching recv are one all_gather, of which the receiver keeps the
+  # sender's part, bit for bit (nothing is added to it). In a larger group
+  # the other ranks would have to join, so send and recv are refused there,
+  # before anything reaches MLX (the group stays usable). A peer that is not
+  # another rank of the group is left to the native call, which names it.
+  defp nccl_peer?(%Group{backend: :nccl, size: size, rank: rank}, peer)
+       when is_integer(peer) and peer >= 0 and peer < size and peer != rank do
+    if size != 2 do
+      raise ExMLX.Error,
+        kind: :argument,
+        message:
+          "send and recv on an NCCL group of #{size} ranks: MLX 0.32's NCCL backend has " <>
+            "no point-to-point transfer, which ExMLX carries through all_gather in a group " <>
+            "of two only; use the collectives, or a ring group (backend: :ring)"
+    end
+
+    true
+  end
+
+  defp nccl_peer?(_group, _peer), do: false
+
+  defp nccl_recv(shape, type, src, device, group, timeout) do
+    zeros = ExMLX.full(0, type, shape, device: device)
+    gathered = all_gather(zeros, group: group, timeout: timeout)
+
+    case shape do
+      {} ->
+        gathered |> ExMLX.dynamic_slice([src], [1]) |> ExMLX.reshape({})
+
+      _ ->
+        [rows | rest] = Tuple.to_list(shape)
+        starts = [src * rows | Enum.map(rest, fn _ -> 0 end)]
+        ExMLX.dynamic_slice(gathered, starts, [rows | rest])
+    end
   end
 
   defp tensor!(%Tensor{} = t), do: t

@@ -48,6 +48,27 @@ defmodule ExMLX.DistributedTest do
     end
   end
 
+  test "send and recv on an NCCL group of more than two ranks are refused before MLX is called" do
+    # (a group as init/1 returns it for the third of four GPUs; its ref is
+    # never used: the refusal comes first)
+    group = %D.Group{ref: nil, rank: 2, size: 4, backend: :nccl, timeout: 1_000}
+    x = ExMLX.iota({:f, 32}, {2})
+
+    message =
+      "send and recv on an NCCL group of 4 ranks: MLX 0.32's NCCL backend has no " <>
+        "point-to-point transfer, which ExMLX carries through all_gather in a group of " <>
+        "two only; use the collectives, or a ring group (backend: :ring)"
+
+    for call <- [
+          fn -> D.send(x, 3, group: group) end,
+          fn -> D.recv({2}, {:f, 32}, 1, group: group) end,
+          fn -> D.recv_like(x, 0, group: group) end
+        ] do
+      e = assert_raise ExMLX.Error, call
+      assert {e.kind, e.message} == {:argument, message}
+    end
+  end
+
   describe "backends" do
     # MLX's CPU build has the ring only; its CUDA build (a GPU machine) has
     # MPI and NCCL as well, whose init then wants their own setup.

@@ -152,12 +152,16 @@ where
     F: FnOnce(Array, &Group) -> Result<T> + Send + 'static,
 {
     distributed::check_usable()?;
-    if let Some(array) = tensor.evaluated_array() {
-        // computed already: no hop through the device's worker (calls are
-        // synchronous for their caller, so this cannot overtake one of its
-        // earlier calls)
-        let g = group.clone();
-        return on_comm(ticket, is_nccl(&group.0), move || work(array, &g.0));
+    // computed already: no hop through the device's worker (calls are
+    // synchronous for their caller, so this cannot overtake one of its
+    // earlier calls). Not for NCCL's GPU tensors: a GPU tensor recorded as
+    // evaluated may still be computing on its worker's stream (MLX's
+    // `async_eval`), which only the worker's thread can wait for.
+    if !is_nccl(&group.0) {
+        if let Some(array) = tensor.evaluated_array() {
+            let g = group.clone();
+            return on_comm(ticket, false, move || work(array, &g.0));
+        }
     }
     let device = tensor.device;
     worker::submit(

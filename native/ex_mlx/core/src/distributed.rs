@@ -397,13 +397,33 @@ pub fn recv(shape: &[i32], dtype: Dtype, src: i32, group: &Group) -> Result<Arra
 /// failure here is the group's (a lost peer): the error is of kind
 /// `distributed`, and since MLX's group cannot run collectives any more
 /// (the ring's socket threads have given up), later calls are refused at
-/// once ([`poison`]) instead of waiting for their timeout.
+/// once ([`poison`]) instead of waiting for their timeout. An operation or
+/// type the backend lacks ([`unsupported_by_backend`]) is the caller's
+/// error: nothing was exchanged, and the group stays usable.
 pub fn eval(array: &Array) -> Result<()> {
     array.eval().map_err(|e| {
         let message = Error::from(e).to_string();
+        if unsupported_by_backend(&message) {
+            return Error::arg("tensor", message);
+        }
         poison(format!("an earlier collective failed: {message}"));
         Error::Distributed(message)
     })
+}
+
+/// Whether MLX's message says the backend has no implementation of the
+/// operation or type asked for (MLX 0.32's CUDA build: "Send has no CUDA
+/// implementation"; its backends: "... is not supported"), as opposed to
+/// a failure of the exchange itself.
+fn unsupported_by_backend(message: &str) -> bool {
+    let lower = message.to_ascii_lowercase();
+    [
+        "has no cuda implementation",
+        "not supported",
+        "not implemented",
+    ]
+    .iter()
+    .any(|phrase| lower.contains(phrase))
 }
 
 /// Runs one mlx-c call that writes a new array on this thread's stream.
@@ -522,6 +542,24 @@ mod tests {
 
     fn f32s(a: &Array) -> Vec<f32> {
         a.as_slice::<f32>().to_vec()
+    }
+
+    #[test]
+    fn a_missing_operation_is_told_from_a_failed_exchange() {
+        for message in [
+            "Send has no CUDA implementation.",
+            "[nccl] Recv not supported in NCCL backend.",
+            "[ring] Type not implemented",
+        ] {
+            assert!(unsupported_by_backend(message), "{message}");
+        }
+        for message in [
+            "[ring] Send failed with errno=32",
+            "NCCL error: unhandled system error",
+            "[ring] Couldn't connect (error: 111)",
+        ] {
+            assert!(!unsupported_by_backend(message), "{message}");
+        }
     }
 
     #[test]
