@@ -67,13 +67,17 @@ case System.argv() do
 
     for {bytes, label} <- [{1 <<< 20, "1MB"}, {64 <<< 20, "64MB"}, {1 <<< 30, "1GB"}] do
       x = ExMLX.full(1.0, {:f, 32}, {div(bytes, 4)}, device: :gpu) |> ExMLX.eval()
-      for _ <- 1..3, do: D.all_sum(x) |> ExMLX.eval()
+      for _ <- 1..3, do: D.all_sum(x) |> ExMLX.eval() |> ExMLX.deallocate()
 
       samples =
         for _ <- 1..10 do
           t = System.monotonic_time()
-          D.all_sum(x) |> ExMLX.eval()
-          System.convert_time_unit(System.monotonic_time() - t, :native, :microsecond)
+          sum = D.all_sum(x) |> ExMLX.eval()
+          us = System.convert_time_unit(System.monotonic_time() - t, :native, :microsecond)
+          # (freed now, as Python frees its result, rather than at the
+          # next garbage collection: MLX reuses its buffer)
+          ExMLX.deallocate(sum)
+          us
         end
 
       us = samples |> Enum.sort() |> Enum.at(5)

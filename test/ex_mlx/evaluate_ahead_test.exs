@@ -38,8 +38,9 @@ defmodule ExMLX.EvaluateAheadTest do
     {s, ones, ExMLX.Memory.stats().active}
   end
 
-  # Polls `check` every 5 ms, up to 10 s: whether it came true.
-  defp eventually(check, tries \\ 2000) do
+  # Polls `check` every 5 ms, up to 2 minutes (far beyond what load makes
+  # of a few milliseconds' work): whether it came true.
+  defp eventually(check, tries \\ 24_000) do
     cond do
       check.() -> true
       tries == 0 -> false

@@ -214,13 +214,28 @@ pub fn init(backend: Backend, strict: bool) -> Result<Group> {
         return Ok(Group::single());
     }
     if backend == Backend::Any {
-        // MLX's `any` takes the ring when MLX_RANK and MLX_HOSTFILE are set,
-        // MPI otherwise.
-        let ring =
-            std::env::var_os("MLX_RANK").is_some() && std::env::var_os("MLX_HOSTFILE").is_some();
-        group.backend = if ring { "ring" } else { "mpi" };
+        group.backend = chosen_by_any(
+            |name| std::env::var_os(name).is_some(),
+            Backend::Nccl.is_available(),
+        );
     }
     Ok(group)
+}
+
+/// The backend MLX's `any` joined a group of several ranks with, from the
+/// setup in the environment (`is_set` tells whether a variable is set):
+/// the ring when MLX_RANK and MLX_HOSTFILE are set, NCCL when its
+/// NCCL_HOST_IP is (and the build has NCCL: ExMLX's launcher sets it for
+/// `backend: :nccl`), MPI otherwise. The name decides where collectives
+/// run: NCCL's on a GPU stream.
+fn chosen_by_any(is_set: impl Fn(&str) -> bool, nccl_built: bool) -> &'static str {
+    if is_set("MLX_RANK") && is_set("MLX_HOSTFILE") {
+        "ring"
+    } else if nccl_built && is_set("NCCL_HOST_IP") {
+        "nccl"
+    } else {
+        "mpi"
+    }
 }
 
 fn not_available(backend: Backend) -> Error {
@@ -542,6 +557,21 @@ mod tests {
 
     fn f32s(a: &Array) -> Vec<f32> {
         a.as_slice::<f32>().to_vec()
+    }
+
+    #[test]
+    fn the_backend_any_joined_with_is_named_from_the_environment() {
+        let with = |names: &'static [&'static str]| move |name: &str| names.contains(&name);
+        assert_eq!(
+            chosen_by_any(with(&["MLX_RANK", "MLX_HOSTFILE"]), true),
+            "ring"
+        );
+        // ExMLX's launcher with `backend: :nccl`: MLX_RANK, MLX_WORLD_SIZE,
+        // NCCL_HOST_IP, NCCL_PORT
+        let nccl = with(&["MLX_RANK", "MLX_WORLD_SIZE", "NCCL_HOST_IP", "NCCL_PORT"]);
+        assert_eq!(chosen_by_any(nccl, true), "nccl");
+        assert_eq!(chosen_by_any(nccl, false), "mpi");
+        assert_eq!(chosen_by_any(with(&["MLX_RANK"]), true), "mpi");
     }
 
     #[test]
