@@ -417,7 +417,8 @@ defmodule Bench.Suite do
       a = nx.iota({16}, type: :f32, backend: ExMLX.Backend)
       b = nx.iota({16}, type: :f32, backend: ExMLX.Backend)
       f = fn x -> x |> nx.exp() |> nx.multiply(2) |> nx.sum() end
-      compiled = Nx.Defn.jit(f, compiler: ExMLX.Compiler)
+      defn = Nx.Defn
+      compiled = defn.jit(f, compiler: ExMLX.Compiler)
 
       eager ++
         [
