@@ -30,7 +30,8 @@ defmodule ExMLX.Distributed do
 
   `:ring` (TCP between neighbours; what MLX's Linux CPU build has), `:mpi`,
   `:nccl` (GPUs), and `:any` (the ring if `MLX_RANK` and `MLX_HOSTFILE` are
-  set, else NCCL if `NCCL_HOST_IP` is and the build has it, else MPI). A backend the MLX build lacks is an `ExMLX.Error` of kind
+  set, else NCCL if `NCCL_HOST_IP` is and the build has it, else MPI). A
+  backend the MLX build lacks is an `ExMLX.Error` of kind
   `:distributed` that names it; `available?/1` tells beforehand. MLX's ring
   exchanges with its two neighbours only: `send/3` and `recv/4` to another
   rank are refused, and it cannot `split/3` a group.

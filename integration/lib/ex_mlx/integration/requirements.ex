@@ -196,15 +196,17 @@ defmodule ExMLX.Integration.Requirements do
   end
 
   # The cell's apps and, transitively, their dependencies among `packages`.
-  defp installed(apps, packages) do
-    Stream.iterate({apps, MapSet.new()}, fn {[app | rest], seen} ->
+  defp installed(apps, packages), do: reachable(apps, packages, MapSet.new())
+
+  defp reachable([], packages, seen),
+    do: seen |> Enum.filter(&Map.has_key?(packages, &1)) |> Enum.sort()
+
+  defp reachable([app | rest], packages, seen) do
+    if app in seen do
+      reachable(rest, packages, seen)
+    else
       deps = if Map.has_key?(packages, app), do: Keyword.keys(packages[app].deps), else: []
-      new = Enum.reject(deps, &(&1 in seen or &1 in rest))
-      {rest ++ new, MapSet.put(seen, app)}
-    end)
-    |> Enum.find(fn {queue, _} -> queue == [] end)
-    |> elem(1)
-    |> Enum.filter(&Map.has_key?(packages, &1))
-    |> Enum.sort()
+      reachable(rest ++ deps, packages, MapSet.put(seen, app))
+    end
   end
 end
