@@ -35,7 +35,10 @@ defmodule ExMLX do
   their result follow from the inputs' (broadcasting, MLX's type promotion),
   so they return at once and the worker catches up in the background. An error MLX raises for them (such as
   `:out_of_memory`) is raised where the result is used: `eval/1`,
-  `to_binary/1`, `item/1`, or an operation on it.
+  `to_binary/1`, `item/1`, or an operation on it. The reductions and the
+  creation operations (`full/4`, `iota/3`, `eye/3`) do not wait either
+  where their result's shape and type follow from their arguments; a
+  creation past the memory limit is still refused at the call.
   """
 
   # abs/1, round/1, min/2 and max/2 are tensor operations here.
@@ -386,8 +389,9 @@ defmodule ExMLX do
   # positional (with their defaults), then a keyword list of the others;
   # its `///` lines are the documentation. Ops flagged `nx` are for
   # ExMLX.Backend and ExMLX.FFT only; those flagged `custom` are written by
-  # hand below. Element-wise ops and `matmul` return at once when their
-  # result can be predicted (binary_op/3, unary_op/2).
+  # hand below. Element-wise ops, reductions, `matmul` and the creation ops
+  # return at once when their result can be predicted (binary_op/3,
+  # unary_op/2, reduction_op/3, creation_op/2).
 
   kind_types = %{
     Int: quote(do: integer()),
@@ -481,6 +485,9 @@ defmodule ExMLX do
           [a] = inputs
           quote(do: reduction_op(unquote(name), unquote(a), unquote(params)))
 
+        name in ExMLX.Prediction.creations() ->
+          quote(do: creation_op(unquote(name), unquote(params)))
+
         true ->
           quote(do: run_op(unquote(name), unquote(refs), unquote(params)))
       end
@@ -515,8 +522,9 @@ defmodule ExMLX do
     end
   end
 
-  # Element-wise ops and `matmul` return at once where their result's
-  # shape and type follow from the inputs' (ExMLX.Prediction): the worker
+  # Element-wise ops, reductions, `matmul` and the creation ops return at
+  # once where their result's shape and type follow from the inputs' or the
+  # parameters (ExMLX.Prediction): the worker
   # builds the graph node in the background and only reading data waits. An
   # error MLX raises there (say, running out of memory) surfaces where the
   # result is used. Elsewhere they wait for the worker's answer, so MLX's own
@@ -538,6 +546,10 @@ defmodule ExMLX do
   defp reduction_op(op, a, params) do
     ref = tensor!(a, :tensor).ref
     predicted_op(op, [ref], params, ExMLX.Prediction.reduce(op, a, params))
+  end
+
+  defp creation_op(op, params) do
+    predicted_op(op, [], params, ExMLX.Prediction.creation(op, params))
   end
 
   # The op deferred with its predicted result, or run and waited for.

@@ -50,6 +50,70 @@ defmodule ExMLX.Prediction do
     end
   end
 
+  @creations [:full, :iota, :eye]
+  @i32_max 2_147_483_647
+
+  @doc "The creation ops `creation/2` predicts."
+  def creations, do: @creations
+
+  @doc """
+  `{:ok, shape, type}` for the creation op `op(params...)` (`creations/0`,
+  with the op table's parameters: `[value, type, shape, device]` for `full`,
+  `[type, shape, axis, device]` for `iota`, `[n, type, m, device]` for
+  `eye`): the type asked for and the shape asked for (`{n, m}` for `eye`).
+  `:unknown` for anything the op could refuse (a shape or axis out of
+  range, a value `type` cannot hold exactly as an integer or boolean, a
+  complex value, a type it does not know): its error is then raised at the
+  call.
+  """
+  def creation(:full, [value, type, shape, _device]) do
+    if type in @types and shape?(shape) and holds?(type, value),
+      do: {:ok, shape, type},
+      else: :unknown
+  end
+
+  def creation(:iota, [type, shape, axis, _device]) do
+    rank = if is_tuple(shape), do: tuple_size(shape), else: 0
+
+    if type in @types and shape?(shape) and Tuple.product(shape) <= @i32_max and
+         (is_nil(axis) or (is_integer(axis) and axis >= 0 and axis < rank)),
+       do: {:ok, shape, type},
+       else: :unknown
+  end
+
+  def creation(:eye, [n, type, m, _device]) do
+    m = m || n
+
+    if type in @types and shape?({n, m}),
+      do: {:ok, {n, m}, type},
+      else: :unknown
+  end
+
+  def creation(_op, _params), do: :unknown
+
+  defp shape?(shape) when is_tuple(shape) do
+    shape |> Tuple.to_list() |> Enum.all?(&(is_integer(&1) and &1 >= 0 and &1 <= @i32_max))
+  end
+
+  defp shape?(_shape), do: false
+
+  # Whether `value` is one `type` takes without an error: an integer in
+  # range for integer types, 0 or 1 for booleans, a float, a special float
+  # or an integer the NIF reads (a 64-bit one, signed or not) for the others.
+  defp holds?({:s, bits}, v) when is_integer(v),
+    do: v >= -Bitwise.bsl(1, bits - 1) and v < Bitwise.bsl(1, bits - 1)
+
+  defp holds?({:u, bits}, v) when is_integer(v), do: v >= 0 and v < Bitwise.bsl(1, bits)
+  defp holds?(:bool, v), do: v in [0, 1]
+
+  defp holds?({kind, _}, v) when kind in [:f, :bf, :c] and is_integer(v),
+    do: v >= -Bitwise.bsl(1, 63) and v < Bitwise.bsl(1, 64)
+
+  defp holds?({kind, _}, v) when kind in [:f, :bf, :c],
+    do: is_float(v) or v in [:nan, :infinity, :neg_infinity]
+
+  defp holds?(_type, _v), do: false
+
   @reductions [:sum, :product, :all, :any, :mean, :reduce_min, :reduce_max]
   @arg_reductions [:argmax, :argmin]
   @cumulative [:cumulative_sum, :cumulative_product, :cumulative_min, :cumulative_max]

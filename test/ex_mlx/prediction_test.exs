@@ -242,6 +242,97 @@ defmodule ExMLX.PredictionTest do
     end
   end
 
+  test "creation ops: the prediction is the synchronous call's shape and type, or :unknown where it raises" do
+    values = [
+      0,
+      1,
+      -1,
+      255,
+      256,
+      -129,
+      2 ** 64,
+      -(2 ** 63) - 1,
+      1.5,
+      2.0,
+      :nan,
+      :infinity,
+      {1, 2},
+      true
+    ]
+
+    shapes = [{}, {2, 3}, {0, 4}, {-1}, [2]]
+
+    calls =
+      for(t <- types(), v <- values, s <- shapes, do: {:full, [v, t, s, :cpu]}) ++
+        for(
+          t <- types(),
+          s <- shapes,
+          axis <- [nil, 0, 1, 2, -1],
+          do: {:iota, [t, s, axis, :cpu]}
+        ) ++
+        for t <- types(),
+            {n, m} <- [{3, nil}, {2, 4}, {0, 1}, {-1, 2}],
+            do: {:eye, [n, t, m, :cpu]}
+
+    predicted =
+      for {op, params} <- calls do
+        label = "#{op} #{inspect(params)}"
+
+        expected =
+          try do
+            ExMLX.Op.run(op, [], params) |> ExMLX.Tensor.wrap()
+          rescue
+            e in ExMLX.Error -> e
+          end
+
+        prediction = Prediction.creation(op, params)
+        got = outcome(fn -> apply(ExMLX, op, creation_args(op, params)) end)
+
+        case expected do
+          %ExMLX.Error{message: message} ->
+            assert prediction == :unknown, label
+            assert got == {:error, message}, label
+
+          %ExMLX.Tensor{shape: shape, type: type} ->
+            assert prediction in [:unknown, {:ok, shape, type}], label
+            assert got == {shape, type, ExMLX.to_binary(expected)}, label
+        end
+
+        prediction != :unknown
+      end
+
+    # the plain calls are predicted: at least every type filled with 0 in the
+    # three valid shapes, iota of those along no axis or a valid one (7 calls
+    # a type), and the three valid eyes
+    assert Enum.count(predicted, & &1) >= 14 * 3 + 14 * 7 + 14 * 3
+  end
+
+  test "a predicted creation op returns while the worker is busy" do
+    # (on the CPU, whose default worker the test hook holds; the type rules
+    # are not read for creation ops)
+    hold = make_ref()
+    :ok = ExMLX.Native.hold_worker_for_test(hold)
+
+    made =
+      try do
+        {ExMLX.full(7, {:s, 16}, {2}, device: :cpu), ExMLX.iota({:f, 32}, {3}, device: :cpu),
+         ExMLX.eye(2, {:u, 8}, device: :cpu)}
+      after
+        ExMLX.Native.release_worker_for_test()
+      end
+
+    assert_receive {^hold, {:ok, true}}, 10_000
+    {full, iota, eye} = made
+    assert ExMLX.to_list(full) == [7, 7]
+    assert ExMLX.to_list(iota) == [0.0, 1.0, 2.0]
+    assert ExMLX.to_list(eye) == [1, 0, 0, 1]
+  end
+
+  # The public function's arguments for a creation op's table parameters.
+  defp creation_args(:full, [v, t, s, device]), do: [v, t, s, [device: device]]
+  defp creation_args(:iota, [t, s, axis, device]), do: [t, s, [axis: axis, device: device]]
+  defp creation_args(:eye, [n, t, m, device]), do: [n, t, [m: m, device: device]]
+
   test "a wrong prediction is an :internal error, never a silent cast" do
     a = ExMLX.iota({:s, 32}, {3})
 

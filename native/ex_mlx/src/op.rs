@@ -36,6 +36,14 @@ fn op<'a>(
 ) -> AsyncResult {
     let op = name.0;
     let (inputs, params, device) = check_call(op, inputs, params).map_err(error_tuple)?;
+    if inputs.is_empty() {
+        // a creation op whose result Elixir predicted (ExMLX.Prediction):
+        // a tensor past the memory limit is refused at the call, as when
+        // the call waits for the worker, which checks it again
+        if let Some(bytes) = crate::reply::predicted_bytes(tag.0) {
+            ex_mlx_core::memory::check_allocation(bytes).map_err(error_tuple)?;
+        }
+    }
     if let Some(done) = computed_here(tag, op, &inputs, &params, device) {
         return Ok(done);
     }

@@ -212,6 +212,19 @@ fn expected_result(tag: Term) -> Result<Option<Expected>> {
     Ok(None)
 }
 
+/// The bytes of the result `tag` predicts (`{:deferred, type, shape}`);
+/// `None` for other tags or a size past `usize`.
+pub fn predicted_bytes(tag: Term) -> Option<usize> {
+    match expected_result(tag).ok()?? {
+        Expected::Exact(dtype, shape) => shape
+            .iter()
+            .try_fold(ex_mlx_core::dtype::size_of(dtype), |bytes, &d| {
+                bytes.checked_mul(usize::try_from(d).ok()?)
+            }),
+        _ => None,
+    }
+}
+
 /// The array inside a tensor-producing result (deferred mode only).
 fn into_array<T: 'static>(value: T) -> Result<mlx_rs::Array> {
     let any: Box<dyn Any> = Box::new(value);
