@@ -259,13 +259,13 @@ if Code.ensure_loaded?(Nx) do
 
       try do
         spawn_link(fn -> send(parent, {:read, apply(fun, args) |> Nx.to_binary()}) end)
-        assert_receive {:read, bytes}, 10_000
+        assert_receive {:read, bytes}, 120_000
         assert bytes == first
       after
         ExMLX.Native.release_worker_for_test()
       end
 
-      assert_receive {^hold, {:ok, true}}, 10_000
+      assert_receive {^hold, {:ok, true}}, 120_000
     end
 
     test "a small recurrent loop and its gradient (host-computed steps on the CPU) have the Evaluator's bits" do
@@ -500,14 +500,11 @@ if Code.ensure_loaded?(Nx) do
       assert Nx.to_flat_list(result) == [2.0 ** 45, 2.0 ** 46]
     end
 
-    test "fuse: true on the cpu: element-wise groups give float32 results of float64 math" do
-      # Nx.BinaryBackend computes each op in float64 and rounds it to
-      # float32: for + - * / sqrt that is the float32 op itself; for tanh,
-      # exp and sigmoid the correctly rounded value, which the fused pass
-      # is within one unit of (and MLX's unfused CPU kernels differ from in
-      # a few percent of the elements).
-      # (on the cpu device wherever the suite runs: on a GPU, fuse: true is
-      # MLX's compile, whose CUDA functions are not correctly rounded)
+    test "fuse: true on the cpu: element-wise groups give the unfused program's bits" do
+      # only exactly rounded ops fuse (docs/numerics.md): fused or not,
+      # tanh, exp and sigmoid are MLX's kernels and + - * / sqrt round once,
+      # so the bits are the same; both are close to Nx.BinaryBackend's float64
+      # math rounded to float32
       x =
         Nx.iota({8192}, type: {:f, 32}, backend: Nx.BinaryBackend)
         |> Nx.subtract(4096)
@@ -516,11 +513,9 @@ if Code.ensure_loaded?(Nx) do
 
       for fun <- [&Funs.chain/1, &Funs.chain_in_loop/1] do
         fused = Nx.Defn.jit(fun, compiler: ExMLX.Compiler, fuse: true, device: :cpu).(x)
-        fused = Nx.backend_copy(fused, Nx.BinaryBackend)
-        want = binary(fun, [x])
-        same = Nx.equal(fused, want) |> Nx.sum() |> Nx.to_number()
-        assert same >= 8192 - 8, "#{8192 - same} of 8192 values differ"
-        assert Nx.all_close(fused, want, atol: 0, rtol: 4.0e-7) |> Nx.to_number() == 1
+        plain = Nx.Defn.jit(fun, compiler: ExMLX.Compiler, device: :cpu).(x)
+        assert Nx.to_binary(fused) == Nx.to_binary(plain)
+        assert_all_close(fused, binary(fun, [x]))
       end
     end
 
@@ -697,14 +692,14 @@ if Code.ensure_loaded?(Nx) do
             receive do: (:read -> send(parent, {:read, Nx.to_flat_list(result)}))
           end)
 
-        assert_receive :called, 10_000
+        assert_receive :called, 120_000
         send(caller, :read)
       after
         ExMLX.Native.release_worker_for_test()
       end
 
-      assert_receive {^hold, {:ok, true}}, 10_000
-      assert_receive {:read, [4.0, 8.0]}, 10_000
+      assert_receive {^hold, {:ok, true}}, 120_000
+      assert_receive {:read, [4.0, 8.0]}, 120_000
     end
 
     test "cond runs the first true clause; clauses share the enclosing scope's values" do
@@ -779,7 +774,7 @@ if Code.ensure_loaded?(Nx) do
           Nx.to_number(t)
         end)
 
-      assert_receive :started, 10_000
+      assert_receive :started, 120_000
       Process.exit(pid, :kill)
       # the worker is free again: an eager op and a compiled call complete
       assert Nx.to_number(Nx.add(Nx.tensor(1), 2)) == 3

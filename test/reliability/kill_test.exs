@@ -4,7 +4,7 @@ defmodule ExMLX.Reliability.KillTest do
   @moduletag :reliability
 
   alias ExMLX.Memory
-  import ExMLX.TestHelpers, only: [settle: 0]
+  import ExMLX.TestHelpers, only: [settle: 0, settle_to: 2]
 
   test "hundreds of processes killed mid-evaluation leave memory at its baseline" do
     settle()
@@ -33,8 +33,7 @@ defmodule ExMLX.Reliability.KillTest do
 
     # the workers finish what was queued; then everything is garbage
     assert ExMLX.iota({:s, 32}, {3}) |> ExMLX.sum() |> ExMLX.item() == 3
-    settle()
-    after_kills = Memory.stats().active
+    after_kills = settle_to(baseline, 1024 * 1024)
 
     IO.puts(
       "\n  kills: 300 survived; active memory #{baseline} bytes before, #{after_kills} after"

@@ -97,6 +97,32 @@ defmodule ExMLX.TestHelpers do
     :ok
   end
 
+  @doc """
+  Active memory once it is within `slack` bytes of `baseline`: collects
+  garbage and makes a round trip through the CPU worker (which drops the
+  arrays released before it) until it is, or until `wait_ms` have passed
+  (a bound far beyond any load: a busy machine frees late, a leak never),
+  then returns what it reads.
+  """
+  def settle_to(baseline, slack, wait_ms \\ 120_000) do
+    deadline = System.monotonic_time(:millisecond) + wait_ms
+    settle_until(baseline, slack, deadline)
+  end
+
+  defp settle_until(baseline, slack, deadline) do
+    settle()
+    # (a job queued after every release so far)
+    ExMLX.iota({:s, 32}, {1}, device: :cpu) |> ExMLX.item()
+    active = ExMLX.Memory.stats().active
+
+    if abs(active - baseline) <= slack or System.monotonic_time(:millisecond) > deadline do
+      active
+    else
+      Process.sleep(50)
+      settle_until(baseline, slack, deadline)
+    end
+  end
+
   @doc "Drops every message in the mailbox (replies nobody waits for)."
   def drain_mailbox do
     receive do

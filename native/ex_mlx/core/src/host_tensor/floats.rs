@@ -6,8 +6,7 @@
 //! a step. Where every input of such an op is known here, it is computed
 //! here, with the bits MLX's op gives (the op table's, checked against it
 //! in the tests): IEEE 754 arithmetic rounded once, comparisons and
-//! selections, MLX's `exp`, `sigmoid` and `tanh` (crate::elementwise_fusion's
-//! MLX kinds), the C library's `powf` (MLX's `pow`), sums added one value
+//! selections, the C library's `logf` and `powf` (MLX's `log` and `pow`), sums added one value
 //! after another from zero in index order (MLX's order for these sizes),
 //! products by the very `cblas_sgemm` MLX calls, and writes into a slice or
 //! a padding. Anything else, or a tensor of more than [`MAX_ELEMENTS`]
@@ -21,7 +20,7 @@ use mlx_rs::Dtype;
 use super::{for_each_offset, reduce_values, size, strides, HostTensor};
 use crate::elementwise_fusion::{values_of, Kind};
 use crate::ops::check_axis;
-use crate::ops::computed::exact_kind;
+use crate::ops::computed::elementwise_kind;
 use crate::ops::params::Param;
 use crate::ops::reduce::sum_in_mlx_order;
 use crate::ops::table::Op;
@@ -114,12 +113,12 @@ pub(super) fn apply(op: Op, args: &[&HostTensor], params: &[Param]) -> Option<Ho
         (_, [a, b], []) => match comparison(op) {
             Some(compare) => compare_values(a, b, compare),
             None => {
-                let kind = exact_kind(op)?;
+                let kind = elementwise_kind(op)?;
                 binary_kind(kind, a, b)
             }
         },
         (_, [a], []) => {
-            let kind = exact_kind(op)?;
+            let kind = elementwise_kind(op)?;
             let x = a.floats()?;
             let mut out = vec![0.0f32; x.len()];
             values_of(kind, &x, &x, &mut out);
@@ -158,9 +157,6 @@ fn floats_of(bits: &[i128]) -> Vec<f32> {
 /// An exactly rounded binary `kind` (crate::elementwise_fusion) of two
 /// float32 tensors.
 fn binary_kind(kind: Kind, a: &HostTensor, b: &HostTensor) -> Option<HostTensor> {
-    if !kind.exactly_mlx() {
-        return None;
-    }
     let (shape, x, y) = both(a, b)?;
     let mut out = vec![0.0f32; x.len()];
     values_of(kind, &x, &y, &mut out);

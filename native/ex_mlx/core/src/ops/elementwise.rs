@@ -3,7 +3,6 @@
 
 use mlx_rs::{ops, Array, Dtype};
 
-use crate::elementwise_fusion::Kind;
 use crate::error::Result;
 
 /// The type MLX computes `a op b` in.
@@ -39,9 +38,6 @@ pub fn power(a: &Array, b: &Array) -> Result<Array> {
     };
     match exponent {
         Some(2.0) => Ok(ops::square(a)?),
-        Some(3.0) => {
-            crate::elementwise_fusion::vectorized_or(Kind::Cube, a, |a| Ok(ops::power(a, b)?))
-        }
         _ => Ok(ops::power(a, b)?),
     }
 }
@@ -175,9 +171,7 @@ pub fn round_half_away(a: &Array) -> Result<Array> {
 }
 
 /// MLX's `erf`, with the sign of zero kept: MLX 0.32's CPU `erf` gives −0
-/// for +0 (it negates its value wherever x > 0 does not hold). (Float32
-/// arrays of 4,096 values or more on the CPU never get here: the op table
-/// computes those itself, crate::elementwise_fusion.)
+/// for +0 (it negates its value wherever x > 0 does not hold).
 pub fn erf(a: &Array) -> mlx_rs::error::Result<Array> {
     let e = ops::erf(a)?;
     if !a.dtype().is_float() {
@@ -297,36 +291,5 @@ mod tests {
             );
         }
         assert_eq!(wider, vec![1, xs.len() as i32]);
-    }
-
-    #[test]
-    fn a_float32_power_three_of_many_values_is_the_cube_rounded_once() {
-        let xs: Vec<f32> = (0..20_000)
-            .map(|i| (i as f32 - 10_000.0) * 3.7e-3)
-            .collect();
-        let few: Vec<f32> = xs[..100].to_vec();
-        let given = (xs.clone(), few.clone());
-        let (cubes, few_cubes, mlx_few) = run_blocking(Device::Cpu, move || {
-            let (xs, few) = given;
-            let three = Array::from_f32(3.0);
-            three.eval()?;
-            let x = Array::from_slice(&xs, &[xs.len() as i32]);
-            let f = Array::from_slice(&few, &[few.len() as i32]);
-            Ok((
-                power(&x, &three)?.as_slice::<f32>().to_vec(),
-                power(&f, &three)?.as_slice::<f32>().to_vec(),
-                ops::power(&f, &three)?.as_slice::<f32>().to_vec(),
-            ))
-        })
-        .unwrap();
-        // (x² is exact in float64; x²·x rounds once there, then to float32)
-        let off = xs
-            .iter()
-            .zip(&cubes)
-            .filter(|(&x, got)| ((x as f64).powi(3) as f32).to_bits() != got.to_bits())
-            .count();
-        assert_eq!(off, 0);
-        // below 4,096 values: MLX's power, bit for bit
-        assert_eq!(few_cubes, mlx_few);
     }
 }
