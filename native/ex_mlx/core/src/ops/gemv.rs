@@ -880,32 +880,4 @@ mod tests {
         .unwrap();
         assert_eq!(left, [true; 10]);
     }
-
-    /// Prints how long the two kernels take for a batch-1 MLP's first layer
-    /// and a small language model's (`cargo test -- --ignored --nocapture`).
-    #[test]
-    #[ignore]
-    fn kernel_time() {
-        let time = |f: &mut dyn FnMut()| {
-            let mut best = f64::MAX;
-            for _ in 0..200 {
-                let start = std::time::Instant::now();
-                f();
-                best = best.min(start.elapsed().as_secs_f64());
-            }
-            best * 1e6
-        };
-        for (r, c) in [(784usize, 512usize), (256, 768), (768, 256), (256, 2048)] {
-            let m = sample(r * c, 1);
-            let xr = sample(r, 2);
-            let xc = sample(c, 3);
-            let mut yr = vec![0.0; c];
-            let mut yc = vec![0.0; r];
-            println!(
-                "{r}x{c}: scaled rows {:.1} us, row dots {:.1} us",
-                time(&mut || scaled_rows(&xr, &m, c, &mut yr)),
-                time(&mut || row_dots(&m, c, &xc, &mut yc))
-            );
-        }
-    }
 }
