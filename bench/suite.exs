@@ -129,8 +129,8 @@ defmodule Bench.Suite do
   # after one garbage collection, as the Python references time theirs (the
   # defn section). A collection before each call, as timed/3 does, lets
   # ExMLX's worker go to sleep meanwhile, so each call then pays its
-  # wake-up, which Python's calls never do: the batch-1 MLP 100–124 µs a
-  # call against 82–110 back to back (bench/README.md, session 20).
+  # wake-up, which Python's calls never do (bench/README.md, "How defn rows
+  # are timed").
   defp timed_back_to_back(fun, reps), do: timed(fun, reps, 1, :once)
 
   defp summarize(samples) do
@@ -624,7 +624,8 @@ defmodule Bench.Suite do
       for {label, input} <- [{"batch 1", x1}, {"batch 64", xm}] do
         # (calls back to back after the defn section's warm-up, as it times
         # them: the first tens of calls after an idle spell run at half
-        # speed or worse on this project's VM, bench/README.md, session 21)
+        # speed or worse on this project's VM: bench/README.md, "How defn
+        # rows are timed")
         run = fn f ->
           call = fn -> f.(input, w1m, w2m) |> nx.to_binary() end
           unless reps == 5, do: apply(Bench.Defn, :warm_up, [call, 200])

@@ -203,7 +203,8 @@ fn start(device: Device) -> std::result::Result<Worker, String> {
 /// became a context switch per task (a read of `add |> sum` about five). A
 /// batch thread does not preempt on waking: the worker queues the whole
 /// graph, then waits, and the stream thread runs the tasks in one go
-/// (bench/README.md, session 13). Its share of the CPU is unchanged.
+/// (docs/decisions/0003-mlx-cpu-stream-thread-as-batch-thread.md). Its
+/// share of the CPU is unchanged.
 #[cfg(target_os = "linux")]
 fn as_batch_thread<T>(work: impl FnOnce() -> T) -> T {
     // SAFETY: pid 0 is the calling thread.
@@ -313,13 +314,11 @@ const MAX_EXTRA_POLL: std::time::Duration = std::time::Duration::from_micros(100
 /// last job with `extra` as the extra poll: a caller that comes back every
 /// few hundred microseconds (a loop with some Elixir work, or a
 /// collection, between compiled calls) finds the worker still polling
-/// instead of asleep (waking it took 25–30 µs on the project's virtual
-/// machine: a batch-1 MLP call with 200 µs between calls took 57–72 µs
-/// against 28–31 back to back, 34–36 with this; bench/README.md, session
-/// 18). After a wait
-/// of up to half [`MAX_EXTRA_POLL`], the worker polls twice that wait in
-/// all; jobs back to back (a call's own) keep the extra poll; a longer
-/// wait ends it (an idle VM does not spin).
+/// instead of asleep, whose wake-up would be much of a short call's time
+/// (docs/decisions/0002-worker-hand-off-and-waits.md). After a wait of up
+/// to half [`MAX_EXTRA_POLL`], the worker polls twice that wait in all;
+/// jobs back to back (a call's own) keep the extra poll; a longer wait
+/// ends it (an idle VM does not spin).
 fn next_extra_poll(waited: std::time::Duration, extra: std::time::Duration) -> std::time::Duration {
     if waited <= POLL {
         extra
