@@ -105,9 +105,9 @@ if Code.ensure_loaded?(Nx) do
 
     # Each program runs for @warm_up_ms (at least once) before it is timed,
     # as defn_reference.py's do. The first tens of milliseconds of matrix
-    # products in a VM can run at half speed (an MLP at batch 64: 27 calls
-    # at about 980 µs, then about 530 from one call to the next, bench/README.md,
-    # session 13): a row timed in them measured that phase, not the program.
+    # products in a VM can run at half speed for a while (bench/README.md,
+    # "How defn rows are timed"): a row timed in them measured that phase,
+    # not the program.
     @warm_up_ms 200
 
     # Rows: per program, µs per call (result read) through ExMLX.Compiler
@@ -122,7 +122,7 @@ if Code.ensure_loaded?(Nx) do
     # then Python compiled and the Evaluator — so that every ratio compares
     # measurements seconds apart, and ExMLX.Compiler's with Python plain's
     # taken on either side of it (their mean): this host's speed drifts by a
-    # third within a minute (bench/README.md, session 20).
+    # third within a minute.
     # Each column is the median of its per-round medians and each ratio the
     # median of the per-round ratios.
     #
@@ -148,9 +148,8 @@ if Code.ensure_loaded?(Nx) do
             for _ <- 1..rounds do
               # ExMLX.Compiler timed between two halves of Python's plain
               # timing: a drift of the host's speed weighs on both alike.
-              # Each side warms up right before it is timed: a batch-1 MLP
-              # timed just after Python's calls, without, took about twice
-              # as long (bench/README.md, session 23).
+              # Each side warms up right before it is timed: a call made
+              # after the VM did other work is slow for a while.
               half = div(reps + 1, 2)
               plain_before = py_time.(name, "plain", half, warm_ms)
               unless quick, do: warm_up(call.(compiled), @warm_up_ms)

@@ -1,8 +1,10 @@
 # The benchmark suite (run through bin/bench): ExMLX beside Python mlx (the
 # same libmlx build), numpy (OpenBLAS) and memcpy, measured in one run.
 # `--quick` shrinks sizes and repetitions (CI uses it so the scripts cannot
-# rot; it asserts nothing about speed). Writes bench/results/latest.md and
-# latest.json, and prints the Markdown.
+# rot; it asserts nothing about speed). A full run writes
+# bench/results/latest.md and latest.json; a quick one writes
+# _build/bench/latest-quick.md and latest-quick.json, so that it never
+# replaces the committed results. Both print the Markdown.
 
 defmodule Bench.Suite do
   @mb 1024 * 1024
@@ -65,12 +67,21 @@ defmodule Bench.Suite do
         python: python
       })
 
-    File.mkdir_p!("bench/results")
-    File.write!("bench/results/latest.md", markdown)
-    File.write!("bench/results/latest.json", json)
+    base = results_base(quick)
+    File.mkdir_p!(Path.dirname(base))
+    File.write!(base <> ".md", markdown)
+    File.write!(base <> ".json", json)
     IO.puts(markdown)
     IO.puts(json)
+    IO.puts("==> written to #{base}.md and #{base}.json")
   end
+
+  # Where a run's results go, without the extension: a quick run's figures
+  # claim nothing, so they stay out of bench/results, which is committed.
+  defp results_base(false), do: "bench/results/latest"
+
+  defp results_base(true),
+    do: Path.join([Path.dirname(Mix.Project.build_path()), "bench", "latest-quick"])
 
   @kb 1024
 
@@ -118,8 +129,8 @@ defmodule Bench.Suite do
   # after one garbage collection, as the Python references time theirs (the
   # defn section). A collection before each call, as timed/3 does, lets
   # ExMLX's worker go to sleep meanwhile, so each call then pays its
-  # wake-up, which Python's calls never do: the batch-1 MLP 100–124 µs a
-  # call against 82–110 back to back (bench/README.md, session 20).
+  # wake-up, which Python's calls never do (bench/README.md, "How defn rows
+  # are timed").
   defp timed_back_to_back(fun, reps), do: timed(fun, reps, 1, :once)
 
   defp summarize(samples) do
@@ -613,7 +624,8 @@ defmodule Bench.Suite do
       for {label, input} <- [{"batch 1", x1}, {"batch 64", xm}] do
         # (calls back to back after the defn section's warm-up, as it times
         # them: the first tens of calls after an idle spell run at half
-        # speed or worse on this project's VM, bench/README.md, session 21)
+        # speed or worse on this project's VM: bench/README.md, "How defn
+        # rows are timed")
         run = fn f ->
           call = fn -> f.(input, w1m, w2m) |> nx.to_binary() end
           unless reps == 5, do: apply(Bench.Defn, :warm_up, [call, 200])

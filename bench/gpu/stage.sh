@@ -28,7 +28,7 @@ if [[ ! -f $out/erlang.tar.xz ]]; then
   # (without Erlang's sources, documentation and the applications no test
   # starts: with Debian's erlang-src installed the whole tree packed to 31 MB,
   # and with mlx-cuda.part-aa passed a run's 64 MiB; this set is 21 MB and
-  # ran the GPU suite, bench/README.md session 19)
+  # runs the GPU suite)
   unused=(wx megaco diameter snmp observer debugger et reltool common_test dialyzer
     jinterface odbc mnesia ssh eldap edoc erl_docgen tftp ftp)
   excludes=(--exclude='usr/lib/erlang/lib/*/src' --exclude='usr/lib/erlang/lib/*/doc'

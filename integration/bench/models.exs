@@ -2,7 +2,9 @@
 # machine in the same run, and Nx.BinaryBackend (Nx's Evaluator) for scale:
 # the forward pass of GPT-2 and BERT (hidden 256, 4 layers, vocabulary 2,048;
 # a batch of 1 × 128 tokens) and GPT-2's greedy generation of 32 tokens
-# after a 16-token prompt (tokens/s). Writes ../bench/results/models.md.
+# after a 16-token prompt (tokens/s). Writes ../bench/results/models.md;
+# with `--quick` (small repetitions, no claims), ../_build/bench/models-quick.md
+# instead, so that a quick run never replaces the committed table.
 #
 #   mix run bench/models.exs [--quick] [--device gpu] [--out FILE]
 #
@@ -141,9 +143,14 @@ table =
   #{Enum.join(rows, "\n")}
   """
 
-out =
-  Keyword.get_lazy(opts, :out, fn -> Path.expand("../../bench/results/models.md", __DIR__) end)
+default_out =
+  if quick,
+    do: "../../_build/bench/models-quick.md",
+    else: "../../bench/results/models.md"
 
+out = Keyword.get_lazy(opts, :out, fn -> Path.expand(default_out, __DIR__) end)
+
+File.mkdir_p!(Path.dirname(out))
 File.write!(out, table)
 IO.puts(table)
 IO.puts("written to #{Path.relative_to_cwd(out)}")

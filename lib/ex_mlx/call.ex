@@ -78,9 +78,9 @@ defmodule ExMLX.Call do
 
   # Where a copy of `bytes` between a binary and a tensor runs (from_binary,
   # wire encode and decode), chosen by what was measured on the development
-  # machine (bench/README.md): a normal-scheduler NIF up to 64 KB (a few
-  # µs: a dirty scheduler's or the worker's wake-up would cost more than the
-  # copy); the device's worker up to 4 MB (its hand-off, a short spin on an
+  # machine (docs/decisions/0008-where-copies-run.md): a normal-scheduler NIF
+  # up to 64 KB (a dirty scheduler's or the worker's wake-up would cost more
+  # than the copy); the device's worker up to 4 MB (its hand-off, a short spin on an
   # idle worker, beats a dirty scheduler's wake-up, and a new MLX buffer
   # made on a scheduler right after the previous one was dropped often gets
   # fresh pages); a dirty scheduler above (the wake-up is small beside the

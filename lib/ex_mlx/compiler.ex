@@ -101,7 +101,7 @@ if Code.ensure_loaded?(Nx) do
     # comparing the closure itself visits a node once per path to it, 2^45
     # times for 45 doublings of one tensor.
     # (it runs at every call: only the two facts it needs are asked for,
-    # where `Function.info/1` asks for all ten, 0.6 µs against 0.2)
+    # where `Function.info/1` would gather all ten)
     defp function_key(fun) when is_function(fun) do
       with {:type, :local} <- Function.info(fun, :type),
            {:env, env} <- Function.info(fun, :env),

@@ -137,8 +137,8 @@ defmodule ExMLX.OpTable do
   @doc "The entry of op `name`."
   def fetch!(name)
 
-  # one clause per op (a search of the list cost ~20% of compiling Axon's
-  # LSTM training step: ExMLX.Op looks an op up for each node it records)
+  # one clause per op, not a search of the list: ExMLX.Op looks an op up for
+  # each node it records
   for entry <- @entries do
     def fetch!(unquote(entry.name)), do: unquote(Macro.escape(entry))
   end

@@ -558,7 +558,15 @@ if Code.ensure_loaded?(Nx) do
       n = Nx.tensor([6, 7, 1, 27])
       path = Path.join(dir, "collatz.exmlx")
       File.write!(path, ExMLX.Compiler.export(&Funs.collatz_steps/1, [n]))
-      paths = Enum.flat_map(:code.get_path(), &["-pa", to_string(&1)])
+      # The child gets this VM's code path, absolute entries only: OTP 25
+      # puts "." on it, and in a checkout whose folder is named ex_mlx the
+      # child would take "." for the application's directory, so that
+      # :code.priv_dir(:ex_mlx) would be ./priv, which holds no NIF.
+      paths =
+        :code.get_path()
+        |> Enum.map(&to_string/1)
+        |> Enum.filter(&(Path.type(&1) == :absolute and File.dir?(&1)))
+        |> Enum.flat_map(&["-pa", &1])
 
       script = """
       {:ok, _} = Application.ensure_all_started(:ex_mlx)

@@ -296,8 +296,8 @@ if Code.ensure_loaded?(Nx) do
       do: %{state | params: params, scope: lazy_scope(expr)}
 
     # A scope's node ids (Nx.Defn.Tree.scope_ids/2), computed the first time
-    # a `cond` needs them: walking a graph for them took 13% of lowering
-    # Axon's LSTM training step, which has no `cond`. A scope is named by a
+    # a `cond` needs them: a walk of the whole graph, which a graph without
+    # a `cond` (an LSTM's unrolled training step) never needs. A scope is named by a
     # reference; its ids, once computed, are kept for the lowering's length.
     defp lazy_scope(expr, parent \\ %{}), do: {:lazy_scope, make_ref(), expr, parent}
 

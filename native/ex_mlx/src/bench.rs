@@ -42,8 +42,8 @@ fn memcpy_seconds(binary: Bytes<names::Source>, reps: Term) -> NifResult<Vec<f64
 /// arrays of `elements` elements (0: 0-d arrays) and evaluate them; replies
 /// `{build, total}` seconds for each. The lazy-op benchmark's floor in this
 /// VM: what MLX takes on ExMLX's worker thread, for arrays of the size the
-/// benchmark adds (on a GPU, 0-d arrays take MLX's small-buffer pool and
-/// cost twice as much per op as 16-element ones: bench/README.md).
+/// benchmark adds (on a GPU, 0-d arrays take MLX's small-buffer pool, a
+/// slower path than 16-element arrays take).
 #[rustler::nif]
 fn worker_chain_seconds<'a>(
     env: rustler::Env<'a>,

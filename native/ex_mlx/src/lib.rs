@@ -84,14 +84,13 @@ rustler::init!("Elixir.ExMLX.Native", load = load);
 /// and its arguments are allocated on a scheduler thread and freed on the
 /// device's worker, and glibc's `free` of another thread's block takes that
 /// thread's arena lock, contended once per op; mimalloc hands such a block
-/// back without a lock (bench/README.md, session 11, has the measurements).
+/// back without a lock (docs/decisions/0005-nif-allocator.md).
 /// Built with the local-dynamic TLS model: the BEAM loads the NIF with
 /// `dlopen`, where the initial-exec model can run out of static TLS. Built
 /// without transparent huge pages (`no_thp`): mimalloc otherwise asks the
 /// kernel for huge pages on its memory (`MADV_HUGEPAGE`), and where the
 /// kernel compacts memory to find one on a page fault (Debian's `defrag`
-/// setting `madvise`), an allocation stalled for milliseconds: one
-/// `program_new` in ten took 5–10 ms instead of 0.4 (bench/README.md,
-/// session 16).
+/// setting `madvise`), an allocation could stall for milliseconds while it
+/// compacted (docs/decisions/0005-nif-allocator.md).
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;

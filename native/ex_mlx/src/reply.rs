@@ -367,8 +367,9 @@ where
     // scheduler to the next process: it uses up its timeslice, so it goes
     // to the back of the run queue when the NIF returns (it is back at once
     // if nothing else is waiting). Without this, 64 processes making quick
-    // calls kept their schedulers for whole timeslices and a ticker process
-    // waited up to 70 ms. A NIF that waited in vain is charged the time it
+    // calls kept their schedulers for whole timeslices and a process
+    // waiting for a timer missed its ticks (the fairness rows of
+    // bench/suite.exs). A NIF that waited in vain is charged the time it
     // held the scheduler (a timeslice is about 1 ms).
     let percent = match outcome {
         Some(_) => 100,
@@ -387,7 +388,7 @@ where
 /// leaving the result to a message. Most calls on small tensors finish within
 /// it (an eval of a small graph), and then the result comes back as the
 /// NIF's return value: no message, and no wake-up of a scheduler that went
-/// to sleep in `receive` (bench/README.md has the figures). Short
+/// to sleep in `receive` (docs/decisions/0002-worker-hand-off-and-waits.md). Short
 /// enough not to hold a scheduler noticeably; a NIF whose job is queued
 /// behind others does not wait at all.
 const QUICK_WAIT: Duration = Duration::from_micros(60);

@@ -82,9 +82,9 @@ const RELEASE_BATCH: usize = 64;
 /// A tensor's reference count is shared with the caller's scheduler, which
 /// counts it up at every call that passes the tensor (a weight, a constant
 /// added at each step of a loop): dropping the job's reference at each job
-/// moved that count's cache line between the two cores every time, about
-/// 1 µs of the worker's 3 µs per op on an H200 host (bench/README.md,
-/// session 11). A batch moves it once.
+/// moved that count's cache line between the two cores every time, a
+/// large share of the worker's cost per op on a GPU host
+/// (docs/decisions/0005-nif-allocator.md). A batch moves it once.
 pub fn release_later(tensors: impl IntoIterator<Item = TensorRef>) {
     if !ex_mlx_core::worker::on_worker() {
         return;

@@ -44,7 +44,8 @@ fn encode_frame(buffer: &HostBuffer) -> BinaryReply {
 /// than [`HERE_NORMAL_MAX`]: encoding allocates no MLX buffer (the frame is
 /// a BEAM binary), so it has none of the cost of fresh pages that makes
 /// larger MLX allocations quicker on the worker, and a one-pass copy and
-/// checksum of 1 MB stays far below a millisecond (bench/README.md).
+/// checksum of 1 MB stays far below a millisecond
+/// (docs/decisions/0008-where-copies-run.md).
 const ENCODE_HERE_MAX: usize = 1 << 20;
 
 /// `wire_encode(tag, t)`: the tensor as one frame. An evaluated CPU tensor of

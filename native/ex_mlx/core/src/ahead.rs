@@ -40,12 +40,10 @@ static ENABLED: [AtomicBool; 2] = [AtomicBool::new(false), AtomicBool::new(true)
 /// are queued or not (a caller can issue ops as fast as the worker builds
 /// them: waiting for an empty queue would wait for the last); it also
 /// evaluates ahead whenever it is about to sleep, however few. One
-/// `async_eval` has a fixed cost (a synchronizer node, an event per stream):
-/// on an H100, a chain of 1,000 adds of 16 elements took 8.1–9.3 µs an op
-/// in batches of 16 and 11–13 in batches of 4, against 6.7–7.4 without
-/// evaluation ahead and 6.1–8.0 in batches of 64; a chain of 100 adds of 1M
-/// elements, 21–25 µs an op in batches of 16 or 64 against 26–37 without
-/// (bench/README.md, session 10).
+/// `async_eval` has a fixed cost (a synchronizer node, an event per stream),
+/// so small batches cost chains of tiny ops more than they save; 64 keeps
+/// those at their speed without evaluation ahead and still overlaps large
+/// ops with their building (docs/decisions/0004-evaluation-ahead-on-gpu-only.md).
 pub const BATCH: usize = 64;
 
 /// Turns evaluation ahead on or off for every worker of `kind`.

@@ -27,7 +27,7 @@
 //!
 //! MLX's compile (crate::fusion), which the GPU uses for `fuse: true`,
 //! builds C++ with `g++` at run time on the CPU; its kernels were slower than
-//! MLX's unfused ones there (bench/README.md).
+//! MLX's unfused ones there (the defn rows of bench/results/latest.md).
 
 use mlx_rs::{Array, Dtype};
 

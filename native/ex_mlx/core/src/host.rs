@@ -286,29 +286,3 @@ mod tests {
         );
     }
 }
-
-#[cfg(test)]
-mod timing {
-    use super::*;
-
-    /// `cargo test -- --ignored --nocapture time_from_bytes`: copying 64 MB
-    /// into a fresh MLX array costs what a plain Vec clone of 64 MB costs
-    /// (first touch of freshly mapped pages), not what memcpy into warm
-    /// memory costs. A measurement, not a check.
-    #[test]
-    #[ignore]
-    fn time_from_bytes() {
-        let bytes = vec![1u8; 64 << 20];
-        for _ in 0..5 {
-            let t = std::time::Instant::now();
-            let a = array_from_bytes(&bytes, &[16 << 20], Dtype::Float32).unwrap();
-            let t1 = t.elapsed();
-            drop(a);
-            let t = std::time::Instant::now();
-            let v = bytes.clone();
-            let t2 = t.elapsed();
-            drop(v);
-            println!("from_bytes {t1:?}  vec clone {t2:?}");
-        }
-    }
-}

@@ -49,9 +49,7 @@ pub const MALLOC_TRIM_THRESHOLD: usize = 64 << 20;
 /// glibc raises its thresholds as such blocks are freed, and they come from
 /// the heap after the first. In the BEAM they stay at 128 KiB: every such
 /// block was a fresh `mmap` (strace showed one per product), paid for again
-/// in page faults and an `munmap`. Measured in one VM, alternating the two
-/// settings (bench/README.md): a compiled MLP training step 10–15% faster,
-/// a batch-1 MLP forward 15–20%.
+/// in page faults and an `munmap` (docs/decisions/0005-nif-allocator.md).
 pub fn tune_host_malloc() -> bool {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     {

@@ -1,6 +1,6 @@
 //! Work in parts that a thread waiting for the worker may share: the
 //! caller's scheduler thread that polls in its NIF for a result
-//! (`ex_mlx::reply`, up to 60 µs) otherwise spins on the other core.
+//! (`ex_mlx::reply`'s quick wait) otherwise spins on the other core.
 //!
 //! The worker posts a [`Parts`] job and computes its parts from the first
 //! on; a poller that calls [`help`] meanwhile claims parts from the last
@@ -26,11 +26,7 @@
 //! to zero ([`drop_finished`], run at its next split and, through the NIF
 //! crate's `worker::set_before_sleep` hook, before it sleeps).
 //!
-//! Measured on the project's 2-core CPU machine (bench/README.md, session
-//! 18): a batch-1 MLP 784-512-512-10 through ExMLX.Compiler, result read,
-//! 38.5-43 µs a call before, 30-31 µs with the caller's thread helping in
-//! two of three alternating rounds (38 in the third; its products in
-//! halves: crate::ops::gemv).
+//! Why: docs/decisions/0007-one-row-products.md.
 
 use std::cell::{RefCell, UnsafeCell};
 use std::sync::atomic::{AtomicBool, AtomicU8, AtomicUsize, Ordering};

@@ -3,7 +3,8 @@
 //! On CUDA, MLX keeps arrays in unified memory (`cudaMallocManaged`). An
 //! array made from host bytes is written by the host, so its pages sit in
 //! host memory, and the first kernel that reads it pulls them over page
-//! fault by page fault (about 2 GB/s on an H200 host, bench/results/gpu.md).
+//! fault by page fault, slower than one transfer (bench/results/gpu.md's
+//! host → GPU rows).
 //! [`prefetch_to_gpu`] asks the CUDA driver to move them in one transfer
 //! (`cuMemPrefetchAsync_v2`) and waits for it, on the worker that made the
 //! array. libmlx calls the driver (`libcuda.so.1`) itself; ExMLX finds the

@@ -80,9 +80,8 @@ const RECHECK: Duration = Duration::from_micros(2);
 ///
 /// ExMLX's own threads are left out of the count: a waiter that spins
 /// while the threads it waits for run beside it is what spinning is for
-/// (on the project's 2-core machine, quiet, the eager loop of
-/// docs/decisions/0001-waiting-on-a-busy-machine.md took about twice as
-/// long when every waiter blocked).
+/// (blocking every waiter made the quiet eager loop of
+/// docs/decisions/0001-waiting-on-a-busy-machine.md slower).
 pub fn saturated() -> bool {
     let now = clock_micros();
     let last = SATURATION.load(Ordering::Relaxed);

@@ -114,7 +114,7 @@ pub fn write_frame(out: &mut [u8], dtype: Dtype, shape: &[i32], data: &[u8]) {
     // Copy and checksum in one pass, a cache-sized chunk at a time: the CRC
     // reads each chunk while it is still in cache from the copy. (This beat
     // a second thread computing the CRC beside the copy at every size
-    // measured, 64 KB to 64 MB: bench/README.md.)
+    // measured: docs/decisions/0008-where-copies-run.md.)
     const CHUNK: usize = 128 * 1024;
     let mut hasher = crc32fast::Hasher::new();
     hasher.update(&header);

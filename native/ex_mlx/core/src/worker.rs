@@ -203,7 +203,8 @@ fn start(device: Device) -> std::result::Result<Worker, String> {
 /// became a context switch per task (a read of `add |> sum` about five). A
 /// batch thread does not preempt on waking: the worker queues the whole
 /// graph, then waits, and the stream thread runs the tasks in one go
-/// (bench/README.md, session 13). Its share of the CPU is unchanged.
+/// (docs/decisions/0003-mlx-cpu-stream-thread-as-batch-thread.md). Its
+/// share of the CPU is unchanged.
 #[cfg(target_os = "linux")]
 fn as_batch_thread<T>(work: impl FnOnce() -> T) -> T {
     // SAFETY: pid 0 is the calling thread.
@@ -313,13 +314,11 @@ const MAX_EXTRA_POLL: std::time::Duration = std::time::Duration::from_micros(100
 /// last job with `extra` as the extra poll: a caller that comes back every
 /// few hundred microseconds (a loop with some Elixir work, or a
 /// collection, between compiled calls) finds the worker still polling
-/// instead of asleep (waking it took 25–30 µs on the project's virtual
-/// machine: a batch-1 MLP call with 200 µs between calls took 57–72 µs
-/// against 28–31 back to back, 34–36 with this; bench/README.md, session
-/// 18). After a wait
-/// of up to half [`MAX_EXTRA_POLL`], the worker polls twice that wait in
-/// all; jobs back to back (a call's own) keep the extra poll; a longer
-/// wait ends it (an idle VM does not spin).
+/// instead of asleep, whose wake-up would be much of a short call's time
+/// (docs/decisions/0002-worker-hand-off-and-waits.md). After a wait of up
+/// to half [`MAX_EXTRA_POLL`], the worker polls twice that wait in all;
+/// jobs back to back (a call's own) keep the extra poll; a longer wait
+/// ends it (an idle VM does not spin).
 fn next_extra_poll(waited: std::time::Duration, extra: std::time::Duration) -> std::time::Duration {
     if waited <= POLL {
         extra
@@ -607,77 +606,6 @@ mod tests {
         assert_eq!(next_extra_poll(us(501), us(350)), us(0));
         assert_eq!(next_extra_poll(us(5_000_000), us(350)), us(0));
         assert_eq!(next_extra_poll(us(10), us(0)), us(0));
-    }
-
-    /// `cargo test -- --ignored --nocapture time_gpu_streams` on a GPU
-    /// build: 1,000 chained adds of 16 f32 built and evaluated on the GPU,
-    /// on the test's thread and on a thread of its own, with MLX's default
-    /// GPU stream and with a new one, and on the `:gpu` worker, so the
-    /// lazy-dispatch figure of bench/gpu can be split into MLX's share and
-    /// ExMLX's (bench/README.md, session 9). A measurement, not a check.
-    #[test]
-    #[ignore]
-    fn time_gpu_streams() {
-        use mlx_rs::{Array, Stream};
-        if !Device::Gpu.is_available() {
-            println!("no GPU in this MLX build");
-            return;
-        }
-        fn chain(reps: usize) -> (f64, f64) {
-            let x = Array::from_slice(&[1.0f32; 16], &[16]);
-            x.eval().unwrap();
-            let mut samples = Vec::new();
-            for _ in 0..reps + 3 {
-                let start = std::time::Instant::now();
-                let mut acc = x.clone();
-                for _ in 0..1000 {
-                    acc = mlx_rs::ops::add(&acc, &x).unwrap();
-                }
-                let built = start.elapsed().as_secs_f64();
-                acc.eval().unwrap();
-                samples.push((built, start.elapsed().as_secs_f64()));
-            }
-            samples.drain(..3);
-            let median = |mut v: Vec<f64>| {
-                v.sort_by(f64::total_cmp);
-                v[v.len() / 2] * 1e3
-            };
-            (
-                median(samples.iter().map(|s| s.0).collect()),
-                median(samples.iter().map(|s| s.1).collect()),
-            )
-        }
-        let report = |label: &str, (build, total): (f64, f64)| {
-            println!("{label}: build {build:.2} µs/op, total {total:.2} µs/op")
-        };
-        let new_gpu_stream = || Stream::new_with_device(&mlx_rs::Device::gpu());
-        for round in 0..2 {
-            println!("round {round}");
-            report(
-                "this thread, default GPU stream",
-                mlx_rs::with_stream(&Stream::gpu(), || chain(20)),
-            );
-            report(
-                "this thread, new GPU stream",
-                mlx_rs::with_stream(&new_gpu_stream(), || chain(20)),
-            );
-            report(
-                "own thread, default GPU stream",
-                thread::spawn(|| mlx_rs::with_stream(&Stream::gpu(), || chain(20)))
-                    .join()
-                    .unwrap(),
-            );
-            report(
-                "own thread, new GPU stream",
-                thread::spawn(move || mlx_rs::with_stream(&new_gpu_stream(), || chain(20)))
-                    .join()
-                    .unwrap(),
-            );
-            report(
-                "the :gpu worker",
-                run_blocking(Device::Gpu, || Ok(chain(20))).unwrap(),
-            );
-        }
     }
 
     #[test]

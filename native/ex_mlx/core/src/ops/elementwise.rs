@@ -14,17 +14,14 @@ fn promoted(a: &Array, b: &Array) -> Result<Dtype> {
     .dtype())
 }
 
-/// `a` to the power `b`. A float32 `a` to a float32 power of 2 or 3 that
-/// is already computed and adds no dimension (Nx's `pow(x, 2)` in a layer
-/// norm's variance, `pow(x, 3)` in GPT-2's GELU) is computed without MLX's
-/// CPU power, which calls the C library's `powf` value by value (a tenth of
-/// a GPT-2 forward pass, bench/README.md, session 16) and is not always
-/// rounded correctly: glibc's `powf(x, 2)` missed x² for 42 of 20,000 values
-/// of [-100, 100] and for most squares halfway between two float32 values
-/// (4097², ...). x² is `square` (one multiplication, rounded once); x³ of
-/// 4,096 values or more on the CPU is computed in float64 and rounded once
-/// (crate::elementwise_fusion's `Cube`), fewer take MLX's power. Both are
-/// the correctly rounded powers, as Nx.BinaryBackend's `pow` gives them.
+/// `a` to the power `b`. A float32 `a` to a float32 power of 2 that is
+/// already computed and adds no dimension (Nx's `pow(x, 2)` in a layer
+/// norm's variance) is `square` (one multiplication, rounded once: the
+/// correctly rounded square, as Nx.BinaryBackend's `pow` gives it), not
+/// MLX's CPU power, which calls the C library's `powf` value by value and
+/// is not always rounded correctly (glibc's `powf(x, 2)` missed x² for 42 of
+/// 20,000 values of [-100, 100]). A power still being computed takes MLX's
+/// (docs/numerics.md lists this among the paths not yet one implementation).
 pub fn power(a: &Array, b: &Array) -> Result<Array> {
     let exponent = if a.dtype() == Dtype::Float32
         && b.dtype() == Dtype::Float32

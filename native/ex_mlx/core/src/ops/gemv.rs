@@ -4,9 +4,8 @@
 //! MLX's CPU matmul hands every float32 product to BLAS's `sgemm`. With one
 //! row (a batch of one: an MLP's or a language model's decoding step) the
 //! OpenBLAS that ExMLX's runtime links (Debian's 0.3.21, README) packs the
-//! whole matrix first: `1×784 · 784×512` took 85 µs in `sgemm` on this
-//! project's CPU machine, 22 µs in its `sgemv` on one thread and 16–29 µs on
-//! two (bench/README.md, session 14). Such products (at least
+//! whole matrix first, several times slower than a pass over it
+//! (docs/decisions/0007-one-row-products.md). Such products (at least
 //! [`MIN_MATRIX_ELEMENTS`] matrix elements, on a CPU stream) are computed
 //! here instead, on the calling worker's thread: the inputs are evaluated,
 //! then one pass over the matrix in vectors (copies for AVX-512F and AVX2
@@ -21,9 +20,8 @@
 //! the heads of a language model's key/value cache at a decoding step
 //! (`[B.., 1, k] · [B.., k, n]`). MLX's matmul copies such a view into a
 //! contiguous array at every call (its BLAS call takes no other leading
-//! dimension); here it is read in place. Bumblebee's GPT-2 generating 32
-//! tokens on the CPU machine: 72 ms before, 54–59 after (bench/README.md,
-//! session 17).
+//! dimension); here it is read in place, as a language model's decoding
+//! step needs at every layer and every token.
 
 use std::sync::Arc;
 
@@ -267,16 +265,14 @@ fn batched_row_product(a: &Array, b: &Array) -> Result<Option<Array>> {
 pub const SPLIT_MIN_ELEMENTS: usize = 256 * 1024;
 
 /// At least this many blocks (halves): the worker takes blocks from the
-/// first, a helper from the last. On the project's CPU machine a batch-1
-/// MLP 784-512-512-10 call took 26.6-27.6 µs with halves, 29 with four
-/// blocks and 31-32 with eight (bench/README.md, session 18): a helper
-/// that takes the second half of each product keeps it in its core's
-/// cache from call to call.
+/// first, a helper from the last. Halves beat more blocks: a helper that
+/// takes the second half of each product keeps it in its core's cache from
+/// call to call (docs/decisions/0007-one-row-products.md).
 const SPLIT_PARTS: usize = 2;
 
-/// At most about this many matrix elements a block (1 MB of float32, about
-/// 10 µs): a helper computes one block at a time between checks of how
-/// long it has waited.
+/// At most about this many matrix elements a block (1 MB of float32): a
+/// helper computes one block at a time between checks of how long it has
+/// waited, so a block is kept short.
 const PART_ELEMENTS: usize = 256 * 1024;
 
 /// One row or column times a stored matrix ([`vector_product`]), by raw
@@ -507,11 +503,8 @@ multiversion!(
 /// Rows a pass of [`scaled_rows`] adds to y: y is read and written once for
 /// them, where a pass a row spent as many loads and stores on y as on the
 /// matrix. The additions stay in order (row after row, each a product then
-/// a sum), so the bits are those of a pass a row. On the project's CPU
-/// machine a standalone probe of an MLP's halves (392×512 and 256×512,
-/// evicted from the core's cache between calls) took 21–25 µs against
-/// 23–31 a row at a time; eight rows a pass took 24–25 (bench/README.md,
-/// session 19).
+/// a sum), so the bits are those of a pass a row. Four beat one and eight
+/// (docs/decisions/0007-one-row-products.md).
 const ROWS_A_PASS: usize = 4;
 
 #[inline(always)]
@@ -879,33 +872,5 @@ mod tests {
         })
         .unwrap();
         assert_eq!(left, [true; 10]);
-    }
-
-    /// Prints how long the two kernels take for a batch-1 MLP's first layer
-    /// and a small language model's (`cargo test -- --ignored --nocapture`).
-    #[test]
-    #[ignore]
-    fn kernel_time() {
-        let time = |f: &mut dyn FnMut()| {
-            let mut best = f64::MAX;
-            for _ in 0..200 {
-                let start = std::time::Instant::now();
-                f();
-                best = best.min(start.elapsed().as_secs_f64());
-            }
-            best * 1e6
-        };
-        for (r, c) in [(784usize, 512usize), (256, 768), (768, 256), (256, 2048)] {
-            let m = sample(r * c, 1);
-            let xr = sample(r, 2);
-            let xc = sample(c, 3);
-            let mut yr = vec![0.0; c];
-            let mut yc = vec![0.0; r];
-            println!(
-                "{r}x{c}: scaled rows {:.1} us, row dots {:.1} us",
-                time(&mut || scaled_rows(&xr, &m, c, &mut yr)),
-                time(&mut || row_dots(&m, c, &xc, &mut yc))
-            );
-        }
     }
 }

@@ -407,34 +407,3 @@ mod tests {
         }
     }
 }
-
-#[cfg(test)]
-mod timing {
-    use super::*;
-
-    /// `cargo test -p ex_mlx_core -- --ignored --nocapture time_matmul`:
-    /// matmul GFLOPS through the worker, without the BEAM (a measurement).
-    #[test]
-    #[ignore]
-    fn time_matmul() {
-        use crate::device::Device;
-        use crate::worker::run_blocking;
-        let n = 1024;
-        let gflops = run_blocking(Device::Cpu, move || {
-            // (mlx-rs's random module needs a macOS-only clock symbol)
-            let values: Vec<f32> = (0..n * n).map(|i| (i % 97) as f32 * 0.01).collect();
-            let a = Array::from_slice(&values, &[n, n]);
-            a.eval()?;
-            let mut times = vec![];
-            for _ in 0..15 {
-                let t = std::time::Instant::now();
-                matmul(&a, &a)?.eval()?;
-                times.push(t.elapsed().as_secs_f64());
-            }
-            times.sort_by(|x, y| x.partial_cmp(y).unwrap_or(std::cmp::Ordering::Equal));
-            Ok(2.0 * (n as f64).powi(3) / times[7] / 1e9)
-        })
-        .unwrap();
-        println!("matmul {n}: {gflops:.1} GFLOPS");
-    }
-}
