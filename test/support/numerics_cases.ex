@@ -115,38 +115,6 @@ defmodule ExMLX.NumericsCases do
       else: {:mismatch, i, hex(a), hex(b)}
   end
 
-  @doc """
-  The largest distance, in units in the last place, between `result`'s
-  value at each position and `reference`'s value `(offset + i) mod count`
-  (NaN against NaN is 0, NaN against a number `:infinity`; +0 and -0 are 1
-  apart).
-  """
-  def max_ulps(result, reference, offset) do
-    count = div(byte_size(reference), 4)
-    n = div(byte_size(result), 4)
-    repeated = :binary.copy(reference, div(n + offset + count - 1, count) + 1)
-    expected = binary_part(repeated, offset * 4, n * 4)
-    if result == expected, do: 0, else: widest(result, expected, 0)
-  end
-
-  defp widest(<<a::32-little, ra::binary>>, <<b::32-little, rb::binary>>, worst) do
-    d =
-      cond do
-        a == b -> 0
-        nan?(a) and nan?(b) -> 0
-        nan?(a) or nan?(b) -> :infinity
-        true -> abs(ordered(a) - ordered(b))
-      end
-
-    widest(ra, rb, if(d == :infinity or (worst != :infinity and d > worst), do: d, else: worst))
-  end
-
-  defp widest(<<>>, <<>>, worst), do: worst
-
-  # float32 bits as integers in the order of their values
-  defp ordered(bits) when bits >= 0x80000000, do: -(bits - 0x80000000) - 1
-  defp ordered(bits), do: bits
-
   defp first_difference(<<>>, <<>>, _i), do: :ok
 
   defp nan?(bits),
