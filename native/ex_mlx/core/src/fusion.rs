@@ -29,9 +29,16 @@ pub type Body = Arc<dyn Fn(&[Array]) -> Result<Vec<Array>> + Send + Sync + RefUn
 
 type Compiled = Box<dyn FnMut(&[Array]) -> std::result::Result<Vec<Array>, Exception>>;
 
+/// A program's function on its worker: compiled by MLX, or its
+/// instructions one by one where MLX's compile could not trace them.
+enum Function {
+    Compiled(Compiled),
+    Unfused,
+}
+
 thread_local! {
-    /// The compiled functions of this worker thread, by program id.
-    static COMPILED: RefCell<HashMap<u64, Compiled>> = RefCell::new(HashMap::new());
+    /// The functions of this worker thread's fused programs, by program id.
+    static COMPILED: RefCell<HashMap<u64, Function>> = RefCell::new(HashMap::new());
 }
 
 static NEXT_ID: AtomicU64 = AtomicU64::new(1);
@@ -62,19 +69,34 @@ impl FusedProgram {
     }
 
     /// Runs the fused function on `args` (on the worker thread of the
-    /// program's device, where the caller is).
+    /// program's device, where the caller is). Where MLX's compile fails
+    /// (an instruction that reads values on the host, which a trace cannot:
+    /// `cbrt` and `erfc` of float32 on a GPU), the program runs unfused,
+    /// from then on too; an error of the instructions themselves is theirs.
     pub fn call(&self, args: &[Array]) -> Result<Vec<Array>> {
-        COMPILED.with(|table| {
+        let compiled = COMPILED.with(|table| {
             let mut table = table.borrow_mut();
-            let compiled = table.entry(self.id).or_insert_with(|| {
+            let function = table.entry(self.id).or_insert_with(|| {
                 let body = self.body.clone();
                 let f = move |args: &[Array]| -> std::result::Result<Vec<Array>, Exception> {
                     body(args).map_err(|e| Exception::custom(e.to_string()))
                 };
-                Box::new(mlx_rs::transforms::compile::compile(f, false))
+                Function::Compiled(Box::new(mlx_rs::transforms::compile::compile(f, false)))
             });
-            compiled(args).map_err(Error::from)
-        })
+            match function {
+                Function::Compiled(compiled) => Some(compiled(args)),
+                Function::Unfused => None,
+            }
+        });
+        match compiled {
+            Some(Ok(outputs)) => Ok(outputs),
+            Some(Err(_)) => {
+                let outputs = (self.body)(args)?;
+                COMPILED.with(|table| table.borrow_mut().insert(self.id, Function::Unfused));
+                Ok(outputs)
+            }
+            None => (self.body)(args),
+        }
     }
 }
 

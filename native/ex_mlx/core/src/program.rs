@@ -1729,6 +1729,39 @@ mod fusion_tests {
     }
 
     #[test]
+    fn a_program_mlx_s_compile_cannot_trace_runs_unfused() {
+        // exp of float64 on the CPU reads its values on the host
+        // (ops::precise), which MLX's compile cannot trace
+        let make = || {
+            Program::new(
+                1,
+                0,
+                vec![elementwise(Op::exp, &[0]), elementwise(Op::add, &[1, 1])],
+                vec![2],
+            )
+            .unwrap()
+        };
+        let plain = make();
+        let mut fused = make();
+        assert!(fused.fuse_with_mlx_compile(Device::Cpu));
+        let (a, b) = run_blocking(Device::Cpu, move || {
+            let go = |p: &Program| -> Result<Vec<f64>> {
+                let x = Array::from_slice(&[0.5f32, -1.0, 2.0], &[3]).as_dtype(Dtype::Float64)?;
+                let out = p.run(vec![x], vec![])?.remove(0);
+                assert_eq!(out.dtype(), Dtype::Float64);
+                Ok(out.as_slice::<f64>().to_vec())
+            };
+            // twice: the second call knows to run unfused
+            let first = go(&fused)?;
+            assert_eq!(first, go(&fused)?);
+            Ok((go(&plain)?, first))
+        })
+        .unwrap();
+        assert_eq!(a, b);
+        assert_eq!(a[0], 2.0 * 0.5f64.exp());
+    }
+
+    #[test]
     fn programs_with_loops_are_not_compiled_by_mlx() {
         let mut p = Program::new(
             1,
