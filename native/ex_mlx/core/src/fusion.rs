@@ -20,7 +20,7 @@ use mlx_rs::error::Exception;
 use mlx_rs::Array;
 
 use crate::device::Device;
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::worker;
 
 /// The instructions of a program as one function of its inputs and
