@@ -57,7 +57,8 @@ defmodule ExMLX.ConcurrencyTest do
 
   test "a caller waiting for the worker holds no scheduler, and others keep running" do
     # The CPU worker is held busy by a test hook until released, so the
-    # caller below cannot finish before the checks, however fast or loaded
+    # caller below (its `floor` needs the worker: ops the host computes on
+    # computed tensors would not) cannot finish before the checks, however fast or loaded
     # the machine is. With one scheduler online, had the NIF blocked the
     # caller's scheduler, the probe process could not run until the release.
     a = ExMLX.full(2.0, {:f, 32}, {4}, device: :cpu) |> ExMLX.eval()
@@ -69,7 +70,7 @@ defmodule ExMLX.ConcurrencyTest do
     try do
       caller =
         spawn_link(fn ->
-          send(parent, {:result, ExMLX.add(a, a) |> ExMLX.sum() |> ExMLX.item()})
+          send(parent, {:result, ExMLX.add(a, a) |> ExMLX.floor() |> ExMLX.sum() |> ExMLX.item()})
         end)
 
       # The caller reaches its wait (in a receive) while the worker is held.

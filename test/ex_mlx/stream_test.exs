@@ -53,24 +53,25 @@ defmodule ExMLX.StreamTest do
 
   test "a stream's work does not wait for the default stream's" do
     # The CPU's default worker is held until released: work on a CPU stream
-    # completes meanwhile, work on the default stream does not.
+    # completes meanwhile, work on the default stream does not (`floor`
+    # needs the worker, where the host could add and sum computed tensors).
     s = Stream.new(:cpu).device
     x = ExMLX.full(5.0, {:f, 32}, {4}, device: s) |> ExMLX.eval()
     y = ExMLX.full(5.0, {:f, 32}, {4}, device: :cpu) |> ExMLX.eval()
     # (add's first call reads MLX's type rules on the default CPU worker,
     # ExMLX.Prediction: done here, before the hold)
-    assert ExMLX.add(y, y) |> ExMLX.sum() |> ExMLX.item() == 40.0
+    assert ExMLX.add(y, y) |> ExMLX.floor() |> ExMLX.sum() |> ExMLX.item() == 40.0
     hold = make_ref()
     :ok = ExMLX.Native.hold_worker_for_test(hold)
     parent = self()
 
     try do
       spawn_link(fn ->
-        send(parent, {:default, ExMLX.add(y, y) |> ExMLX.sum() |> ExMLX.item()})
+        send(parent, {:default, ExMLX.add(y, y) |> ExMLX.floor() |> ExMLX.sum() |> ExMLX.item()})
       end)
 
       spawn_link(fn ->
-        send(parent, {:stream, ExMLX.add(x, x) |> ExMLX.sum() |> ExMLX.item()})
+        send(parent, {:stream, ExMLX.add(x, x) |> ExMLX.floor() |> ExMLX.sum() |> ExMLX.item()})
       end)
 
       assert_receive {:stream, 40.0}, 120_000

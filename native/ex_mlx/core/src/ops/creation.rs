@@ -94,10 +94,27 @@ pub fn scalar(value: Scalar, dtype: Dtype) -> Result<Array> {
     array_from_bytes(&scalar_bytes(value, dtype)?, &[], dtype)
 }
 
-/// A tensor of `shape` filled with `value`.
+/// A tensor of `shape` filled with `value`: MLX's `full`, whose evaluated
+/// result is a contiguous buffer of its own (as Python's `mx.full` gives
+/// it), not a broadcast view of one value that every consumer needing
+/// contiguous data (a collective, a kernel's contiguous path) would copy
+/// again at each use.
 pub fn full(value: Scalar, dtype: Dtype, shape: &[i32]) -> Result<Array> {
     let s = scalar(value, dtype)?;
-    Ok(ops::broadcast_to(&s, shape)?)
+    // SAFETY: one mlx-c call writing a new array; `s` and `shape` outlive it.
+    unsafe {
+        crate::mlx_c::new_array("full", |res, stream| {
+            mlx_sys::mlx_full(
+                res,
+                shape.as_ptr(),
+                shape.len(),
+                s.as_ptr(),
+                dtype.into(),
+                stream,
+            )
+        })
+    }
+    .map_err(Error::Mlx)
 }
 
 /// `0, 1, ..., n-1` along `axis` of `shape` (Nx's iota); the whole tensor
