@@ -47,21 +47,14 @@ if Code.ensure_loaded?(Nx) do
     # The widest distance of a fused GPU result over every op and size.
     defp check(op, references, device) do
       tensor = &Nx.from_binary(&1, :f32, backend: {ExMLX.Backend, device: device})
-      [first | _] = references
       reference = apply(Nx, op, Enum.map(references, tensor)) |> Nx.to_binary()
 
       for size <- Cases.sizes(),
-          {offset, _} <- Cases.placed(first, size),
+          {offset, binaries} <- Cases.placed_together(references, size),
           {mode, run} <- modes(op, length(references), device),
           reduce: 0 do
         widest ->
-          inputs =
-            Enum.map(references, fn values ->
-              {^offset, binary} = Enum.find(Cases.placed(values, size), &(elem(&1, 0) == offset))
-              tensor.(binary)
-            end)
-
-          result = run.(inputs) |> Nx.to_binary()
+          result = run.(Enum.map(binaries, tensor)) |> Nx.to_binary()
           label = "#{op} #{mode} on #{device}, #{size} values at offset #{offset}"
 
           if device == :gpu and mode == :fused do

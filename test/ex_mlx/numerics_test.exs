@@ -29,14 +29,12 @@ defmodule ExMLX.NumericsTest do
 
   defp check(op, references, arguments) do
     # references: the value binaries the op is applied to, in argument order
-    [first | _] = references
-
     with reference when is_binary(reference) <-
            float_result(op, Enum.map(references, &tensor/1)) do
       for size <- Cases.sizes(),
-          {offset, _} <- Cases.placed(first, size),
+          {offset, binaries} <- Cases.placed_together(references, size),
           {name, make} <- [computed: &tensor/1, lazy: &lazy/1] do
-        inputs = Enum.map(references, fn values -> make.(placed_at(values, size, offset)) end)
+        inputs = Enum.map(binaries, make)
         result = ExMLX.to_binary(apply(ExMLX, op, inputs))
 
         assert Cases.compare(result, reference, offset) == :ok,
@@ -45,11 +43,6 @@ defmodule ExMLX.NumericsTest do
 
       true
     end
-  end
-
-  defp placed_at(values, size, offset) do
-    {^offset, binary} = Enum.find(Cases.placed(values, size), fn {o, _} -> o == offset end)
-    binary
   end
 
   test "every unary float op: a value's bits do not depend on the tensor's size or laziness" do

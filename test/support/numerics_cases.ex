@@ -59,16 +59,26 @@ defmodule ExMLX.NumericsCases do
   end
 
   @doc """
+  `placed/2` of each of `references` (binaries of float32s of one count)
+  at once: `{offset, binaries}`, one binary per reference, in their order.
+  """
+  def placed_together(references, size) do
+    references
+    |> Enum.map(&placed(&1, size))
+    |> Enum.zip_with(fn windows ->
+      [{offset, _} | _] = windows
+      {offset, Enum.map(windows, &elem(&1, 1))}
+    end)
+  end
+
+  @doc """
   Whether `result` (a binary of float32s) holds at each position `i` the
   bits of `reference`'s value `(offset + i) mod count` (any NaN matching any
   NaN: payloads are unspecified); `:ok` or `{:mismatch, position, got,
   expected}` for the first that differs.
   """
   def compare(result, reference, offset) do
-    count = div(byte_size(reference), 4)
-    n = div(byte_size(result), 4)
-    repeated = :binary.copy(reference, div(n + offset + count - 1, count) + 1)
-    expected = binary_part(repeated, offset * 4, n * 4)
+    expected = expected(result, reference, offset)
 
     if result == expected do
       :ok
@@ -84,11 +94,16 @@ defmodule ExMLX.NumericsCases do
   apart).
   """
   def max_ulps(result, reference, offset) do
+    expected = expected(result, reference, offset)
+    if result == expected, do: 0, else: widest(result, expected, 0)
+  end
+
+  # `reference`'s values from `offset` on, repeated to `result`'s length
+  defp expected(result, reference, offset) do
     count = div(byte_size(reference), 4)
     n = div(byte_size(result), 4)
     repeated = :binary.copy(reference, div(n + offset + count - 1, count) + 1)
-    expected = binary_part(repeated, offset * 4, n * 4)
-    if result == expected, do: 0, else: widest(result, expected, 0)
+    binary_part(repeated, offset * 4, n * 4)
   end
 
   defp widest(<<a::32-little, ra::binary>>, <<b::32-little, rb::binary>>, worst) do

@@ -216,11 +216,9 @@ fn expected_result(tag: Term) -> Result<Option<Expected>> {
 /// `None` for other tags or a size past `usize`.
 pub fn predicted_bytes(tag: Term) -> Option<usize> {
     match expected_result(tag).ok()?? {
-        Expected::Exact(dtype, shape) => shape
-            .iter()
-            .try_fold(ex_mlx_core::dtype::size_of(dtype), |bytes, &d| {
-                bytes.checked_mul(usize::try_from(d).ok()?)
-            }),
+        Expected::Exact(dtype, shape) => ex_mlx_core::host::element_count("shape", &shape)
+            .ok()?
+            .checked_mul(ex_mlx_core::dtype::size_of(dtype)),
         _ => None,
     }
 }

@@ -108,9 +108,9 @@ pub fn inputs_ready(inputs: &[&Array]) -> bool {
 }
 
 /// `kind` of `inputs` computed here, on any thread, or `None` where it is
-/// not: a transcendental kind, an input that is not float32 or not laid out
-/// in row-major order, inputs that are not a single value, of the result's
-/// shape, or a row the result repeats (a bias), a result of more than
+/// not: an input that is not float32 or not laid out in row-major order,
+/// inputs that are not a single value, of the result's shape, or a row the
+/// result repeats (a bias), a result of more than
 /// [`READY_MAX_ELEMENTS`] values. The caller knows the inputs are computed
 /// CPU arrays ([`inputs_ready`] on a worker; a NIF on the calling thread
 /// knows it from the tensors); their data is read in place, not evaluated.
