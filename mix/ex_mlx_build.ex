@@ -7,11 +7,12 @@ defmodule ExMLX.Build do
   # This file lives outside lib/ because mix.exs loads it before anything is
   # compiled (a compiler cannot be compiled by the compilers it precedes).
 
-  @mlx_version "0.32.2"
-  @wheel "mlx-cpu==#{@mlx_version}"
-  # MLX's CUDA build (CUDA 13), whose dependencies are NVIDIA's runtime
-  # wheels: cuBLAS, cuFFT, NVRTC, cudart, cuDNN, NCCL, nvJitLink
-  @cuda_wheel "mlx-cuda-13==#{@mlx_version}"
+  # The MLX releases ExMLX builds against (mlx-c 0.7.0's ABI); the first is
+  # the default, `EX_MLX_MLX_VERSION` names another.
+  @supported_mlx_versions ["0.32.2", "0.32.4"]
+  # The CPU wheel is `mlx-cpu`; MLX's CUDA build (CUDA 13) is `mlx-cuda-13`,
+  # whose dependencies are NVIDIA's runtime wheels: cuBLAS, cuFFT, NVRTC,
+  # cudart, cuDNN, NCCL, nvJitLink.
   # PyTorch beside bin/bench's GPU rows (integration/bin/setup installs the same)
   @bench_torch "torch==2.15.0"
 
@@ -26,7 +27,29 @@ defmodule ExMLX.Build do
     "/usr/lib64"
   ]
 
-  def mlx_version, do: @mlx_version
+  @doc """
+  The MLX release to build against: `EX_MLX_MLX_VERSION` when set (one of
+  `supported_mlx_versions/0`), else the first supported one.
+  """
+  def mlx_version do
+    case System.get_env("EX_MLX_MLX_VERSION") do
+      empty when empty in [nil, ""] ->
+        hd(@supported_mlx_versions)
+
+      version ->
+        if version in @supported_mlx_versions do
+          version
+        else
+          Mix.raise(
+            "EX_MLX_MLX_VERSION=#{version} is not a supported MLX release " <>
+              "(supported: #{Enum.join(@supported_mlx_versions, ", ")})"
+          )
+        end
+    end
+  end
+
+  @doc "The MLX releases ExMLX builds against."
+  def supported_mlx_versions, do: @supported_mlx_versions
 
   @doc "Absolute path of the project root (the folder of mix.exs)."
   def root, do: Path.expand("..", __DIR__)
@@ -93,7 +116,7 @@ defmodule ExMLX.Build do
 
       missing ->
         {:error,
-         "MLX_PREFIX=#{prefix} is not an MLX #{@mlx_version} install: missing " <>
+         "MLX_PREFIX=#{prefix} is not an MLX #{mlx_version()} install: missing " <>
            Enum.join(missing, ", ")}
     end
   end
@@ -103,11 +126,11 @@ defmodule ExMLX.Build do
     Path.join([
       Path.dirname(Mix.Project.build_path()),
       "mlx-runtime",
-      "#{flavour}-#{@mlx_version}"
+      "#{flavour}-#{mlx_version()}"
     ])
   end
 
-  defp provision_wheel, do: provision(@wheel, runtime_dir(), ["--no-deps"])
+  defp provision_wheel, do: provision("mlx-cpu==#{mlx_version()}", runtime_dir(), ["--no-deps"])
 
   # Downloads `requirement` (with its dependencies unless `pip_flags` says
   # --no-deps) into `dir`, unpacked as pip would install them (one
@@ -171,7 +194,7 @@ defmodule ExMLX.Build do
           {out, status} ->
             {:error,
              "`#{python} -m pip download #{requirement}` failed (exit #{status}):\n#{out}\n" <>
-               "Set MLX_PREFIX to an MLX #{@mlx_version} install to skip the download."}
+               "Set MLX_PREFIX to an MLX #{mlx_version()} install to skip the download."}
         end
     end
   end
@@ -220,7 +243,8 @@ defmodule ExMLX.Build do
         {:ok, nil}
 
       target() == :cuda ->
-        with {:ok, prefix} <- provision(@cuda_wheel, runtime_dir("mlx-cuda-13"), []),
+        with {:ok, prefix} <-
+               provision("mlx-cuda-13==#{mlx_version()}", runtime_dir("mlx-cuda-13"), []),
              do: {:ok, Path.join(prefix, "lib")}
 
       true ->
@@ -293,11 +317,11 @@ defmodule ExMLX.Build do
   end
 
   @doc """
-  A folder with Python's `mlx` and `mlx-cpu` (both #{@mlx_version}, relinked to
+  A folder with Python's `mlx` and `mlx-cpu` (both of `mlx_version/0`, relinked to
   OpenBLAS like ExMLX's runtime) for the benchmarks' reference; installed once.
   """
   def bench_python do
-    requirements = ["mlx==#{@mlx_version}", "mlx-cpu==#{@mlx_version}"]
+    requirements = ["mlx==#{mlx_version()}", "mlx-cpu==#{mlx_version()}"]
 
     pip_once("bench-python", requirements, ["--no-deps"], fn dir ->
       relink_blas(Path.join(dir, "mlx/lib/libmlx.so"))
@@ -315,7 +339,7 @@ defmodule ExMLX.Build do
     runtime = runtime_dir("mlx-cuda-13")
 
     if File.exists?(Path.join(runtime, ".ready")) do
-      pip_once("bench-python-gpu", ["mlx==#{@mlx_version}"], ["--no-deps"], fn dir ->
+      pip_once("bench-python-gpu", ["mlx==#{mlx_version()}"], ["--no-deps"], fn dir ->
         File.ln_s!(Path.join(runtime, "mlx/lib"), Path.join(dir, "mlx/lib"))
         File.ln_s!(Path.join(runtime, "nvidia"), Path.join(dir, "nvidia"))
       end)

@@ -113,7 +113,8 @@ defmodule ExMLX.StreamTest do
 
       assert {error.kind, error.message} ==
                {:device,
-                "the gpu device is not available in this MLX build (MLX 0.32.2); use :cpu"}
+                "the gpu device is not available in this MLX build " <>
+                  "(MLX #{ExMLX.Build.mlx_version()}); use :cpu"}
     end
   end
 end

@@ -1,5 +1,5 @@
 /*
- * Linux adapter (see README.md here): two header gaps between mlx-c 0.7.0 and an x86_64
+ * Linux adapter (see README.md here): header gaps between mlx-c 0.7.0 and an x86_64
  * Linux toolchain (GCC 12 / clang 14). Force-included into every C++ file of the
  * mlx-c build (CXXFLAGS=-include) and into bindgen's parse of the C headers
  * (BINDGEN_EXTRA_CLANG_ARGS=-include). The Mix compiler sets both.
@@ -70,6 +70,39 @@ std::string format(std::string_view fmt, Args&&... args) {
 #define HAS_BFLOAT16
 typedef mlx::core::float16_t float16_t;
 typedef mlx::core::bfloat16_t bfloat16_t;
+#endif
+
+/*
+ * Gap 3: MLX 0.32.4 put a `global_scale` parameter into gather_qmm, before
+ * `sorted_indices`; mlx-c 0.7.0 calls the 0.32.2 signature, passing
+ * `sorted_indices` where 0.32.4 expects `global_scale`. For 0.32.4 and later
+ * this overload takes the 0.32.2 arguments and calls MLX's function with no
+ * global scale (the value 0.32.2 had). Guarded as gap 2.
+ */
+#if __cplusplus >= 202002L && __has_include(<mlx/version.h>)
+#include <mlx/version.h>
+#if MLX_VERSION_NUMERIC >= 32004
+#include <mlx/ops.h>
+namespace mlx::core {
+inline array gather_qmm(
+    const array& x,
+    const array& w,
+    const array& scales,
+    const std::optional<array>& biases,
+    std::optional<array> lhs_indices,
+    std::optional<array> rhs_indices,
+    bool transpose,
+    std::optional<int> group_size,
+    std::optional<int> bits,
+    const std::string& mode,
+    bool sorted_indices,
+    StreamOrDevice s) {
+  return gather_qmm(
+      x, w, scales, biases, std::move(lhs_indices), std::move(rhs_indices),
+      transpose, group_size, bits, mode, std::nullopt, sorted_indices, s);
+}
+} // namespace mlx::core
+#endif
 #endif
 
 #else /* C: what bindgen parses */

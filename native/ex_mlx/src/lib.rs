@@ -29,7 +29,7 @@ pub mod wire;
 
 #[rustler::nif]
 fn mlx_version() -> &'static str {
-    ex_mlx_core::MLX_VERSION
+    ex_mlx_core::mlx_version()
 }
 
 /// Runs when the library is loaded, before any MLX call. `load_info` is

@@ -247,7 +247,7 @@ fn not_available(backend: Backend) -> Error {
     Error::Distributed(format!(
         "the {} backend is not available in this MLX build (MLX {}); available: {}",
         backend.name(),
-        crate::MLX_VERSION,
+        crate::mlx_version(),
         if available.is_empty() {
             "none".to_string()
         } else {
@@ -647,7 +647,7 @@ mod tests {
             e.to_string(),
             format!(
                 "the nccl backend is not available in this MLX build (MLX {}); available: ring",
-                crate::MLX_VERSION
+                crate::mlx_version()
             )
         );
     }

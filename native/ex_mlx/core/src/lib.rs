@@ -43,5 +43,25 @@ pub mod worker;
 
 pub use error::{Error, Result};
 
-/// The MLX version this crate is built against (mlx-c 0.7.0 pins it).
-pub const MLX_VERSION: &str = "0.32.2";
+/// The version of the MLX library this process runs (MLX's own `version()`,
+/// through mlx-c), read once.
+pub fn mlx_version() -> &'static str {
+    static VERSION: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    VERSION.get_or_init(|| {
+        // SAFETY: mlx_string_new makes an empty string that mlx_version sets;
+        // its data is a NUL-terminated copy owned by the string, read before
+        // the string is freed once.
+        unsafe {
+            let mut text = mlx_sys::mlx_string_new();
+            let status = mlx_sys::mlx_version(&mut text);
+            let data = mlx_sys::mlx_string_data(text);
+            let version = if status == 0 && !data.is_null() {
+                std::ffi::CStr::from_ptr(data).to_string_lossy().into_owned()
+            } else {
+                "unknown".to_string()
+            };
+            mlx_sys::mlx_string_free(text);
+            version
+        }
+    })
+}

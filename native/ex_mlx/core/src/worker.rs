@@ -128,7 +128,7 @@ fn start(device: Device) -> std::result::Result<Worker, String> {
         return Err(format!(
             "the {} device is not available in this MLX build (MLX {}); use :cpu",
             device.name(),
-            crate::MLX_VERSION
+            crate::mlx_version()
         ));
     }
     let (queue, jobs) = mpsc::channel::<Job>();
