@@ -23,7 +23,9 @@ defmodule ExMLX.Native do
   # and each stub reports it.
   @doc false
   def load_nif do
-    load_info = {choose_tf32(), Application.get_env(:ex_mlx, :tune_malloc, true) != false}
+    load_info =
+      {choose_tf32(), Application.get_env(:ex_mlx, :tune_malloc, true) != false,
+       choose_cpu_kernels()}
 
     case nif_path() do
       {:ok, path} ->
@@ -100,6 +102,17 @@ defmodule ExMLX.Native do
   end
 
   @doc false
+  # ExMLX's own CPU kernels (docs/numerics.md): on unless
+  # `EX_MLX_CPU_KERNELS` is "false" or "0", or, where the variable is unset,
+  # `config :ex_mlx, cpu_kernels: false`.
+  def choose_cpu_kernels do
+    case System.get_env("EX_MLX_CPU_KERNELS") do
+      unset when unset in [nil, ""] -> Application.get_env(:ex_mlx, :cpu_kernels, true) != false
+      value -> String.downcase(value) not in ["false", "0"]
+    end
+  end
+
+  @doc false
   def load_error, do: :persistent_term.get({__MODULE__, :load_error}, nil)
 
   # Every stub raises through :erlang.nif_error/1 with an ExMLX.Error as the
@@ -144,6 +157,7 @@ defmodule ExMLX.Native do
 
   # Library
   def mlx_version, do: not_loaded()
+  def cpu_kernels_enabled, do: not_loaded()
 
   # Every op of the op table (native/ex_mlx/core/src/ops/table.rs): `name`
   # an atom, `inputs` a list of tensors, `params` a list in the table's

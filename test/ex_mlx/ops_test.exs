@@ -116,6 +116,44 @@ defmodule ExMLX.OpsTest do
       )
     end
 
+    test "integer quotients and remainders truncate toward zero for every sign and type" do
+      # Elixir's div/2 and rem/2 give the expected values; MLX's floor_divide
+      # truncates in some releases and rounds down in others
+      for {type, min} <- [{{:s, 8}, -128}, {{:s, 16}, -32_768}, {{:s, 32}, -2_147_483_648}] do
+        pairs =
+          for a <- [7, -7, 6, -6, 1, -1, 0, min, min + 1],
+              b <- [2, -2, 3, -3, 7, -7, 1],
+              do: {a, b}
+
+        {as, bs} = Enum.unzip(pairs)
+        {:s, bits} = type
+
+        a =
+          ExMLX.from_binary(
+            for(x <- as, into: <<>>, do: <<x::size(bits)-signed-little>>),
+            type,
+            {length(as)}
+          )
+
+        b =
+          ExMLX.from_binary(
+            for(x <- bs, into: <<>>, do: <<x::size(bits)-signed-little>>),
+            type,
+            {length(bs)}
+          )
+
+        assert ExMLX.quotient(a, b) |> ExMLX.to_list() ==
+                 Enum.map(pairs, fn {x, y} -> div(x, y) end),
+               inspect(type)
+
+        assert ExMLX.remainder(a, b) |> ExMLX.to_list() ==
+                 Enum.map(pairs, fn {x, y} -> rem(x, y) end),
+               inspect(type)
+      end
+
+      assert ExMLX.quotient(u8([200, 7, 0]), u8([3, 2, 5])) |> ExMLX.to_list() == [66, 3, 0]
+    end
+
     test "comparisons and logic give :bool" do
       a = s32([1, 2, 3])
       b = s32([2, 2, 2])

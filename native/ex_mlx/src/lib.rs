@@ -32,9 +32,14 @@ fn mlx_version() -> &'static str {
     ex_mlx_core::mlx_version()
 }
 
+#[rustler::nif]
+fn cpu_kernels_enabled() -> bool {
+    ex_mlx_core::cpu_kernels::enabled()
+}
+
 /// Runs when the library is loaded, before any MLX call. `load_info` is
-/// `{tf32, tune_malloc}` (ExMLX.Native decides both from the application's
-/// configuration and the environment):
+/// `{tf32, tune_malloc, cpu_kernels}` (ExMLX.Native decides them from the
+/// application's configuration and the environment):
 ///
 /// - `tf32`: whether float32 matrix products may use TF32 on the GPU. MLX
 ///   reads `MLX_ENABLE_TF32` once, at its first such product, with the C
@@ -42,6 +47,8 @@ fn mlx_version() -> &'static str {
 ///   copy of the environment, so the variable is set here.
 /// - `tune_malloc`: whether to set glibc's malloc thresholds for MLX's host
 ///   buffers (`ex_mlx_core::memory::tune_host_malloc` says why).
+/// - `cpu_kernels`: whether ExMLX's own CPU kernels run where they apply
+///   (`ex_mlx_core::cpu_kernels`); off, every op is MLX's.
 ///
 /// It also sets `MLX_ENABLE_CACHE_THRASHING_CHECK=0` unless the variable is
 /// set: MLX's CUDA backend counts every miss of its caches (CUDA graphs,
@@ -51,7 +58,9 @@ fn mlx_version() -> &'static str {
 /// suite did, at 90 tests). Off, the caches evict as before and nothing
 /// throws; MLX's own test runner sets the same.
 fn load(_env: rustler::Env, load_info: rustler::Term) -> bool {
-    let (tf32, tune_malloc): (bool, bool) = load_info.decode().unwrap_or((false, true));
+    let (tf32, tune_malloc, cpu_kernels): (bool, bool, bool) =
+        load_info.decode().unwrap_or((false, true, true));
+    ex_mlx_core::cpu_kernels::set_enabled(cpu_kernels);
     // (unset or empty, as ExMLX.Native's choice treats it)
     if std::env::var_os("MLX_ENABLE_TF32").is_none_or(|v| v.is_empty()) {
         // (Rust 2021: `set_var` is safe to call; it races only with another

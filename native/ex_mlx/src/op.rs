@@ -6,14 +6,14 @@
 //! table's order. Each is checked here, on the calling scheduler, against the
 //! op's signature (errors name the input or parameter); the MLX work is
 //! queued on the device's worker (`crate::reply`: a reply, or a deferred
-//! tensor for one-result ops). An op that `ex_mlx_core::ops::computed`
+//! tensor for one-result ops). An op that `ex_mlx_core::cpu_kernels`
 //! computes on the host, given CPU tensors known to be computed, is computed
 //! here instead, on the calling thread: no worker, no MLX stream
 //! ([`computed_here`]).
 
-use ex_mlx_core::device::{check_dtype, Device, Kind};
+use ex_mlx_core::cpu_kernels;
+use ex_mlx_core::device::{check_dtype, Device};
 use ex_mlx_core::error::{Error, Result};
-use ex_mlx_core::ops::computed;
 use ex_mlx_core::ops::params::Param;
 use ex_mlx_core::ops::table::{Inputs, Op, Outputs};
 use mlx_rs::Array;
@@ -94,7 +94,7 @@ fn computed_here(
     params: &[Param],
     device: Device,
 ) -> Option<crate::reply::Submitted> {
-    if device.kind() != Kind::Cpu || !computed::has_host_path(op) {
+    if !cpu_kernels::may_compute_on_calling_thread(op, device) {
         return None;
     }
     let arrays = inputs
@@ -102,7 +102,7 @@ fn computed_here(
         .map(|t| t.evaluated_array())
         .collect::<Option<SmallVec<[Array; 3]>>>()?;
     let refs: SmallVec<[&Array; 3]> = arrays.iter().collect();
-    let array = computed::on_host(op, &refs, params).ok()??;
+    let array = cpu_kernels::on_calling_thread(op, &refs, params).ok()??;
     crate::reply::computed_here(tag, array, device)
 }
 
@@ -117,14 +117,14 @@ fn run(op: Op, inputs: &[TensorRef], params: Vec<Param>, device: Device) -> Resu
     };
     // (one or two inputs, most ops, stay on the stack)
     let outputs = match inputs {
-        [a] => op.apply(&[a.array()?], params)?,
-        [a, b] => op.apply(&[a.array()?, b.array()?], params)?,
+        [a] => cpu_kernels::apply(op, &[a.array()?], params)?,
+        [a, b] => cpu_kernels::apply(op, &[a.array()?, b.array()?], params)?,
         _ => {
             let arrays = inputs
                 .iter()
                 .map(|t| t.array())
                 .collect::<Result<Vec<Array>>>()?;
-            op.apply(&arrays, params)?
+            cpu_kernels::apply(op, &arrays, params)?
         }
     };
     match outputs {

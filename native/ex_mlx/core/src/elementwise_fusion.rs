@@ -20,7 +20,7 @@
 //! multiply-add, which would round otherwise).
 //!
 //! The same pass also serves single ops whose inputs are ready
-//! ([`ready_or`]): an exactly rounded op (arithmetic, `max`, `min`, `sqrt`,
+//! ([`computed_on_host`], which crate::cpu_kernels calls): an exactly rounded op (arithmetic, `max`, `min`, `sqrt`,
 //! ...) of float32 arrays that are already computed runs at once on the
 //! calling worker's thread, without a round trip through MLX's CPU stream
 //! thread; the bits are MLX's.
@@ -63,44 +63,16 @@ pub enum Kind {
     Square,
 }
 
-/// At most this many values are computed by [`ready_or`] on the worker's
+/// At most this many values are computed by [`computed_on_host`] on a worker's
 /// thread (64 KiB of float32: the pass and the copy into MLX's buffer take a
 /// few µs). Beyond them, MLX's kernel on its stream thread overlaps with the
 /// worker's next ops, and the copy would cost as much as the op.
 pub const READY_MAX_ELEMENTS: usize = 1 << 14;
 
-/// `kind` (every kind is exactly rounded) of `inputs` (one
-/// or two) computed at once on this thread when this thread's stream is a
-/// CPU's and every input is a float32 array that is already computed
-/// (MLX's `is_available`), laid out in row-major order, and a single value,
-/// of the result's shape, or a row the result repeats (a bias); at most
-/// [`READY_MAX_ELEMENTS`] values. Otherwise `otherwise()` (MLX's op, queued
-/// on the stream as usual). The result is an array that is already computed:
-/// the ops after it that are ready too run here as well, and reading it
-/// needs no evaluation. Same bits as MLX's op either way, so which path ran
-/// never shows in the values (an input whose computation is under way on the
-/// stream thread just takes MLX's path).
-///
-/// Products of one row (crate::ops::gemv) give computed results, so a batch
-/// of one through an MLP (product, bias, ReLU, product...) runs without
-/// waiting for the stream thread between its layers.
-pub fn ready_or(
-    kind: Kind,
-    inputs: &[&Array],
-    otherwise: impl FnOnce() -> Result<Array>,
-) -> Result<Array> {
-    if inputs_ready(inputs) {
-        if let Some(out) = computed_on_host(kind, inputs)? {
-            return Ok(out);
-        }
-    }
-    otherwise()
-}
-
 /// Whether every one of `inputs` is a float32 array that is already
 /// computed (MLX's `is_available`) and this thread's stream is a CPU's: the
 /// condition under which a worker computes ready ops at once
-/// ([`ready_or`], crate::ops::reduce's sums).
+/// (crate::cpu_kernels).
 pub fn inputs_ready(inputs: &[&Array]) -> bool {
     inputs.iter().all(|a| a.dtype() == Dtype::Float32)
         && inputs.iter().all(|a| crate::ahead::is_available(a))
@@ -381,7 +353,7 @@ impl Kernel {
 }
 
 impl Kernel {
-    /// The group's result computed at once on this thread, as [`ready_or`]
+    /// The group's result computed at once on this thread, as [`computed_on_host`]
     /// computes one op, when every one of `leaves` (the arrays of
     /// [`Kernel::leaves`]) is a float32 array that is already computed and
     /// this thread's stream is a CPU's ([`inputs_ready`]), each read in
@@ -698,6 +670,21 @@ mod tests {
         (Kind::Maximum, |a, b| mlx_rs::ops::maximum(a, b)),
         (Kind::Minimum, |a, b| mlx_rs::ops::minimum(a, b)),
     ];
+
+    /// `kind` of `inputs` computed here when they are ready (as
+    /// crate::cpu_kernels's `apply` does), else `otherwise()`.
+    fn ready_or(
+        kind: Kind,
+        inputs: &[&Array],
+        otherwise: impl FnOnce() -> Result<Array>,
+    ) -> Result<Array> {
+        if inputs_ready(inputs) {
+            if let Some(out) = computed_on_host(kind, inputs)? {
+                return Ok(out);
+            }
+        }
+        otherwise()
+    }
 
     #[test]
     fn ready_inputs_give_mlx_s_bits_at_once() {

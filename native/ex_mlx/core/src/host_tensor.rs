@@ -882,7 +882,6 @@ mod tests {
                 Op::divide,
                 Op::max,
                 Op::min,
-                Op::pow,
                 Op::equal,
                 Op::not_equal,
                 Op::less,
@@ -901,8 +900,10 @@ mod tests {
                 assert!(agrees(op, std::slice::from_ref(&a), vec![])?, "{op:?}");
                 computed += 1;
             }
-            // transcendental ops are MLX's kernels' alone (docs/numerics.md)
-            for op in [Op::exp, Op::sigmoid, Op::tanh, Op::erf] {
+            // powers and transcendental ops are MLX's kernels' alone
+            // (docs/numerics.md)
+            assert!(!agrees(Op::pow, &[a.clone(), a.clone()], vec![])?);
+            for op in [Op::exp, Op::sigmoid, Op::tanh, Op::erf, Op::log] {
                 assert!(!agrees(op, std::slice::from_ref(&a), vec![])?, "{op:?}");
             }
             // conditions of every type (a float32 -0.0 is false, NaN true)
@@ -963,7 +964,7 @@ mod tests {
                 )?);
                 computed += 1;
             }
-            assert!(computed > 90, "{computed}");
+            assert!(computed >= 90, "{computed}");
             Ok(())
         })
         .unwrap();
@@ -1011,7 +1012,7 @@ mod tests {
     }
 
     #[test]
-    fn float32_extremes_and_logs_match_mlx() {
+    fn float32_extremes_match_mlx() {
         run_blocking(Device::Cpu, || {
             // ties, infinities, signed zeros of one sign, subnormals
             let cube = f(
@@ -1063,66 +1064,30 @@ mod tests {
                 &[empty],
                 over(Some(vec![1]), false)
             )?);
-            // logs: zeros, negatives, infinities, subnormals, a spread
-            let mut xs = vec![0.0, -0.0, -1.0, 1.0, f32::INFINITY, f32::NEG_INFINITY];
-            xs.extend([1.0e-45, 1.0e-40, f32::MIN_POSITIVE, f32::MAX, f32::NAN]);
-            xs.extend((1..1000).map(|i| i as f32 * 0.0137 + (i % 7) as f32 * 91.0));
-            let logs = f(&[xs.len() as i32], &xs);
-            assert!(agrees(Op::log, &[logs], vec![])?);
             Ok(())
         })
         .unwrap();
     }
 
     #[test]
-    fn float32_sums_products_and_writes_match_mlx() {
+    fn float32_writes_match_mlx() {
         run_blocking(Device::Cpu, || {
             let values = |n: usize, seed: usize| -> Vec<f32> {
                 (0..n)
                     .map(|i| (((i * 7919 + seed * 104_729) % 2003) as f32 / 2003.0 - 0.5) * 37.0)
                     .collect()
             };
+            // sums and products of float32 are MLX's kernels' (their order
+            // of additions is theirs: docs/numerics.md)
             let cube = f(&[3, 4, 5], &values(60, 1));
-            let sum =
+            let over =
                 |axes: Option<Vec<i64>>, keep: bool| vec![Param::OptInts(axes), Param::Bool(keep)];
-            for params in [
-                sum(None, false),
-                sum(None, true),
-                sum(Some(vec![0]), false),
-                sum(Some(vec![1]), true),
-                sum(Some(vec![-1]), false),
-                sum(Some(vec![2, 0, 1]), false),
-            ] {
-                assert!(
-                    agrees(Op::sum, std::slice::from_ref(&cube), params.clone())?,
-                    "{params:?}"
-                );
+            for params in [over(None, false), over(Some(vec![-1]), true)] {
+                assert!(!agrees(Op::sum, std::slice::from_ref(&cube), params)?);
             }
-            let long = f(&[2, 500], &values(1000, 2));
-            assert!(agrees(
-                Op::sum,
-                std::slice::from_ref(&long),
-                sum(Some(vec![1]), false)
-            )?);
-            assert!(agrees(Op::sum, &[long], sum(Some(vec![0]), false))?);
-            // products in the four layouts of a one-axis contraction
-            let contract = |i: i64, j: i64| vec![Param::Ints(vec![i]), Param::Ints(vec![j])];
-            for (sa, sb, i, j) in [
-                ([2, 8], [8, 5], 1, 0),
-                ([2, 5], [8, 5], 1, 1),
-                ([2, 8], [2, 5], 0, 0),
-                ([5, 2], [5, 3], 0, 0),
-                ([1, 33], [33, 7], 1, 0),
-                ([7, 33], [9, 33], 1, 1),
-                ([3, 1], [3, 4], 0, 0),
-            ] {
-                let x = f(&sa, &values((sa[0] * sa[1]) as usize, 3));
-                let y = f(&sb, &values((sb[0] * sb[1]) as usize, 4));
-                assert!(
-                    agrees(Op::tensordot, &[x, y], contract(i, j))?,
-                    "{sa:?} {sb:?} {i} {j}"
-                );
-            }
+            let contract = vec![Param::Ints(vec![1]), Param::Ints(vec![0])];
+            let (x, y) = (f(&[2, 8], &values(16, 3)), f(&[8, 5], &values(40, 4)));
+            assert!(!agrees(Op::tensordot, &[x, y], contract)?);
             // writes: clamped starts, float32 and integer tensors
             let target = f(&[2, 16, 5], &values(160, 5));
             let update = f(&[2, 1, 5], &values(10, 6));
@@ -1152,19 +1117,24 @@ mod tests {
                     vec![Param::PadConfig(config.clone())]
                 )?);
             }
-            // scatters: repeated positions accumulate in order (float32 and
-            // integers), or the last write stays
+            // scatters: the last write to a repeated position stays;
+            // float32 additions to distinct positions are computed here,
+            // repeated ones (a sum in some order) are MLX's; integers
+            // accumulate exactly
             let grads = f(&[2, 8], &values(16, 8));
             let rows = t(Dtype::Int32, &[5, 1], &[1, 0, 1, 1, 0]);
             let updates = f(&[5, 8], &values(40, 9));
-            for add in [true, false] {
-                let params = vec![Param::OptInts(Some(vec![0])), Param::Bool(add)];
-                assert!(agrees(
-                    Op::scatter,
-                    &[grads.clone(), rows.clone(), updates.clone()],
-                    params
-                )?);
-            }
+            let adding = |add: bool| vec![Param::OptInts(Some(vec![0])), Param::Bool(add)];
+            let args = [grads.clone(), rows.clone(), updates.clone()];
+            assert!(agrees(Op::scatter, &args, adding(false))?);
+            assert!(!agrees(Op::scatter, &args, adding(true))?);
+            let distinct = t(Dtype::Int32, &[2, 1], &[1, 0]);
+            let two_rows = f(&[2, 8], &values(16, 11));
+            assert!(agrees(
+                Op::scatter,
+                &[grads.clone(), distinct, two_rows],
+                adding(true)
+            )?);
             let counts = t(Dtype::Int32, &[3], &[0, 0, 0]);
             let spots = t(Dtype::Uint8, &[3, 1], &[0, 2, 2]);
             let ones = t(Dtype::Int32, &[3], &[1, 1, 1]);

@@ -17,6 +17,7 @@
 
 pub mod ahead;
 pub mod collect;
+pub mod cpu_kernels;
 pub mod device;
 pub mod distributed;
 pub mod dtype;
@@ -56,7 +57,9 @@ pub fn mlx_version() -> &'static str {
             let status = mlx_sys::mlx_version(&mut text);
             let data = mlx_sys::mlx_string_data(text);
             let version = if status == 0 && !data.is_null() {
-                std::ffi::CStr::from_ptr(data).to_string_lossy().into_owned()
+                std::ffi::CStr::from_ptr(data)
+                    .to_string_lossy()
+                    .into_owned()
             } else {
                 "unknown".to_string()
             };

@@ -286,11 +286,15 @@ impl Program {
 
     /// Fuses the program for runs on `device`; returns whether it did. On
     /// the CPU: groups of element-wise float32 ops, anywhere in the program,
-    /// run as one pass each (crate::elementwise_fusion). On a GPU: the whole
+    /// run as one pass each (crate::elementwise_fusion), while ExMLX's CPU
+    /// kernels are on (crate::cpu_kernels; off, nothing is fused). On a GPU: the whole
     /// program through MLX's compile (crate::fusion), if it is straight-line
     /// (no loop, no branch).
     pub fn fuse(&mut self, device: Device) -> bool {
         if device.kind() == Kind::Cpu {
+            if !crate::cpu_kernels::in_programs() {
+                return false;
+            }
             let reads = self.reads();
             return fuse_block(&mut self.main, &reads, false) > 0;
         }
@@ -307,7 +311,7 @@ impl Program {
     /// batch-1 MLP's bias `add` and ReLU `max` after each product). Returns
     /// how many groups it made.
     pub fn group_ready_ops(&mut self) -> usize {
-        if self.fused.is_some() {
+        if self.fused.is_some() || !crate::cpu_kernels::in_programs() {
             return 0;
         }
         let reads = self.reads();
@@ -331,7 +335,7 @@ impl Program {
     pub fn prepare(&mut self, device: Device, fuse: bool) {
         if fuse {
             self.fuse(device);
-        } else if device.kind() == Kind::Cpu {
+        } else if device.kind() == Kind::Cpu && crate::cpu_kernels::in_programs() {
             self.group_ready_ops();
             let here = here::straight_line_on_host(&self.main);
             self.here.store(here, Ordering::Relaxed);
@@ -424,10 +428,13 @@ impl Program {
         // program with loops, or any on the CPU, reads its small inputs
         // too, once: a loop then reads its condition here at every step,
         // and the ops on them need no graph)
-        for (k, c) in constants.iter().enumerate() {
+        // (with ExMLX's CPU kernels off, no value is known on the host, so
+        // every op is MLX's: crate::cpu_kernels)
+        let known = crate::cpu_kernels::in_programs();
+        for (k, c) in constants.iter().enumerate().filter(|_| known) {
             host[self.inputs + k] = read(c);
         }
-        if self.loops || floats {
+        if known && (self.loops || floats) {
             for (k, a) in inputs.iter().enumerate() {
                 host[k] = read(a);
             }
@@ -855,7 +862,7 @@ impl Run<'_> {
             .iter()
             .map(|&s| self.read(s))
             .collect::<Result<_>>()?;
-        let results = call.op.apply(&args, call.params.clone())?.into_vec();
+        let results = crate::cpu_kernels::apply(call.op, &args, call.params.clone())?.into_vec();
         for (k, out) in results.into_iter().enumerate() {
             let out = match call.cast {
                 Some(dtype) if out.dtype() != dtype => out.as_dtype(dtype)?,

@@ -4,16 +4,13 @@
 //! dozen ops on tensors of a few values at every step: as MLX ops, each is
 //! a graph node that costs microseconds to build and to evaluate, hundreds
 //! a step. Where every input of such an op is known here, it is computed
-//! here, with the bits MLX's op gives (the op table's, checked against it
-//! in the tests): IEEE 754 arithmetic rounded once, comparisons and
-//! selections, the C library's `logf` and `powf` (MLX's `log` and `pow`), sums added one value
-//! after another from zero in index order (MLX's order for these sizes),
-//! products by the very `cblas_sgemm` MLX calls, and writes into a slice or
-//! a padding. Anything else, or a tensor of more than [`MAX_ELEMENTS`]
-//! values, stays with MLX. Values are held as their bits in the parent
+//! here, with the bits MLX's op gives because each result is exact or
+//! rounded once (checked against the op table's MLX calls in the tests):
+//! IEEE 754 arithmetic, comparisons, selections, maxima and minima,
+//! conversions, and writes into a slice or a padding. Anything else (sums,
+//! products, transcendental functions: their bits are MLX's kernels'), or
+//! a tensor of more than [`MAX_ELEMENTS`] values, stays with MLX. Values are held as their bits in the parent
 //! module's `values` (so that its rearrangements serve both).
-
-use std::sync::OnceLock;
 
 use mlx_rs::Dtype;
 
@@ -22,7 +19,6 @@ use crate::elementwise_fusion::{values_of, Kind};
 use crate::ops::check_axis;
 use crate::ops::computed::elementwise_kind;
 use crate::ops::params::Param;
-use crate::ops::reduce::sum_in_mlx_order;
 use crate::ops::table::Op;
 
 /// The most values of a float32 tensor kept here.
@@ -85,23 +81,12 @@ pub(super) fn apply(op: Op, args: &[&HostTensor], params: &[Param]) -> Option<Ho
     match (op, args, params) {
         (Op::as_type, [a], [Param::Type(to)]) => as_type(a, *to),
         (Op::select, [c, a, b], []) => select(c, a, b),
-        (Op::sum, [a], [Param::OptInts(axes), Param::Bool(keep)]) => {
-            reduce(a, axes.as_deref(), *keep, |v| {
-                Some(sum_in_mlx_order(v.iter().copied()))
-            })
-        }
         (Op::reduce_max, [a], [Param::OptInts(axes), Param::Bool(keep)]) => {
             reduce(a, axes.as_deref(), *keep, |v| extreme(v, f32::max))
         }
         (Op::reduce_min, [a], [Param::OptInts(axes), Param::Bool(keep)]) => {
             reduce(a, axes.as_deref(), *keep, |v| extreme(v, f32::min))
         }
-        (Op::log, [a], []) => {
-            let x = a.floats()?;
-            let out: Vec<f32> = x.iter().map(|v| v.ln()).collect();
-            Some(HostTensor::from_floats(a.shape.clone(), &out))
-        }
-        (Op::tensordot, [a, b], [Param::Ints(i), Param::Ints(j)]) => tensordot(a, b, i, j),
         (Op::put_slice, [t, starts, update], []) => put_slice(t, starts, update),
         (Op::pad, [a, value], [Param::PadConfig(config)]) => pad(a, value, config),
         (Op::take, [a, indices], [Param::Int(axis)]) => take(a, indices, *axis),
@@ -109,7 +94,6 @@ pub(super) fn apply(op: Op, args: &[&HostTensor], params: &[Param]) -> Option<Ho
         (Op::scatter, [a, indices, updates], [Param::OptInts(axes), Param::Bool(add)]) => {
             scatter(a, indices, updates, axes.as_deref(), *add)
         }
-        (Op::pow, [a, b], []) => binary(a, b, f32::powf),
         (_, [a, b], []) => match comparison(op) {
             Some(compare) => compare_values(a, b, compare),
             None => {
@@ -160,13 +144,6 @@ fn binary_kind(kind: Kind, a: &HostTensor, b: &HostTensor) -> Option<HostTensor>
     let (shape, x, y) = both(a, b)?;
     let mut out = vec![0.0f32; x.len()];
     values_of(kind, &x, &y, &mut out);
-    Some(HostTensor::from_floats(shape, &out))
-}
-
-/// `f` of two float32 tensors value by value.
-fn binary(a: &HostTensor, b: &HostTensor, f: impl Fn(f32, f32) -> f32) -> Option<HostTensor> {
-    let (shape, x, y) = both(a, b)?;
-    let out: Vec<f32> = x.iter().zip(&y).map(|(&x, &y)| f(x, y)).collect();
     Some(HostTensor::from_floats(shape, &out))
 }
 
@@ -295,100 +272,6 @@ fn extreme(values: &[f32], pick: fn(f32, f32) -> f32) -> Option<f32> {
         }
     }
     Some(best)
-}
-
-/// `cblas_sgemm` as MLX's CPU matmul calls it (row-major; `a` and `b` as
-/// stored or transposed).
-type Sgemm = unsafe extern "C" fn(
-    order: i32,
-    trans_a: i32,
-    trans_b: i32,
-    m: i32,
-    n: i32,
-    k: i32,
-    alpha: f32,
-    a: *const f32,
-    lda: i32,
-    b: *const f32,
-    ldb: i32,
-    beta: f32,
-    c: *mut f32,
-    ldc: i32,
-);
-
-/// The `cblas_sgemm` libmlx calls: looked up in libmlx (already loaded, by
-/// its soname) and the libraries it depends on, as its own calls resolve;
-/// `None` where there is none (the products then stay with MLX).
-fn sgemm() -> Option<Sgemm> {
-    static FOUND: OnceLock<Option<usize>> = OnceLock::new();
-    let address = FOUND.get_or_init(|| {
-        // SAFETY: RTLD_NOLOAD returns a handle only to a library already
-        // loaded (adding a reference that is never dropped, so the handle
-        // stays valid); both names are NUL-terminated.
-        let handle =
-            unsafe { libc::dlopen(c"libmlx.so".as_ptr(), libc::RTLD_NOW | libc::RTLD_NOLOAD) };
-        if handle.is_null() {
-            return None;
-        }
-        // SAFETY: as above; dlsym searches the library and its dependencies.
-        let symbol = unsafe { libc::dlsym(handle, c"cblas_sgemm".as_ptr()) };
-        (!symbol.is_null()).then_some(symbol as usize)
-    });
-    // SAFETY: the address is `cblas_sgemm`'s, whose C signature is `Sgemm`'s.
-    address.map(|a| unsafe { std::mem::transmute::<usize, Sgemm>(a) })
-}
-
-/// A one-axis contraction of two float32 matrices as the op table's
-/// `tensordot` computes it for matrices this small: MLX's matmul of `a`
-/// (transposed when contracted on its first axis) by `b` (transposed when
-/// contracted on its second), one `cblas_sgemm` call.
-fn tensordot(a: &HostTensor, b: &HostTensor, axes_a: &[i64], axes_b: &[i64]) -> Option<HostTensor> {
-    let (&[i], &[j]) = (axes_a, axes_b) else {
-        return None;
-    };
-    let (&[ra, ca], &[rb, cb]) = (a.shape.as_slice(), b.shape.as_slice()) else {
-        return None;
-    };
-    let (x, y) = (a.floats()?, b.floats()?);
-    let (trans_a, m, k) = match i {
-        0 => (true, ca, ra),
-        1 => (false, ra, ca),
-        _ => return None,
-    };
-    let (trans_b, k2, n) = match j {
-        0 => (false, rb, cb),
-        1 => (true, cb, rb),
-        _ => return None,
-    };
-    if k != k2 || m <= 0 || n <= 0 || k <= 0 || (m * n) as usize > MAX_ELEMENTS {
-        return None;
-    }
-    let sgemm = sgemm()?;
-    let mut out = vec![0.0f32; (m * n) as usize];
-    const ROW_MAJOR: i32 = 101;
-    let flag = |t: bool| if t { 112 } else { 111 };
-    // SAFETY: `x` holds k·m (or m·k) values and `y` k·n, laid out as the
-    // leading dimensions say; `out` holds m·n values; sgemm reads and
-    // writes nothing else, and returns before they are dropped.
-    unsafe {
-        sgemm(
-            ROW_MAJOR,
-            flag(trans_a),
-            flag(trans_b),
-            m,
-            n,
-            k,
-            1.0,
-            x.as_ptr(),
-            if trans_a { m } else { k },
-            y.as_ptr(),
-            if trans_b { k } else { n },
-            0.0,
-            out.as_mut_ptr(),
-            n,
-        );
-    }
-    Some(HostTensor::from_floats(vec![m, n], &out))
 }
 
 /// `t` with `update` (of `t`'s type and rank) written at `starts` (one per
@@ -531,9 +414,9 @@ fn bitcast(a: &HostTensor, to: Dtype) -> Option<HostTensor> {
 /// `a` with `updates` written (or added, `add`) at `indices`: row i of
 /// `indices` (of shape [n, axes]) is a position over `axes` (all when
 /// `None`), and the updates' i-th slice runs over `a`'s other axes; rows
-/// taken in order (a repeated position accumulates, or the last write
-/// stays: MLX's order). Positions out of range, and additions of booleans,
-/// are left to MLX.
+/// taken in order (for a repeated position the last write stays; integers
+/// accumulate, exactly). Positions out of range, additions of booleans, and
+/// float32 additions to a position more than once are left to MLX.
 fn scatter(
     a: &HostTensor,
     indices: &HostTensor,
@@ -567,6 +450,10 @@ fn scatter(
     let mut within = Vec::with_capacity(slice);
     for_each_offset(&slice_shape, &steps, |offset| within.push(offset));
     let mut values = a.values.clone();
+    // (a float32 position added to twice would be a sum in some order:
+    // left to MLX)
+    let float_add = add && a.dtype == Dtype::Float32;
+    let mut added = vec![false; if float_add { values.len() } else { 0 }];
     for row in 0..n as usize {
         let mut base = 0usize;
         for (j, &axis) in axes.iter().enumerate() {
@@ -578,6 +465,12 @@ fn scatter(
         }
         for (e, offset) in within.iter().enumerate() {
             let at = base + offset;
+            if float_add {
+                if added[at] {
+                    return None;
+                }
+                added[at] = true;
+            }
             let u = updates.values[row * slice + e];
             values[at] = if !add {
                 u

@@ -68,9 +68,17 @@ fn traps(a: &Array, b: &Array, dtype: Dtype) -> Result<(Array, Array)> {
     Ok((zero, trap))
 }
 
-/// `a / b` rounded (MLX's `floor_divide`). For integers, division by zero
-/// gives -1 (all bits set) and the signed minimum divided by -1 gives the
-/// minimum, as XLA defines them, rather than a trap (see [`traps`]).
+/// `a / b`: for integers truncated toward zero (Elixir's `div/2`, Nx's
+/// `quotient`), for floats rounded down (MLX's `floor_divide`). For
+/// integers, division by zero gives -1 (all bits set) and the signed minimum
+/// divided by -1 gives the minimum, as XLA defines them, rather than a trap
+/// (see [`traps`]).
+///
+/// MLX's integer `floor_divide` truncates in MLX 0.32.2 and rounds down in
+/// 0.32.4; the quotient is made exact for either: where the remainder left
+/// by MLX's quotient (`a - q·b`, exact in wrapping arithmetic) is non-zero
+/// and its sign is not `a`'s, the quotient was rounded down, one below the
+/// truncated one.
 pub fn quotient(a: &Array, b: &Array) -> Result<Array> {
     let dtype = promoted(a, b)?;
     if !is_integer(dtype) {
@@ -78,7 +86,21 @@ pub fn quotient(a: &Array, b: &Array) -> Result<Array> {
     }
     let (zero, trap) = traps(a, b, dtype)?;
     let one = Array::from_int(1).as_dtype(dtype)?;
-    let q = ops::floor_divide(a, ops::select(&trap, &one, b)?)?;
+    let divisor = ops::select(&trap, &one, b)?;
+    let mut q = ops::floor_divide(a, &divisor)?;
+    let signed = matches!(
+        dtype,
+        Dtype::Int8 | Dtype::Int16 | Dtype::Int32 | Dtype::Int64
+    );
+    if signed {
+        let r = ops::subtract(a, ops::multiply(&q, &divisor)?)?;
+        let zero_value = Array::from_int(0).as_dtype(dtype)?;
+        let rounded_down = ops::logical_and(
+            ops::ne(&r, &zero_value)?,
+            ops::ne(ops::lt(&r, &zero_value)?, ops::lt(a, &zero_value)?)?,
+        )?;
+        q = ops::add(&q, rounded_down.as_dtype(q.dtype())?)?;
+    }
     let all_ones = Array::from_int(-1).as_dtype(q.dtype())?;
     Ok(ops::select(&zero, &all_ones, &q)?)
 }

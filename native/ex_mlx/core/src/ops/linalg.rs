@@ -264,9 +264,9 @@ fn matmul_form(a: &Array, b: &Array, axes_a: &[i32], axes_b: &[i32]) -> Result<O
 }
 
 /// MLX's matmul of floating tensors, or one row or column times a float32
-/// matrix computed in one pass on the CPU (super::gemv).
+/// matrix computed in one pass on the CPU (crate::cpu_kernels decides).
 fn float_matmul(a: &Array, b: &Array) -> Result<Array> {
-    match super::gemv::vector_product(a, b)? {
+    match crate::cpu_kernels::vector_product(a, b)? {
         Some(product) => Ok(product),
         None => Ok(ops::matmul(a, b)?),
     }

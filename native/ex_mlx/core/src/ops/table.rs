@@ -44,7 +44,6 @@ use super::{
     bitwise, conv, convert, creation, cumulative, elementwise, fft, indexing, linalg, nx_linalg,
     precise, reduce, shape, sort, window,
 };
-use crate::elementwise_fusion::{self, Kind};
 use crate::error::{Error, Result};
 
 /// How an op's result type follows from its inputs and parameters.
@@ -363,12 +362,12 @@ op_table! {
         ///
         ///     iex> ExMLX.full(-0.75, {:f, 32}, {2}) |> ExMLX.abs() |> ExMLX.to_list()
         ///     [0.75, 0.75]
-        abs(tensor) -> real => elementwise_fusion::ready_or(Kind::Abs, &[tensor], || Ok(ops::abs(tensor)?));
+        abs(tensor) -> real => ops::abs(tensor);
         /// `-x`.
         ///
         ///     iex> ExMLX.full(0.75, {:f, 32}, {2}) |> ExMLX.negate() |> ExMLX.to_list()
         ///     [-0.75, -0.75]
-        negate(tensor) -> same => elementwise_fusion::ready_or(Kind::Negate, &[tensor], || Ok(ops::negative(tensor)?));
+        negate(tensor) -> same => ops::negative(tensor);
         /// -1, 0 or 1 by the sign of `x`.
         ///
         ///     iex> ExMLX.full(-0.75, {:f, 32}, {2}) |> ExMLX.sign() |> ExMLX.to_list()
@@ -393,7 +392,7 @@ op_table! {
         ///
         ///     iex> ExMLX.full(0.75, {:f, 32}, {2}) |> ExMLX.sqrt() |> ExMLX.to_list() |> Enum.map(&Float.round(&1, 4))
         ///     [0.866, 0.866]
-        sqrt(tensor) -> float => elementwise_fusion::ready_or(Kind::Sqrt, &[tensor], || Ok(ops::sqrt(tensor)?));
+        sqrt(tensor) -> float => ops::sqrt(tensor);
         /// `1 / sqrt(x)`.
         ///
         ///     iex> ExMLX.full(0.75, {:f, 32}, {2}) |> ExMLX.rsqrt() |> ExMLX.to_list() |> Enum.map(&Float.round(&1, 4))
@@ -531,7 +530,7 @@ op_table! {
         ///
         ///     iex> ExMLX.full(0.75, {:f, 32}, {2}) |> ExMLX.square() |> ExMLX.to_list()
         ///     [0.5625, 0.5625]
-        square(tensor) -> same => elementwise_fusion::ready_or(Kind::Square, &[tensor], || Ok(ops::square(tensor)?));
+        square(tensor) -> same => ops::square(tensor);
         /// `1 / x`.
         ///
         ///     iex> ExMLX.full(0.75, {:f, 32}, {2}) |> ExMLX.reciprocal() |> ExMLX.to_list() |> Enum.map(&Float.round(&1, 4))
@@ -607,22 +606,22 @@ op_table! {
         ///
         ///     iex> ExMLX.add(ExMLX.full(3.0, {:f, 32}, {2}), ExMLX.full(2.0, {:f, 32}, {})) |> ExMLX.to_list()
         ///     [5.0, 5.0]
-        add(a, b) -> promote => elementwise_fusion::ready_or(Kind::Add, &[a, b], || Ok(ops::add(a, b)?));
+        add(a, b) -> promote => ops::add(a, b);
         /// `a - b`.
         ///
         ///     iex> ExMLX.subtract(ExMLX.full(3.0, {:f, 32}, {2}), ExMLX.full(2.0, {:f, 32}, {})) |> ExMLX.to_list()
         ///     [1.0, 1.0]
-        subtract(a, b) -> promote => elementwise_fusion::ready_or(Kind::Subtract, &[a, b], || Ok(ops::subtract(a, b)?));
+        subtract(a, b) -> promote => ops::subtract(a, b);
         /// `a * b`.
         ///
         ///     iex> ExMLX.multiply(ExMLX.full(3.0, {:f, 32}, {2}), ExMLX.full(2.0, {:f, 32}, {})) |> ExMLX.to_list()
         ///     [6.0, 6.0]
-        multiply(a, b) -> promote => elementwise_fusion::ready_or(Kind::Multiply, &[a, b], || Ok(ops::multiply(a, b)?));
+        multiply(a, b) -> promote => ops::multiply(a, b);
         /// `a / b` (integers give floats).
         ///
         ///     iex> ExMLX.divide(ExMLX.full(3.0, {:f, 32}, {2}), ExMLX.full(2.0, {:f, 32}, {})) |> ExMLX.to_list()
         ///     [1.5, 1.5]
-        divide(a, b) -> promote => elementwise_fusion::ready_or(Kind::Divide, &[a, b], || Ok(ops::divide(a, b)?));
+        divide(a, b) -> promote => ops::divide(a, b);
         /// `a` to the power `b`.
         ///
         ///     iex> ExMLX.pow(ExMLX.full(3.0, {:f, 32}, {2}), ExMLX.full(2.0, {:f, 32}, {})) |> ExMLX.to_list()
@@ -651,12 +650,12 @@ op_table! {
         ///
         ///     iex> ExMLX.min(ExMLX.full(3.0, {:f, 32}, {2}), ExMLX.full(2.0, {:f, 32}, {})) |> ExMLX.to_list()
         ///     [2.0, 2.0]
-        min(a, b) -> promote => elementwise_fusion::ready_or(Kind::Minimum, &[a, b], || Ok(ops::minimum(a, b)?));
+        min(a, b) -> promote => ops::minimum(a, b);
         /// The larger of `a` and `b`.
         ///
         ///     iex> ExMLX.max(ExMLX.full(3.0, {:f, 32}, {2}), ExMLX.full(2.0, {:f, 32}, {})) |> ExMLX.to_list()
         ///     [3.0, 3.0]
-        max(a, b) -> promote => elementwise_fusion::ready_or(Kind::Maximum, &[a, b], || Ok(ops::maximum(a, b)?));
+        max(a, b) -> promote => ops::maximum(a, b);
         /// `a == b`.
         ///
         ///     iex> ExMLX.equal(ExMLX.full(3.0, {:f, 32}, {2}), ExMLX.full(2.0, {:f, 32}, {})) |> ExMLX.to_list()
