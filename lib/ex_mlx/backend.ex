@@ -177,7 +177,9 @@ if Code.ensure_loaded?(Nx) do
 
     @impl true
     def init(opts) do
-      case Keyword.get(opts, :device, default_device()) do
+      opts = Keyword.validate!(opts, device: default_device())
+
+      case opts[:device] do
         device when device in [:cpu, :gpu] ->
           [device: device]
 

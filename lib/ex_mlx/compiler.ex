@@ -7,20 +7,22 @@ if Code.ensure_loaded?(Nx) do
         Nx.Defn.jit(&MyModule.predict/2, compiler: ExMLX.Compiler).(params, x)
         Nx.Defn.global_default_options(compiler: ExMLX.Compiler)
 
-    Options: `:device` (`:cpu` or `:gpu`; default `ExMLX.default_device/0`);
-    `:fuse` (default `false`): fuse element-wise ops. On the CPU, every
-    group of float32 `add`, `subtract`, `multiply`, `divide`, `negate`,
-    `abs`, `sqrt`, `square`, `tanh`, `exp`, `sigmoid` and `erf` whose
-    intermediate results nothing else reads (in loops and branches too) runs
-    as one pass over its inputs (broadcast to the result's shape), from 4,096
-    elements; `tanh`, `exp`, `sigmoid` and `erf` are computed in float64 and
-    rounded once (within one unit in the last place, where MLX's own CPU
-    kernels are up to 2–9 units off, and its `erf` up to 4.5e-7; ExMLX's
-    `tanh`, `exp`, `sigmoid` and `erf` of such tensors give the same values
-    with or without `:fuse`), the other ops give the
-    same bits as unfused. On a GPU the program runs through
-    MLX's compile (kernels built with NVRTC at the first call), for programs
-    without `while`/`cond` (others run unfused). bin/bench measures both.
+    Options (any other is an `ArgumentError` naming it):
+
+      * `:device` - `:cpu` or `:gpu`; default `ExMLX.default_device/0`.
+      * `:fuse` - `false` (the default) or `true`: fuse element-wise ops. On
+        the CPU, with ExMLX's CPU kernels on (`ExMLX.cpu_kernels?/0`), every
+        group of exactly rounded float32 ops (`add`, `subtract`, `multiply`,
+        `divide`, `max`, `min`, `negate`, `abs`, `sqrt`, `square`) whose
+        intermediate results nothing else reads (in loops and branches too)
+        runs as one pass over its inputs from 4,096 elements, with the bits
+        of the unfused program; other ops are MLX's kernels as without
+        `:fuse` (docs/numerics.md). On a GPU a program without
+        `while`/`cond` runs through MLX's compile (kernels built with NVRTC
+        at the first call; others run unfused).
+      * `:hooks` - a map of hook names to functions, replacing named hooks'
+        functions (see below).
+      * `:batch_keys` - set by `Nx.Serving`; it changes nothing here.
 
     The first call with given input shapes and types traces the function and
     records the ops ExMLX.Backend runs for it (each an op of the op table,
@@ -71,6 +73,7 @@ if Code.ensure_loaded?(Nx) do
 
     @impl true
     def __compile__(key, vars, fun, opts) do
+      opts = validate_options!(opts)
       device = device(opts)
       # the arguments' structure and templates: `fun` may give another graph
       # for `{x}` than for `x` (Nx.Defn.Compiler's docs ask for this)
@@ -91,6 +94,22 @@ if Code.ensure_loaded?(Nx) do
     end
 
     defp device(opts), do: Keyword.get(opts, :device, ExMLX.default_device())
+
+    # The options this compiler takes (the moduledoc's list, and
+    # `:batch_keys`, which Nx.Serving adds to a served function's options and
+    # which needs nothing here); any other key is an error that names it (a
+    # compiler's option from elsewhere, EXLA's `:client` say, would otherwise
+    # be ignored silently).
+    @options [:device, :fuse, :hooks, :batch_keys]
+
+    defp validate_options!(opts) do
+      Keyword.validate!(opts, @options)
+    rescue
+      e in ArgumentError ->
+        reraise ArgumentError,
+                "ExMLX.Compiler: " <> Exception.message(e),
+                __STACKTRACE__
+    end
 
     defp on_cpu?(device), do: device == :cpu or match?({:cpu, _}, device)
 

@@ -233,6 +233,7 @@ if Code.ensure_loaded?(Nx) do
       assert_all_close(got, binary(&Funs.mlp/5, args))
     end
 
+    @tag :cpu_kernels
     test "a batch-1 MLP runs on the calling thread: read while the worker is held, with the Evaluator's bits" do
       # x {1, 600}, w1 {600, 512} (a product in blocks the worker helps
       # with), b1 {512}, w2 {512, 16}, b2 {16} (weights scaled as an
@@ -531,6 +532,22 @@ if Code.ensure_loaded?(Nx) do
       assert_raise ArgumentError, ":fuse must be a boolean, got: :yes", fn ->
         Nx.Defn.jit(&Funs.softmax/1, compiler: ExMLX.Compiler, fuse: :yes).(x)
       end
+    end
+
+    test "an option the compiler does not take is an error naming it" do
+      x = Nx.iota({4}, type: {:f, 32})
+
+      message =
+        "ExMLX.Compiler: unknown keys [:lazy_transfers] in [lazy_transfers: :always], " <>
+          "the allowed keys are: [:device, :fuse, :hooks, :batch_keys]"
+
+      assert_raise ArgumentError, message, fn ->
+        Nx.Defn.jit(&Funs.softmax/1, compiler: ExMLX.Compiler, lazy_transfers: :always).(x)
+      end
+
+      assert_raise ArgumentError,
+                   "unknown keys [:client] in [client: :host], the allowed keys are: [:device]",
+                   fn -> Nx.default_backend({ExMLX.Backend, client: :host}) end
     end
 
     test "export writes the program format; import runs it without tracing" do

@@ -1,0 +1,224 @@
+//! The passes over a checked program: each a function of its blocks, run
+//! when the program is made or prepared (crate::program's `Program`).
+
+use mlx_rs::Dtype;
+
+use super::{Block, FusedOps, Instruction, OpCall};
+use crate::ops::table::Op;
+
+/// A comparison read only as `select` conditions keeps MLX's boolean result
+/// instead of being cast to the type it declares (Nx's u8): `select` reads a
+/// condition as a boolean, so the cast and the conversion back were two more
+/// passes over the data (Nx's gradient of `max` and `min` has two such
+/// selects per use). The values the program gives are the same.
+pub(super) fn keep_boolean_conditions(main: &mut Block, slots: usize) {
+    let mut read_otherwise = vec![false; slots];
+    mark_reads(main, &mut read_otherwise);
+    relax_comparisons(main, &read_otherwise);
+}
+
+/// Marks every slot read other than as a `select` condition.
+pub(super) fn mark_reads(block: &Block, read_otherwise: &mut [bool]) {
+    visit_reads(block, &mut |slot, condition| {
+        if !condition {
+            read_otherwise[slot] = true
+        }
+    });
+}
+
+/// Calls `f(slot, as_select_condition)` for every read of a slot in `block`
+/// and the blocks nested in it (an instruction's inputs, a block's outputs).
+pub(super) fn visit_reads(block: &Block, f: &mut impl FnMut(usize, bool)) {
+    let each = |slots: &[usize], f: &mut dyn FnMut(usize, bool)| {
+        for &s in slots {
+            f(s, false)
+        }
+    };
+    each(&block.outputs, f);
+    for ins in &block.instructions {
+        match ins {
+            Instruction::Op(call) if call.op == Op::select && !call.inputs.is_empty() => {
+                f(call.inputs[0], true);
+                each(&call.inputs[1..], f);
+            }
+            Instruction::Op(call) => each(&call.inputs, f),
+            Instruction::Fused(group) => {
+                for call in &group.ops {
+                    each(&call.inputs, f)
+                }
+            }
+            Instruction::Loop(l) => {
+                each(&l.initial, f);
+                visit_reads(&l.condition, f);
+                visit_reads(&l.body, f);
+            }
+            Instruction::Branch(b) => {
+                for (pred, body) in &b.clauses {
+                    visit_reads(pred, f);
+                    visit_reads(body, f);
+                }
+                visit_reads(&b.otherwise, f);
+            }
+        }
+    }
+}
+
+pub(super) fn relax_comparisons(block: &mut Block, read_otherwise: &[bool]) {
+    for ins in &mut block.instructions {
+        match ins {
+            Instruction::Op(call) => {
+                let comparison = matches!(
+                    call.op,
+                    Op::equal
+                        | Op::not_equal
+                        | Op::less
+                        | Op::less_equal
+                        | Op::greater
+                        | Op::greater_equal
+                );
+                if comparison && call.cast == Some(Dtype::Uint8) && !read_otherwise[call.first] {
+                    call.cast = None;
+                }
+            }
+            Instruction::Loop(l) => {
+                relax_comparisons(&mut l.condition, read_otherwise);
+                relax_comparisons(&mut l.body, read_otherwise);
+            }
+            Instruction::Branch(b) => {
+                for (pred, body) in &mut b.clauses {
+                    relax_comparisons(pred, read_otherwise);
+                    relax_comparisons(body, read_otherwise);
+                }
+                relax_comparisons(&mut b.otherwise, read_otherwise);
+            }
+            Instruction::Fused(_) => {}
+        }
+    }
+}
+
+pub(super) fn has_loops(block: &Block) -> bool {
+    any_instruction(block, &|ins| matches!(ins, Instruction::Loop(_)))
+}
+
+/// Whether `pred` holds for an instruction of `block` or of a block nested
+/// in it.
+pub(super) fn any_instruction(block: &Block, pred: &dyn Fn(&Instruction) -> bool) -> bool {
+    block.instructions.iter().any(|ins| {
+        pred(ins)
+            || match ins {
+                Instruction::Op(_) | Instruction::Fused(_) => false,
+                Instruction::Loop(l) => {
+                    any_instruction(&l.condition, pred) || any_instruction(&l.body, pred)
+                }
+                Instruction::Branch(b) => {
+                    b.clauses
+                        .iter()
+                        .any(|(p, c)| any_instruction(p, pred) || any_instruction(c, pred))
+                        || any_instruction(&b.otherwise, pred)
+                }
+            }
+    })
+}
+
+/// Whether `call` can join a fused group (it may still run unfused, when
+/// its inputs turn out not to be float32): an exactly rounded element-wise
+/// op (crate::ops::computed::elementwise_kind), so fused or not, its bits
+/// are MLX's.
+pub(super) fn fusible(call: &OpCall) -> bool {
+    crate::ops::computed::elementwise_kind(call.op).is_some()
+        && call.results == 1
+        && matches!(call.cast, None | Some(Dtype::Float32))
+}
+
+/// Element-wise fusion on the CPU (crate::elementwise_fusion): replaces, in
+/// `block` and the blocks nested in it, every group of two or more fusible
+/// ops joined by results read once (`reads[slot]`, counted over the whole
+/// program) by one [`Instruction::Fused`] at its last op's place.
+/// `when_ready`: groups that run fused only when their inputs are computed
+/// ([`Program::group_ready_ops`]).
+/// Returns how many groups it made.
+pub(super) fn fuse_block(block: &mut Block, reads: &[u32], when_ready: bool) -> usize {
+    let mut made = 0;
+    for ins in &mut block.instructions {
+        match ins {
+            Instruction::Loop(l) => {
+                made += fuse_block(&mut l.condition, reads, when_ready);
+                made += fuse_block(&mut l.body, reads, when_ready);
+            }
+            Instruction::Branch(b) => {
+                for (pred, body) in &mut b.clauses {
+                    made += fuse_block(pred, reads, when_ready);
+                    made += fuse_block(body, reads, when_ready);
+                }
+                made += fuse_block(&mut b.otherwise, reads, when_ready);
+            }
+            Instruction::Op(_) | Instruction::Fused(_) => {}
+        }
+    }
+    // member_of[i]: the group instruction i belongs to, named by the index
+    // of the group's last op (its root); members[root]: the group's ops;
+    // root_writing[slot]: the open group whose root writes `slot`.
+    let n = block.instructions.len();
+    let mut member_of: Vec<Option<usize>> = vec![None; n];
+    let mut root_writing: std::collections::HashMap<usize, usize> = Default::default();
+    let mut members: Vec<Vec<usize>> = vec![Vec::new(); n];
+    for i in 0..n {
+        let Instruction::Op(call) = &block.instructions[i] else {
+            continue;
+        };
+        if !fusible(call) {
+            continue;
+        }
+        let mut group = vec![i];
+        for s in &call.inputs {
+            if reads.get(*s).copied() != Some(1) {
+                continue;
+            }
+            if let Some(g) = root_writing.remove(s) {
+                group.append(&mut members[g]);
+            }
+        }
+        group.sort_unstable();
+        for &m in &group {
+            member_of[m] = Some(i);
+        }
+        members[i] = group;
+        root_writing.insert(call.first(), i);
+    }
+    let mut kept = Vec::with_capacity(n);
+    let mut taken: Vec<Option<Instruction>> = std::mem::take(&mut block.instructions)
+        .into_iter()
+        .map(Some)
+        .collect();
+    for i in 0..n {
+        match member_of[i] {
+            Some(root) if members[root].len() >= 2 => {
+                if root == i {
+                    let ops: Vec<OpCall> = members[root]
+                        .iter()
+                        .filter_map(|&m| match taken[m].take() {
+                            Some(Instruction::Op(call)) => Some(call),
+                            _ => None,
+                        })
+                        .collect();
+                    // (ops the kernel cannot take stay as they were, in
+                    // order: their inputs are written before the root)
+                    match FusedOps::new(ops, when_ready) {
+                        Ok(group) => {
+                            kept.push(Instruction::Fused(group));
+                            made += 1;
+                        }
+                        Err(ops) => kept.extend(ops.into_iter().map(Instruction::Op)),
+                    }
+                }
+            }
+            _ => {
+                if let Some(ins) = taken[i].take() {
+                    kept.push(ins);
+                }
+            }
+        }
+    }
+    block.instructions = kept;
+    made
+}

@@ -1,0 +1,272 @@
+//! The interpreter: a program's instructions run over its slots on the
+//! calling worker (crate::program's `Program::run_until`).
+
+use std::ops::Range;
+
+use mlx_rs::Array;
+
+use super::{Branch, FusedOps, Instruction, Loop, OpCall};
+use crate::error::{Error, Result};
+use crate::host_tensor::{self, HostTensor};
+use crate::item::{self, Number};
+use crate::memory;
+use crate::ops::params::Param;
+use crate::ops::table::Op;
+
+/// A program's slots while it runs, and the small integer tensors among them
+/// whose values are known here (crate::host_tensor): such a slot's MLX
+/// array is made when an op computed by MLX reads it.
+pub(super) struct Run<'a> {
+    pub(super) slots: Vec<Option<Array>>,
+    pub(super) host: Vec<Option<HostTensor>>,
+    pub(super) stop: &'a dyn Fn() -> bool,
+    /// Whether float32 tensors may be computed here (a CPU run).
+    pub(super) floats: bool,
+}
+
+/// A loop evaluates its state every this many steps when its condition
+/// is known without evaluating anything, so that the state's graph stays
+/// shallow.
+pub(super) const EVAL_STATE_EVERY: usize = 64;
+
+impl Run<'_> {
+    pub(super) fn read(&mut self, slot: usize) -> Result<Array> {
+        if let Some(Some(a)) = self.slots.get(slot) {
+            return Ok(a.clone());
+        }
+        match self.host.get(slot).cloned().flatten() {
+            Some(h) => {
+                let a = h.to_array()?;
+                self.slots[slot] = Some(a.clone());
+                Ok(a)
+            }
+            None => Err(Error::Internal(format!(
+                "program slot {slot} read before written"
+            ))),
+        }
+    }
+
+    /// Writes `slot`: an MLX array, or values known here (whose array is
+    /// made when it is read).
+    fn write(&mut self, slot: usize, a: Option<Array>, host: Option<HostTensor>) {
+        self.slots[slot] = a;
+        self.host[slot] = host;
+    }
+
+    fn clear(&mut self, slots: Range<usize>) {
+        for s in &mut self.slots[slots.clone()] {
+            *s = None;
+        }
+        for h in &mut self.host[slots] {
+            *h = None;
+        }
+    }
+
+    /// Whether the one-element array in `slot` is non-zero: known here, or
+    /// read from MLX (an evaluation).
+    fn truthy(&mut self, slot: usize) -> Result<bool> {
+        match self.host.get(slot).and_then(|h| h.as_ref()?.truthy()) {
+            Some(b) => Ok(b),
+            None => Ok(truthy(item::item(&self.read(slot)?)?)),
+        }
+    }
+
+    pub(super) fn block(&mut self, instructions: &[Instruction]) -> Result<()> {
+        for ins in instructions {
+            match ins {
+                Instruction::Op(call) => self.op(call)?,
+                Instruction::Fused(group) => self.fused(group)?,
+                Instruction::Loop(l) => self.run_loop(l)?,
+                Instruction::Branch(b) => self.branch(b)?,
+            }
+        }
+        Ok(())
+    }
+
+    fn op(&mut self, call: &OpCall) -> Result<()> {
+        if let Some(h) = self.on_host(call) {
+            self.write(call.first, None, Some(h));
+            return Ok(());
+        }
+        let args: Vec<Array> = call
+            .inputs
+            .iter()
+            .map(|&s| self.read(s))
+            .collect::<Result<_>>()?;
+        let results = crate::cpu_kernels::apply(call.op, &args, call.params.clone())?.into_vec();
+        for (k, out) in results.into_iter().enumerate() {
+            let out = match call.cast {
+                Some(dtype) if out.dtype() != dtype => out.as_dtype(dtype)?,
+                _ => out,
+            };
+            self.write(call.first + k, Some(out), None);
+        }
+        Ok(())
+    }
+
+    /// A fused group's result in one pass, or its ops one by one where it
+    /// cannot run fused (crate::elementwise_fusion).
+    fn fused(&mut self, group: &FusedOps) -> Result<()> {
+        // (a ready group whose inputs are all known here runs op by op,
+        // where each op is computed here too and its result stays known)
+        if group.when_ready
+            && group
+                .kernel
+                .leaves()
+                .iter()
+                .all(|&s| self.host[s].is_some())
+        {
+            for call in &group.ops {
+                self.op(call)?;
+            }
+            return Ok(());
+        }
+        let leaves: Vec<Array> = group
+            .kernel
+            .leaves()
+            .iter()
+            .map(|&s| self.read(s))
+            .collect::<Result<_>>()?;
+        let out = if group.when_ready {
+            group.kernel.run_ready(&leaves)?
+        } else {
+            group.kernel.run(&leaves)?
+        };
+        match out {
+            Some(out) => self.write(group.kernel.output(), Some(out), None),
+            None => {
+                for call in &group.ops {
+                    self.op(call)?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The result of a one-result op computed here (crate::host_tensor),
+    /// when its inputs are known here and the op is one computed here.
+    fn on_host(&self, call: &OpCall) -> Option<HostTensor> {
+        if call.results != 1 || call.inputs.is_empty() {
+            return None;
+        }
+        let known: Vec<&HostTensor> = call
+            .inputs
+            .iter()
+            .map(|&s| self.host[s].as_ref())
+            .collect::<Option<_>>()?;
+        let apply = if self.floats {
+            host_tensor::apply
+        } else {
+            host_tensor::apply_integers
+        };
+        let h = apply(call.op, &known, &call.params)?;
+        match call.cast {
+            Some(dtype) if dtype != h.dtype => apply(Op::as_type, &[&h], &[Param::Type(dtype)]),
+            _ => Some(h),
+        }
+    }
+
+    fn run_loop(&mut self, l: &Loop) -> Result<()> {
+        let n = l.initial.len();
+        let state = l.state..l.state + n;
+        for (k, &s) in l.initial.iter().enumerate() {
+            let host = self.host[s].clone();
+            let v = if host.is_some() {
+                self.slots[s].clone()
+            } else {
+                Some(self.read(s)?)
+            };
+            self.write(l.state + k, v, host);
+        }
+        let mut step = 0usize;
+        loop {
+            if (self.stop)() {
+                return Err(Error::Cancelled(
+                    "the program's caller is gone; its while loop was stopped".into(),
+                ));
+            }
+            self.block(&l.condition.instructions)?;
+            let pred = l.condition.outputs[0];
+            // The state is evaluated with the predicate when that needs an
+            // evaluation anyway, else every EVAL_STATE_EVERY steps: its graph
+            // stays shallow, and a value a step replaced has no reference
+            // left (MLX may reuse its buffer).
+            step += 1;
+            if self.host[pred].is_none() || step.is_multiple_of(EVAL_STATE_EVERY) {
+                let p = if self.host[pred].is_none() {
+                    Some(self.read(pred)?)
+                } else {
+                    None
+                };
+                let mut now: Vec<&Array> = self.slots[state.clone()].iter().flatten().collect();
+                now.extend(p.as_ref());
+                mlx_rs::transforms::eval(now)?;
+            }
+            let go = self.truthy(pred)?;
+            if !go {
+                self.clear(state.end..l.results);
+                break;
+            }
+            self.block(&l.body.instructions)?;
+            let next: Vec<(Option<Array>, Option<HostTensor>)> = l
+                .body
+                .outputs
+                .iter()
+                .map(|&s| (self.slots[s].clone(), self.host[s].clone()))
+                .collect();
+            // The step's new values are checked against the memory limit
+            // as every new tensor is (crate::memory::check_allocation).
+            let fresh: usize = l
+                .body
+                .outputs
+                .iter()
+                .zip(&next)
+                .filter(|(&s, _)| s >= state.end)
+                .map(|(_, (a, _))| a.as_ref().map_or(0, |a| a.nbytes()))
+                .sum();
+            memory::check_allocation(fresh)?;
+            self.clear(l.state..l.results);
+            for (k, (v, h)) in next.into_iter().enumerate() {
+                self.write(l.state + k, v, h);
+            }
+        }
+        for k in 0..n {
+            let v = self.slots[l.state + k].take();
+            self.slots[l.results + k] = v;
+            self.host[l.results + k] = self.host[l.state + k].take();
+        }
+        Ok(())
+    }
+
+    fn branch(&mut self, b: &Branch) -> Result<()> {
+        let mut chosen = &b.otherwise;
+        for (pred, body) in &b.clauses {
+            self.block(&pred.instructions)?;
+            if self.truthy(pred.outputs[0])? {
+                chosen = body;
+                break;
+            }
+        }
+        self.block(&chosen.instructions)?;
+        let results: Vec<(Option<Array>, Option<HostTensor>)> = chosen
+            .outputs
+            .iter()
+            .map(|&s| (self.slots[s].clone(), self.host[s].clone()))
+            .collect();
+        self.clear(b.inner.clone());
+        for (k, (v, h)) in results.into_iter().enumerate() {
+            self.write(b.inner.end + k, v, h);
+        }
+        Ok(())
+    }
+}
+
+pub(super) fn truthy(n: Number) -> bool {
+    match n {
+        Number::Bool(b) => b,
+        Number::Int(i) => i != 0,
+        Number::UInt(u) => u != 0,
+        Number::Float(f) => f != 0.0,
+        Number::Complex(re, im) => re != 0.0 || im != 0.0,
+    }
+}

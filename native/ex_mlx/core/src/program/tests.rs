@@ -1,0 +1,750 @@
+//! Tests of programs: checking, running, passes, fusion.
+
+mod programs {
+    use super::super::*;
+    use crate::device::Device;
+    use crate::worker::run_blocking;
+
+    fn op(op: Op, inputs: &[usize], params: Vec<Param>, cast: Option<Dtype>) -> Instruction {
+        Instruction::Op(OpCall::new(
+            op,
+            inputs.to_vec(),
+            params,
+            cast,
+            op.results().len(),
+        ))
+    }
+
+    fn block(instructions: Vec<Instruction>, outputs: &[usize]) -> Block {
+        Block {
+            instructions,
+            outputs: outputs.to_vec(),
+        }
+    }
+
+    fn sum_all() -> Vec<Param> {
+        vec![Param::OptInts(None), Param::Bool(false)]
+    }
+
+    fn run_i32(program: Program, inputs: Vec<Vec<i32>>, constants: Vec<i32>) -> Vec<Vec<i32>> {
+        run_blocking(Device::Cpu, move || {
+            let inputs = inputs
+                .iter()
+                .map(|v| Array::from_slice(v, &[v.len() as i32]))
+                .collect();
+            let constants = constants.iter().map(|&c| Array::from_int(c)).collect();
+            let out = program.run(inputs, constants)?;
+            Ok(out.iter().map(|a| a.as_slice::<i32>().to_vec()).collect())
+        })
+        .unwrap()
+    }
+
+    #[test]
+    fn runs_instructions_over_slots() {
+        // out = sum((x + c) * x) as f32, and x + c: slots 0 (x), 1 (c), 2, 3, 4
+        let program = Program::new(
+            1,
+            1,
+            vec![
+                op(Op::add, &[0, 1], vec![], None),
+                op(Op::multiply, &[2, 0], vec![], None),
+                op(Op::sum, &[3], sum_all(), Some(Dtype::Float32)),
+            ],
+            vec![4, 2],
+        )
+        .unwrap();
+        let (sum, plus) = run_blocking(Device::Cpu, move || {
+            let x = Array::from_slice(&[1i32, 2, 3], &[3]);
+            let c = Array::from_int(10);
+            let out = program.run(vec![x], vec![c])?;
+            Ok((
+                out[0].as_slice::<f32>().to_vec(),
+                out[1].as_slice::<i32>().to_vec(),
+            ))
+        })
+        .unwrap();
+        // (1+10)*1 + (2+10)*2 + (3+10)*3 = 11 + 24 + 39
+        assert_eq!(sum, vec![74.0]);
+        assert_eq!(plus, vec![11, 12, 13]);
+    }
+
+    // slots 0 (x), 1 (0), 2 (10), 3 (-10); 4 = x > 0 and 5 = x < 0 (u8),
+    // 6 = select(4, 10, -10), 7 = select(5, 10, -10)
+    fn signs(outputs: &[usize]) -> Program {
+        let u8 = Some(Dtype::Uint8);
+        Program::new(
+            1,
+            3,
+            vec![
+                op(Op::greater, &[0, 1], vec![], u8),
+                op(Op::less, &[0, 1], vec![], u8),
+                op(Op::select, &[4, 2, 3], vec![], None),
+                op(Op::select, &[5, 2, 3], vec![], None),
+            ],
+            outputs.to_vec(),
+        )
+        .unwrap()
+    }
+
+    fn casts(program: &Program) -> Vec<Option<Dtype>> {
+        program
+            .main
+            .instructions
+            .iter()
+            .map(|ins| match ins {
+                Instruction::Op(call) => call.cast,
+                _ => unreachable!("straight-line program"),
+            })
+            .collect()
+    }
+
+    #[test]
+    fn comparisons_read_only_by_select_stay_boolean() {
+        let only_selects = signs(&[6, 7]);
+        let u8 = Some(Dtype::Uint8);
+        assert_eq!(casts(&only_selects), vec![None, None, None, None]);
+        // x < 0 is an output too: it keeps its u8
+        let also_output = signs(&[6, 7, 5]);
+        assert_eq!(casts(&also_output), vec![None, u8, None, None]);
+        let out = run_i32(signs(&[6, 7]), vec![vec![-2, 0, 3]], vec![0, 10, -10]);
+        assert_eq!(out, vec![vec![-10, -10, 10], vec![10, -10, -10]]);
+        let flags = run_blocking(Device::Cpu, move || {
+            let x = Array::from_slice(&[-2i32, 0, 3], &[3]);
+            let constants = vec![
+                Array::from_int(0),
+                Array::from_int(10),
+                Array::from_int(-10),
+            ];
+            let out = also_output.run(vec![x], constants)?;
+            Ok((out[2].dtype(), out[2].as_slice::<u8>().to_vec()))
+        })
+        .unwrap();
+        assert_eq!(flags, (Dtype::Uint8, vec![1, 0, 0]));
+    }
+
+    // while i < 10 { i += 1; acc *= 2 }: slots 0 (i), 1 (acc), 2 (10),
+    // 3 (1), 4 (2); state 5, 6; condition 7; body 8, 9; results 10, 11.
+    fn doubling_loop() -> Program {
+        Program::new(
+            2,
+            3,
+            vec![Instruction::Loop(Loop::new(
+                vec![0, 1],
+                block(vec![op(Op::less, &[5, 2], vec![], None)], &[7]),
+                block(
+                    vec![
+                        op(Op::add, &[5, 3], vec![], None),
+                        op(Op::multiply, &[6, 4], vec![], None),
+                    ],
+                    &[8, 9],
+                ),
+            ))],
+            vec![10, 11],
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn loops_run_until_their_condition_is_false() {
+        let out = run_i32(doubling_loop(), vec![vec![3], vec![1, 5]], vec![10, 1, 2]);
+        // 7 steps from 3 to 10; acc doubled 7 times
+        assert_eq!(out, vec![vec![10], vec![128, 640]]);
+        // a condition false at once: the initial state comes back
+        let out = run_i32(doubling_loop(), vec![vec![12], vec![1, 5]], vec![10, 1, 2]);
+        assert_eq!(out, vec![vec![12], vec![1, 5]]);
+    }
+
+    #[test]
+    fn a_stopped_run_ends_with_cancelled() {
+        let program = doubling_loop();
+        assert!(program.loops());
+        assert!(!three_way().loops());
+        let e = run_blocking(Device::Cpu, move || {
+            let inputs = vec![Array::from_int(0), Array::from_int(1)];
+            let constants = vec![Array::from_int(10), Array::from_int(1), Array::from_int(2)];
+            program.run_until(inputs, constants, &|| true)
+        })
+        .unwrap_err();
+        assert_eq!(e.kind(), "cancelled");
+    }
+
+    // cond x > 0 -> x * 2; x < -5 -> -x; true -> x + 1 (as integers):
+    // slots 0 (x), 1 (0), 2 (2), 3 (-5), 4 (1); clause 0: 5, 6; clause 1:
+    // 7, 8; last: 9; result 10; then 11 = result + x.
+    fn three_way() -> Program {
+        Program::new(
+            1,
+            4,
+            vec![
+                Instruction::Branch(Branch::new(
+                    vec![
+                        (
+                            block(vec![op(Op::greater, &[0, 1], vec![], None)], &[5]),
+                            block(vec![op(Op::multiply, &[0, 2], vec![], None)], &[6]),
+                        ),
+                        (
+                            block(vec![op(Op::less, &[0, 3], vec![], None)], &[7]),
+                            block(vec![op(Op::negate, &[0], vec![], None)], &[8]),
+                        ),
+                    ],
+                    block(vec![op(Op::add, &[0, 4], vec![], None)], &[9]),
+                )),
+                op(Op::add, &[10, 0], vec![], None),
+            ],
+            vec![10, 11],
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn branches_run_the_first_true_clause() {
+        for (x, expected) in [(4, 8), (-9, 9), (-2, -1), (0, 1)] {
+            let out = run_i32(three_way(), vec![vec![x]], vec![0, 2, -5, 1]);
+            assert_eq!(out, vec![vec![expected], vec![expected + x]], "x = {x}");
+        }
+    }
+
+    #[test]
+    fn malformed_programs_are_refused_with_the_reason() {
+        let e = Program::new(1, 0, vec![op(Op::add, &[0, 1], vec![], None)], vec![1]).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "program: instruction 0 (add): reads slot 1, which is not written before it"
+        );
+        let e = Program::new(1, 0, vec![op(Op::add, &[0], vec![], None)], vec![1]).unwrap_err();
+        assert_eq!(e.to_string(), "program: instruction 0 (add): 1 inputs");
+        let e = Program::new(1, 0, vec![op(Op::sum, &[0], vec![], None)], vec![1]).unwrap_err();
+        assert!(e.to_string().contains("parameters"), "{e}");
+        let e = Program::new(1, 0, vec![], vec![3]).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "program: outputs: reads slot 3, which is not written before it"
+        );
+    }
+
+    #[test]
+    fn what_a_block_writes_is_not_visible_after_it() {
+        // the loop's state (slot 1) and body (slot 3) read after the loop
+        let looped = |outputs: &[usize]| {
+            Program::new(
+                1,
+                0,
+                vec![Instruction::Loop(Loop::new(
+                    vec![0],
+                    block(vec![], &[1]),
+                    block(vec![op(Op::negate, &[1], vec![], None)], &[2]),
+                ))],
+                outputs.to_vec(),
+            )
+        };
+        assert!(looped(&[3]).is_ok());
+        for slot in [1, 2] {
+            let e = looped(&[slot]).unwrap_err().to_string();
+            assert!(e.contains(&format!("reads slot {slot}")), "{e}");
+        }
+        // a clause's slots are not visible to the next clause
+        let e = Program::new(
+            1,
+            0,
+            vec![Instruction::Branch(Branch::new(
+                vec![(
+                    block(vec![op(Op::negate, &[0], vec![], None)], &[1]),
+                    block(vec![], &[1]),
+                )],
+                block(vec![], &[1]),
+            ))],
+            vec![2],
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("last clause: outputs: reads slot 1"), "{e}");
+        // loops give the outputs they must
+        let e = Program::new(
+            1,
+            0,
+            vec![Instruction::Loop(Loop::new(
+                vec![0],
+                block(vec![], &[1]),
+                block(vec![], &[1, 1]),
+            ))],
+            vec![2],
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("body: gives 2 outputs, 1 expected"), "{e}");
+    }
+
+    #[test]
+    fn nesting_is_bounded() {
+        let mut body = block(vec![], &[1]);
+        for _ in 0..=MAX_DEPTH {
+            body = block(vec![Instruction::Branch(Branch::new(vec![], body))], &[]);
+        }
+        let e = Program::new(1, 0, body.instructions, vec![]).unwrap_err();
+        assert!(e.to_string().contains("nest deeper than 64"), "{e}");
+    }
+}
+
+mod fusion_tests {
+    use super::super::*;
+    use crate::worker::run_blocking;
+
+    #[test]
+    fn mlx_s_compile_gives_the_unfused_results() {
+        // tanh(x * c + c) * c, then its sum, fused and not
+        let make = || {
+            Program::new(
+                1,
+                1,
+                vec![
+                    elementwise(Op::multiply, &[0, 1]),
+                    elementwise(Op::add, &[2, 1]),
+                    elementwise(Op::tanh, &[3]),
+                    elementwise(Op::multiply, &[4, 1]),
+                    sum_of(5),
+                ],
+                vec![5, 6],
+            )
+            .unwrap()
+        };
+        let plain = make();
+        let mut fused = make();
+        // (MLX's compile is what `fuse` uses on a GPU; its C++ path on the
+        // CPU, where g++ is present, runs the same function)
+        assert!(fused.fuse_with_mlx_compile(Device::Cpu));
+        assert!(!plain.fused());
+        let (a, b) = run_blocking(Device::Cpu, move || {
+            let x: Vec<f32> = (0..1000).map(|i| i as f32 / 1000.0 - 0.5).collect();
+            let go = |p: &Program| run_on(p, x.clone(), 0.75);
+            // twice: the second call reuses the compiled function
+            let f1 = go(&fused)?;
+            let f2 = go(&fused)?;
+            assert_eq!(f1, f2);
+            Ok((go(&plain)?, f1))
+        })
+        .unwrap();
+        assert_eq!(a[0].len(), 1000);
+        for (x, y) in a[0].iter().zip(&b[0]) {
+            assert!((x - y).abs() <= 1e-6, "{x} vs {y}");
+        }
+        assert!(
+            (a[1][0] - b[1][0]).abs() <= 1e-3,
+            "{:?} vs {:?}",
+            a[1],
+            b[1]
+        );
+    }
+
+    fn elementwise(op: Op, inputs: &[usize]) -> Instruction {
+        Instruction::Op(OpCall::new(op, inputs.to_vec(), vec![], None, 1))
+    }
+
+    fn sum_of(slot: usize) -> Instruction {
+        Instruction::Op(OpCall::new(
+            Op::sum,
+            vec![slot],
+            vec![Param::OptInts(None), Param::Bool(false)],
+            None,
+            1,
+        ))
+    }
+
+    /// x: slot 0, c: slot 1. A = |x * c + c|; B = A * c - x; outputs
+    /// B and sum(A). A is read twice, so it ends its group.
+    fn two_groups() -> Program {
+        Program::new(
+            1,
+            1,
+            vec![
+                elementwise(Op::multiply, &[0, 1]),
+                elementwise(Op::add, &[2, 1]),
+                elementwise(Op::abs, &[3]),
+                elementwise(Op::multiply, &[4, 1]),
+                sum_of(4),
+                elementwise(Op::subtract, &[5, 0]),
+            ],
+            vec![7, 6],
+        )
+        .unwrap()
+    }
+
+    /// The main block's instructions: an op's name, or a group's kind
+    /// (`fused` for `fuse: true`, `ready` for `Program::group_ready_ops`),
+    /// its op count and its leaves.
+    fn instructions(p: &Program) -> Vec<String> {
+        p.main
+            .instructions
+            .iter()
+            .map(|ins| match ins {
+                Instruction::Op(call) => call.op.name().to_string(),
+                Instruction::Fused(g) => format!(
+                    "{} {} ops of {:?}",
+                    if g.when_ready { "ready" } else { "fused" },
+                    g.ops.len(),
+                    g.kernel.leaves()
+                ),
+                _ => "other".into(),
+            })
+            .collect()
+    }
+
+    fn run_on(p: &Program, x: Vec<f32>, c: f32) -> Result<Vec<Vec<f32>>> {
+        let n = x.len() as i32;
+        let out = p.run(vec![Array::from_slice(&x, &[n])], vec![Array::from_f32(c)])?;
+        Ok(out.iter().map(|a| a.as_slice::<f32>().to_vec()).collect())
+    }
+
+    #[test]
+    fn on_the_cpu_element_wise_ops_read_once_are_grouped() {
+        let mut p = two_groups();
+        assert!(p.fuse(Device::Cpu));
+        assert!(p.fused() && p.fused.is_none());
+        assert_eq!(
+            instructions(&p),
+            ["fused 3 ops of [0, 1]", "sum", "fused 2 ops of [4, 1, 0]"]
+        );
+        // nothing to group: one element-wise op
+        let mut single = Program::new(1, 1, vec![elementwise(Op::add, &[0, 1])], vec![2]).unwrap();
+        assert!(!single.fuse(Device::Cpu));
+        let mut lone = Program::new(1, 0, vec![elementwise(Op::exp, &[0])], vec![1]).unwrap();
+        assert!(!lone.fuse(Device::Cpu));
+    }
+
+    /// x: slot 0, b: slot 1, zero: slot 2 (a constant). max(x + b, 0) * b,
+    /// then x - that (x is read twice, so the subtract is a group of one).
+    fn bias_relu() -> Program {
+        Program::new(
+            2,
+            1,
+            vec![
+                elementwise(Op::add, &[0, 1]),
+                elementwise(Op::max, &[3, 2]),
+                elementwise(Op::multiply, &[4, 1]),
+                elementwise(Op::subtract, &[0, 5]),
+            ],
+            vec![6],
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn exactly_rounded_chains_are_grouped_to_run_when_ready() {
+        let mut p = bias_relu();
+        assert_eq!(p.group_ready_ops(), 1);
+        // (not `fuse: true`'s fusion)
+        assert!(!p.fused());
+        assert_eq!(instructions(&p), ["ready 4 ops of [0, 1, 2]"]);
+        // a transcendental op is not exactly rounded: no group through it
+        let mut with_exp = Program::new(
+            1,
+            0,
+            vec![elementwise(Op::exp, &[0]), elementwise(Op::add, &[1, 0])],
+            vec![2],
+        )
+        .unwrap();
+        assert_eq!(with_exp.group_ready_ops(), 0);
+        // `fuse: true`'s groups are left as they are
+        let mut fused = bias_relu();
+        assert!(fused.fuse(Device::Cpu));
+        assert_eq!(fused.group_ready_ops(), 0);
+    }
+
+    #[test]
+    fn ready_groups_give_the_bits_of_their_ops_one_by_one() {
+        // signed zeros, infinities, NaN, ties of max, sums that round
+        let mut x: Vec<f32> = vec![
+            0.0,
+            -0.0,
+            f32::INFINITY,
+            f32::NEG_INFINITY,
+            f32::NAN,
+            1.0e-45,
+            -1.0e-45,
+            3.4e38,
+            -3.4e38,
+            1.0,
+            -1.0,
+        ];
+        x.extend((0..501).map(|i| ((i * 7919) % 1001) as f32 / 37.0 - 13.5));
+        let b: Vec<f32> = (0..x.len())
+            .map(|i| match i % 5 {
+                0 => -0.0,
+                1 => 0.1,
+                2 => f32::NAN,
+                3 => 3.4e38,
+                _ => (i as f32).sqrt() - 10.0,
+            })
+            .collect();
+        let n = x.len() as i32;
+        let plain = bias_relu();
+        let mut ready = bias_relu();
+        assert_eq!(ready.group_ready_ops(), 1);
+        let (one_by_one, grouped, grouped_lazy, direct) = run_blocking(Device::Cpu, move || {
+            let inputs = || {
+                vec![
+                    crate::test_arrays::computed(&x, &[n]),
+                    crate::test_arrays::computed(&b, &[n]),
+                ]
+            };
+            let zero = || vec![crate::test_arrays::computed(&[0.0], &[])];
+            let run = |p: &Program, inputs: Vec<Array>| -> Result<Vec<u32>> {
+                let out = p.run(inputs, zero())?;
+                mlx_rs::transforms::eval(&out)?;
+                Ok(crate::test_arrays::bits(&out[0]))
+            };
+            // an input still being computed: the group runs op by op
+            let lazy = || -> Result<Vec<Array>> {
+                let [x, b]: [Array; 2] = inputs().try_into().unwrap();
+                Ok(vec![mlx_rs::ops::multiply(&x, Array::from_f32(1.0))?, b])
+            };
+            // the kernel itself, on computed inputs and on a lazy one
+            let Instruction::Fused(group) = &ready.main.instructions[0] else {
+                unreachable!()
+            };
+            let mut leaves = inputs();
+            leaves.extend(zero());
+            let direct = group
+                .kernel
+                .run_ready(&leaves)?
+                .map(|a| crate::test_arrays::bits(&a));
+            let mut lazy_leaves = lazy()?;
+            lazy_leaves.extend(zero());
+            assert!(group.kernel.run_ready(&lazy_leaves)?.is_none());
+            Ok((
+                run(&plain, inputs())?,
+                run(&ready, inputs())?,
+                run(&ready, lazy()?)?,
+                direct,
+            ))
+        })
+        .unwrap();
+        assert_eq!(one_by_one.len(), 512);
+        assert_eq!(grouped, one_by_one);
+        assert_eq!(grouped_lazy, one_by_one);
+        assert_eq!(direct, Some(one_by_one));
+    }
+
+    #[test]
+    fn cpu_fused_groups_give_the_unfused_results() {
+        let plain = two_groups();
+        let mut fused = two_groups();
+        assert!(fused.fuse(Device::Cpu));
+        let (big_plain, big_fused, small_plain, small_fused) =
+            run_blocking(Device::Cpu, move || {
+                let big: Vec<f32> = (0..20_000)
+                    .map(|i| (i as f32 - 10_000.0) / 2_500.0)
+                    .collect();
+                let small: Vec<f32> = big[..100].to_vec();
+                Ok((
+                    run_on(&plain, big.clone(), 0.75)?,
+                    run_on(&fused, big, 0.75)?,
+                    run_on(&plain, small.clone(), 0.75)?,
+                    run_on(&fused, small, 0.75)?,
+                ))
+            })
+            .unwrap();
+        // fused (20,000 elements): exactly rounded ops, so MLX's bits
+        assert_eq!(big_fused[0].len(), 20_000);
+        assert_eq!(big_plain, big_fused);
+        // too small to fuse: the same ops one by one, the same bits
+        assert_eq!(small_plain, small_fused);
+    }
+
+    #[test]
+    fn a_group_runs_fused_on_float32_inputs_whose_shapes_broadcast() {
+        let mut p = two_groups();
+        p.fuse(Device::Cpu);
+        let Instruction::Fused(group) = p.main.instructions[0].clone() else {
+            panic!("no fused group first");
+        };
+        let outcomes = run_blocking(Device::Cpu, move || {
+            let x = |n: usize| Array::from_slice(&vec![0.5f32; n], &[n as i32]);
+            let c = Array::from_f32(2.0);
+            let fused = |leaves: &[Array]| -> Result<Option<Vec<i32>>> {
+                Ok(group.kernel.run(leaves)?.map(|a| a.shape().to_vec()))
+            };
+            let rows = Array::from_slice(&vec![0.5f32; 8192], &[2, 4096]);
+            let one_by_one = Array::from_slice(&[2.0f32], &[1, 1]);
+            let more_axes = Array::from_slice(&[2.0f32], &[1, 1, 1]);
+            let wide = Array::from_slice(&vec![2.0f32; 4096], &[4096]);
+            let column = Array::from_slice(&[2.0f32, 3.0], &[2, 1]);
+            let three = Array::from_slice(&[2.0f32; 3], &[3]);
+            Ok(vec![
+                fused(&[x(8192), c.clone()])?,
+                fused(&[x(100), c.clone()])?,
+                fused(&[x(8192).as_dtype(Dtype::Float64)?, c.clone()])?,
+                fused(&[x(8192), c.as_dtype(Dtype::Int32)?])?,
+                fused(&[rows.clone(), one_by_one])?,
+                fused(&[rows.clone(), more_axes])?,
+                fused(&[rows.clone(), wide.clone()])?,
+                fused(&[wide, column])?,
+                fused(&[rows, three])?,
+            ])
+        })
+        .unwrap();
+        assert_eq!(
+            outcomes,
+            [
+                Some(vec![8192]),
+                None,
+                None,
+                None,
+                Some(vec![2, 4096]),
+                Some(vec![1, 2, 4096]),
+                Some(vec![2, 4096]),
+                Some(vec![2, 4096]),
+                None
+            ]
+        );
+    }
+
+    #[test]
+    fn broadcast_inputs_give_the_unfused_results() {
+        // x {4096} against c {2, 1}, and x {2, 4096} against c {4096}
+        let plain = two_groups();
+        let mut fused = two_groups();
+        fused.fuse(Device::Cpu);
+        let (a, b) = run_blocking(Device::Cpu, move || {
+            let xs: Vec<f32> = (0..8192).map(|i| (i as f32 - 4096.0) / 1024.0).collect();
+            let cases = || {
+                vec![
+                    (
+                        Array::from_slice(&xs[..4096], &[4096]),
+                        Array::from_slice(&[0.5f32, -1.5], &[2, 1]),
+                    ),
+                    (
+                        Array::from_slice(&xs, &[2, 4096]),
+                        Array::from_slice(&xs[2048..6144], &[4096]),
+                    ),
+                ]
+            };
+            let go = |p: &Program| -> Result<Vec<(Vec<i32>, Vec<f32>)>> {
+                let mut out = Vec::new();
+                for (x, c) in cases() {
+                    let r = p.run(vec![x], vec![c])?;
+                    out.push((r[0].shape().to_vec(), r[0].as_slice::<f32>().to_vec()));
+                }
+                Ok(out)
+            };
+            Ok((go(&plain)?, go(&fused)?))
+        })
+        .unwrap();
+        for ((sp, vp), (sf, vf)) in a.iter().zip(&b) {
+            assert_eq!(sp, sf);
+            assert_eq!(sp, &vec![2, 4096]);
+            for (p, f) in vp.iter().zip(vf) {
+                assert!(
+                    (p - f).abs() <= 4.0 * f32::EPSILON * p.abs().max(1.0),
+                    "{p} vs {f}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn groups_inside_loops_are_fused_too() {
+        // while i < 3: x = tanh(x * c + c); i = i + 1
+        let make = || {
+            Program::new(
+                2,
+                2,
+                vec![Instruction::Loop(Loop::new(
+                    vec![0, 1],
+                    Block {
+                        instructions: vec![elementwise(Op::less, &[5, 3])],
+                        outputs: vec![6],
+                    },
+                    Block {
+                        instructions: vec![
+                            elementwise(Op::multiply, &[4, 2]),
+                            elementwise(Op::add, &[7, 2]),
+                            elementwise(Op::tanh, &[8]),
+                            elementwise(Op::add, &[5, 3]),
+                        ],
+                        outputs: vec![9, 10],
+                    },
+                ))],
+                vec![11],
+            )
+            .unwrap()
+        };
+        // (the loop counts with the constant 3 as its bound and its step:
+        // i + 3 reaches 3 after one step; so one step, checked below)
+        let plain = make();
+        let mut fused = make();
+        assert!(fused.fuse(Device::Cpu));
+        let (a, b) = run_blocking(Device::Cpu, move || {
+            let x: Vec<f32> = (0..8192).map(|i| i as f32 / 4096.0 - 1.0).collect();
+            let go = |p: &Program| -> Result<Vec<f32>> {
+                let out = p.run(
+                    vec![Array::from_slice(&x, &[8192]), Array::from_f32(0.0)],
+                    vec![Array::from_f32(0.5), Array::from_f32(3.0)],
+                )?;
+                Ok(out[0].as_slice::<f32>().to_vec())
+            };
+            Ok((go(&plain)?, go(&fused)?))
+        })
+        .unwrap();
+        let want = |x: f32| ((x as f64 * 0.5 + 0.5).tanh()) as f32;
+        for (k, (p, f)) in a.iter().zip(&b).enumerate() {
+            let x = k as f32 / 4096.0 - 1.0;
+            assert_eq!(p.to_bits(), f.to_bits(), "{p} vs {f}");
+            assert!((want(x) - f).abs() <= 2.0 * f32::EPSILON, "{x}: {f}");
+        }
+    }
+
+    #[test]
+    fn a_program_mlx_s_compile_cannot_trace_runs_unfused() {
+        // exp of float64 on the CPU reads its values on the host
+        // (ops::precise), which MLX's compile cannot trace
+        let make = || {
+            Program::new(
+                1,
+                0,
+                vec![elementwise(Op::exp, &[0]), elementwise(Op::add, &[1, 1])],
+                vec![2],
+            )
+            .unwrap()
+        };
+        let plain = make();
+        let mut fused = make();
+        assert!(fused.fuse_with_mlx_compile(Device::Cpu));
+        let (a, b) = run_blocking(Device::Cpu, move || {
+            let go = |p: &Program| -> Result<Vec<f64>> {
+                let x = Array::from_slice(&[0.5f32, -1.0, 2.0], &[3]).as_dtype(Dtype::Float64)?;
+                let out = p.run(vec![x], vec![])?.remove(0);
+                assert_eq!(out.dtype(), Dtype::Float64);
+                Ok(out.as_slice::<f64>().to_vec())
+            };
+            // twice: the second call knows to run unfused
+            let first = go(&fused)?;
+            assert_eq!(first, go(&fused)?);
+            Ok((go(&plain)?, first))
+        })
+        .unwrap();
+        assert_eq!(a, b);
+        assert_eq!(a[0], 2.0 * 0.5f64.exp());
+    }
+
+    #[test]
+    fn programs_with_loops_are_not_compiled_by_mlx() {
+        let mut p = Program::new(
+            1,
+            0,
+            vec![Instruction::Loop(Loop::new(
+                vec![0],
+                Block {
+                    instructions: vec![],
+                    outputs: vec![1],
+                },
+                Block {
+                    instructions: vec![],
+                    outputs: vec![1],
+                },
+            ))],
+            vec![2],
+        )
+        .unwrap();
+        assert!(!p.fuse_with_mlx_compile(Device::Cpu));
+    }
+}
