@@ -108,7 +108,7 @@ fn program_new<'a>(
     let mut built =
         build(device.0, inputs, constants, instructions, outputs).map_err(error_tuple)?;
     built.program.prepare(built.device, fuse);
-    if built.program.runs_here() {
+    if built.program.runs_on_caller() {
         compute_constants(&built);
     }
     Ok(ResourceArc::new(built))
@@ -116,7 +116,7 @@ fn program_new<'a>(
 
 /// Queues the evaluation of `program`'s constants that are not known to be
 /// computed (those recorded from ops are lazy), so that calls can run on
-/// the calling thread (`run_here`), which reads only computed tensors.
+/// the calling thread (`run_on_caller`), which reads only computed tensors.
 /// Until the job is done, or if it fails, calls run on the worker, which
 /// reports any error.
 fn compute_constants(program: &ProgramResource) {
@@ -333,7 +333,7 @@ fn program_start<'a>(
         .map(|t| decode_type("types", t))
         .collect::<Result<Vec<_>>>()
         .map_err(error_tuple)?;
-    if let Some(outputs) = run_here(&program, &inputs, &types) {
+    if let Some(outputs) = run_on_caller(&program, &inputs, &types) {
         return Ok(outputs);
     }
     let device = program.device;
@@ -370,7 +370,7 @@ fn program_start<'a>(
     .map_err(error_tuple)
 }
 
-/// The program run on the calling thread (`Program::run_here`): its
+/// The program run on the calling thread (`Program::run_on_caller`): its
 /// outputs as computed tensors, when it is a CPU program that runs there,
 /// its inputs and constants are known to be computed (made from host bytes
 /// or computed by the worker: `Tensor::evaluated_array`, read in place) and
@@ -378,12 +378,12 @@ fn program_start<'a>(
 /// error (the worker then runs it and reports it as usual). As for the `op`
 /// NIF's ops computed here, no job queued before this call can change
 /// computed inputs.
-fn run_here(
+fn run_on_caller(
     program: &ProgramResource,
     inputs: &[TensorRef],
     types: &[Dtype],
 ) -> Option<Vec<TensorRef>> {
-    if program.device.kind() != Kind::Cpu || !program.program.runs_here() {
+    if program.device.kind() != Kind::Cpu || !program.program.runs_on_caller() {
         return None;
     }
 
@@ -394,14 +394,14 @@ fn run_here(
     };
     let outputs = program
         .program
-        .run_here(
+        .run_on_caller(
             program.device,
             &computed(inputs)?,
             &computed(&program.constants)?,
         )
         .ok()??;
     if outputs.iter().zip(types).any(|(a, &t)| a.dtype() != t) {
-        program.program.stop_running_here();
+        program.program.stop_running_on_caller();
         return None;
     }
     Some(

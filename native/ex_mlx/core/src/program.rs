@@ -38,7 +38,7 @@ use std::sync::Arc;
 pub const MAX_DEPTH: usize = 64;
 
 mod check;
-mod here;
+mod on_caller;
 mod passes;
 mod run;
 #[cfg(test)]
@@ -199,9 +199,9 @@ pub struct Program {
     slots: usize,
     loops: bool,
     fused: Option<FusedProgram>,
-    /// Whether calls may run on the calling thread (`run_here`, crate's
-    /// `program::here`).
-    here: AtomicBool,
+    /// Whether calls may run on the calling thread (`run_on_caller`, crate's
+    /// `program::on_caller`).
+    on_caller: AtomicBool,
 }
 
 impl Program {
@@ -232,7 +232,7 @@ impl Program {
             slots: scope.next(),
             loops,
             fused: None,
-            here: AtomicBool::new(false),
+            on_caller: AtomicBool::new(false),
         })
     }
 
@@ -298,14 +298,14 @@ impl Program {
     /// (what `program_new` and `program_load` do with a checked program).
     /// A CPU program without `fuse` whose every instruction the host
     /// computes may also run on the thread that calls it
-    /// ([`Program::run_here`]).
+    /// ([`Program::run_on_caller`]).
     pub fn prepare(&mut self, device: Device, fuse: bool) {
         if fuse {
             self.fuse(device);
         } else if device.kind() == Kind::Cpu && crate::cpu_kernels::in_programs() {
             self.group_ready_ops();
-            let here = here::straight_line_on_host(&self.main);
-            self.here.store(here, Ordering::Relaxed);
+            let on_caller = on_caller::straight_line_on_host(&self.main);
+            self.on_caller.store(on_caller, Ordering::Relaxed);
         }
     }
 

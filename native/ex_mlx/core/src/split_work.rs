@@ -6,7 +6,7 @@
 //! on; a poller that calls [`help`] meanwhile claims parts from the last
 //! on, one a call, each into a buffer of the job's own, until it meets the
 //! worker. Roles swap for a program run on the calling thread
-//! (crate::program's `run_here`): that thread posts, and the worker, asked
+//! (crate::program's `run_on_caller`): that thread posts, and the worker, asked
 //! with [`worker_helps`], helps.
 //! The worker then takes the helper's results, waiting about as long as
 //! one of its own parts took; a part the helper has not finished by then

@@ -13,7 +13,7 @@
 //! `op_over` and `Kernel::run_over`, crate::ops::gemv's
 //! `row_times_matrix`), so the bits are the same.
 //!
-//! A run here reads and writes at most [`MAX_VALUES`] values, so that the
+//! A run on the caller reads and writes at most [`MAX_VALUES`] values, so that the
 //! calling thread (a BEAM scheduler) is not held long; a program that needs
 //! more, or whose operands turn out unfit (not float32, a view that is not
 //! row-major, a product MLX's matmul computes), gives up before computing
@@ -35,7 +35,7 @@ use crate::ops::params::Param;
 use crate::ops::table::Op;
 use crate::split_work::{self, Kept};
 
-/// The most values a run here reads from matrices and writes (4 MiB of
+/// The most values a run on the caller reads from matrices and writes (4 MiB of
 /// float32: a few tens of µs from the cache, well under a scheduler's
 /// millisecond from memory).
 pub const MAX_VALUES: usize = 1 << 20;
@@ -44,19 +44,19 @@ pub const MAX_VALUES: usize = 1 << 20;
 /// cost, about a µs): a program of many tiny instructions stays bounded too.
 const INSTRUCTION_VALUES: usize = 1024;
 
-/// Whether every instruction of `block` is one a run here computes: no
+/// Whether every instruction of `block` is one a run on the caller computes: no
 /// loops or branches, element-wise ops the host computes exactly as MLX
 /// does, their ready groups, and products (checked once, when the program
 /// is prepared; a run can still find its operands unfit).
 pub(super) fn straight_line_on_host(block: &Block) -> bool {
     block.instructions.iter().all(|ins| match ins {
-        Instruction::Op(call) => computed_here(call),
+        Instruction::Op(call) => computed_on_caller(call),
         Instruction::Fused(group) => group.when_ready,
         Instruction::Loop(_) | Instruction::Branch(_) => false,
     })
 }
 
-fn computed_here(call: &OpCall) -> bool {
+fn computed_on_caller(call: &OpCall) -> bool {
     let elementwise = elementwise_kind(call.op).is_some();
     call.results == 1
         && matches!(call.cast, None | Some(Dtype::Float32))
@@ -195,34 +195,37 @@ impl Values<'_> {
 }
 
 impl Program {
-    /// Whether calls may try [`Program::run_here`]: set by
+    /// Whether calls may try [`Program::run_on_caller`]: set by
     /// [`Program::prepare`] for a CPU program whose every instruction is
-    /// one computed here, cleared when a run gives up.
-    pub fn runs_here(&self) -> bool {
-        self.here.load(Ordering::Relaxed)
+    /// one computed on_caller, cleared when a run gives up.
+    pub fn runs_on_caller(&self) -> bool {
+        self.on_caller.load(Ordering::Relaxed)
     }
 
     /// Calls run on the worker from now on (the caller found the results
-    /// of a run here unfit).
-    pub fn stop_running_here(&self) {
-        self.here.store(false, Ordering::Relaxed);
+    /// of a run on the caller unfit).
+    pub fn stop_running_on_caller(&self) {
+        self.on_caller.store(false, Ordering::Relaxed);
     }
 
     /// Runs the program on the calling thread (see the module
     /// documentation): its outputs, computed arrays, when
-    /// [`Program::runs_here`] and every instruction is computed here from
+    /// [`Program::runs_on_caller`] and every instruction is computed here from
     /// `inputs` and `constants`, which the caller knows are computed CPU
     /// arrays (they are read in place, never evaluated). `None` where a run
     /// gives up (nothing is left behind; later calls then run on the
     /// worker). `device`'s worker helps with large products
     /// (crate::split_work's `worker_helps`).
-    pub fn run_here(
+    pub fn run_on_caller(
         &self,
         device: Device,
         inputs: &[Array],
         constants: &[Array],
     ) -> Result<Option<Vec<Array>>> {
-        if !self.runs_here() || inputs.len() != self.inputs || constants.len() != self.constants {
+        if !self.runs_on_caller()
+            || inputs.len() != self.inputs
+            || constants.len() != self.constants
+        {
             return Ok(None);
         }
         let arrays: Vec<&Array> = inputs.iter().chain(constants).collect();
@@ -254,7 +257,7 @@ impl Program {
             match values.instruction(ins, &mut budget)? {
                 Some((slot, (v, shape))) => values.results[slot] = Some((Arc::new(v), shape)),
                 None => {
-                    self.stop_running_here();
+                    self.stop_running_on_caller();
                     return Ok(None);
                 }
             }
@@ -268,7 +271,7 @@ impl Program {
             match &values.results[slot] {
                 Some((v, shape)) => outputs.push(host_array(v, shape)?),
                 None => {
-                    self.stop_running_here();
+                    self.stop_running_on_caller();
                     return Ok(None);
                 }
             }
@@ -379,31 +382,31 @@ mod tests {
     }
 
     #[test]
-    fn a_batch_1_mlp_runs_here_with_the_bits_it_has_on_the_worker() {
+    fn a_batch_1_mlp_runs_on_the_caller_with_the_bits_it_has_on_the_worker() {
         let _one = split_work::one_test_at_a_time();
         let program = Arc::new(mlp());
-        assert!(program.runs_here());
+        assert!(program.runs_on_caller());
         let inputs = mlp_inputs();
         let on_worker = on_the_worker(&program, &inputs, vec![0.0]);
         let arrays: Vec<Array> = inputs.iter().map(|(v, s)| computed(v, s)).collect();
-        let here = program
-            .run_here(Device::Cpu, &arrays, &[computed(&[0.0], &[])])
+        let on_caller = program
+            .run_on_caller(Device::Cpu, &arrays, &[computed(&[0.0], &[])])
             .unwrap()
-            .expect("runs here");
-        assert!(program.runs_here());
-        let here: Vec<(Vec<u32>, Vec<i32>)> = here
+            .expect("runs on the caller");
+        assert!(program.runs_on_caller());
+        let on_caller: Vec<(Vec<u32>, Vec<i32>)> = on_caller
             .iter()
             .map(|a| {
                 assert!(crate::ahead::is_available(a), "an output is not computed");
                 (bits(a), a.shape().to_vec())
             })
             .collect();
-        assert_eq!(here, on_worker);
-        assert_eq!(here[0].1, vec![1, 80]);
+        assert_eq!(on_caller, on_worker);
+        assert_eq!(on_caller[0].1, vec![1, 80]);
         // the second output is the first layer's activation: 512 values
-        assert_eq!(here[1].1, vec![1, 512]);
+        assert_eq!(on_caller[1].1, vec![1, 512]);
         let reference = mlp_reference(&inputs);
-        for (got, want) in here[0].0.iter().zip(&reference) {
+        for (got, want) in on_caller[0].0.iter().zip(&reference) {
             let got = f32::from_bits(*got) as f64;
             assert!(
                 (got - want).abs() <= 1e-4 * (1.0 + want.abs()),
@@ -423,11 +426,11 @@ mod tests {
         // `fuse: true` groups are not ready groups
         for f in [Op::erf, Op::exp, Op::tanh, Op::sigmoid] {
             assert!(
-                !prepared(vec![op(f, &[0], vec![])], false).runs_here(),
+                !prepared(vec![op(f, &[0], vec![])], false).runs_on_caller(),
                 "{f:?}"
             );
         }
-        assert!(prepared(vec![op(Op::add, &[0, 1], vec![])], false).runs_here());
+        assert!(prepared(vec![op(Op::add, &[0, 1], vec![])], false).runs_on_caller());
         assert!(!prepared(
             vec![
                 op(Op::add, &[0, 1], vec![]),
@@ -435,11 +438,14 @@ mod tests {
             ],
             true
         )
-        .runs_here());
+        .runs_on_caller());
         let gives_up = |p: &Program, inputs: &[Array]| {
-            assert!(p.runs_here());
-            assert!(p.run_here(Device::Cpu, inputs, &[]).unwrap().is_none());
-            assert!(!p.runs_here(), "a program that gave up runs on the worker");
+            assert!(p.runs_on_caller());
+            assert!(p.run_on_caller(Device::Cpu, inputs, &[]).unwrap().is_none());
+            assert!(
+                !p.runs_on_caller(),
+                "a program that gave up runs on the worker"
+            );
         };
         let x = computed(&values(64, 1), &[1, 64]);
         let w = computed(&values(64 * 64, 2), &[64, 64]);
