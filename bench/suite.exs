@@ -6,6 +6,10 @@
 # _build/bench/latest-quick.md and latest-quick.json, so that it never
 # replaces the committed results. Both print the Markdown.
 
+Code.require_file("json.exs", __DIR__)
+Code.require_file("long_schedule.exs", __DIR__)
+Code.require_file("distributed_section.exs", __DIR__)
+
 defmodule Bench.Suite do
   @mb 1024 * 1024
 
@@ -28,7 +32,7 @@ defmodule Bench.Suite do
       fairness: fn -> fairness(cfg) end,
       nx: fn -> nx_section(cfg, python) end,
       defn: fn -> defn_section(cfg, quick) end,
-      distributed: fn -> distributed_section(quick) end
+      distributed: fn -> Bench.DistributedSection.section(quick) end
     ]
 
     case only(args, Keyword.keys(all)) do
@@ -61,7 +65,7 @@ defmodule Bench.Suite do
     markdown = render(sections, quick, python)
 
     json =
-      encode_json(%{
+      Bench.JSON.encode(%{
         quick: quick,
         sections: Enum.map(sections, &Map.delete(&1, :notes)),
         python: python
@@ -153,7 +157,7 @@ defmodule Bench.Suite do
              env: [{"PYTHONPATH", dir}],
              stderr_to_stdout: true
            ),
-         {:ok, parsed} <- decode_json(out |> String.split("\n", trim: true) |> List.last()) do
+         {:ok, parsed} <- Bench.JSON.decode(out |> String.split("\n", trim: true) |> List.last()) do
       parsed
     else
       other -> %{"error" => inspect(other)}
@@ -720,8 +724,15 @@ defmodule Bench.Suite do
     Code.require_file("bench/defn.exs")
 
     if Code.ensure_loaded?(Bench.Defn) do
-      with_defn_reference(quick, fn py ->
-        apply(Bench.Defn, :section, [reps, quick, py, &timed_back_to_back/2, [rounds: rounds]])
+      {section, long} =
+        Bench.LongSchedule.around(fn ->
+          with_defn_reference(quick, fn py ->
+            apply(Bench.Defn, :section, [reps, quick, py, &timed_back_to_back/2, [rounds: rounds]])
+          end)
+        end)
+
+      Map.update(section, :notes, Bench.LongSchedule.note(long), fn notes ->
+        (notes || "") <> "\n\n" <> Bench.LongSchedule.note(long)
       end)
     else
       %{
@@ -789,7 +800,7 @@ defmodule Bench.Suite do
   defp port_reply(port) do
     receive do
       {^port, {:data, {:eol, line}}} ->
-        case decode_json(line) do
+        case Bench.JSON.decode(line) do
           {:ok, value} -> value
           {:error, _} -> nil
         end
@@ -813,158 +824,6 @@ defmodule Bench.Suite do
   defp ratio(_, nil), do: "—"
   defp ratio(nil, _), do: "—"
   defp ratio(a, b), do: :erlang.float_to_binary(a / b, decimals: 2) <> "×"
-
-  # -- distributed ---------------------------------------------------------------
-
-  # all_sum across ranks that are OS processes on this machine (loopback,
-  # MLX's ring backend): ExMLX (bench/distributed_rank.exs) and Python mlx
-  # (bench/distributed_reference.py), started alike by
-  # ExMLX.Distributed.Launcher, alternated `rounds` times; and a plain TCP
-  # copy of the same bytes over loopback. Rank 0's median per run; each side
-  # reports the median of its runs, the ratio the median of the per-round
-  # ratios.
-  @no_spin "+sbwt none +sbwtdcpu none +sbwtdio none"
-
-  defp distributed_section(quick) do
-    {ranks, sizes, rounds} =
-      if quick, do: {[2], [1 * @mb], 1}, else: {[2, 4], [1 * @mb, 64 * @mb], 3}
-
-    reps = fn bytes -> if quick, do: 3, else: if(bytes > @mb, do: 7, else: 31) end
-
-    ebin = ExMLX.Distributed |> :code.which() |> to_string() |> Path.dirname()
-    python_dir = with {:ok, dir} <- ExMLX.Build.bench_python(), do: dir
-
-    run_ranks = fn command, n, env, prefix ->
-      {:ok, store} = Agent.start_link(fn -> [] end)
-
-      statuses =
-        ExMLX.Distributed.Launcher.run(command,
-          n: n,
-          env: env,
-          output: fn rank, line -> Agent.update(store, &[{rank, line} | &1]) end,
-          deadline: 600_000
-        )
-
-      lines = Agent.get(store, & &1)
-      Agent.stop(store)
-
-      if Enum.all?(statuses, fn {_, s} -> s == 0 end) do
-        Enum.find_value(lines, {:error, :no_output}, fn {rank, line} ->
-          if rank == 0 and String.starts_with?(line, prefix),
-            do: String.replace_prefix(line, prefix, "")
-        end)
-      else
-        {:error, {statuses, Enum.take(lines, 5)}}
-      end
-    end
-
-    exmlx = fn n, bytes ->
-      # (the BEAM's schedulers spin while idle; with more ranks than cores
-      # that takes the cores MLX's socket threads need, so they sleep here,
-      # as mix ex_mlx.launch -n has them do)
-      args = ["--erl", @no_spin, "-pa", ebin, "bench/distributed_rank.exs"]
-
-      case run_ranks.({"elixir", args ++ ["#{bytes}", "#{reps.(bytes)}"]}, n, [], "BENCH ") do
-        data when is_binary(data) ->
-          data |> Base.decode64!() |> :erlang.binary_to_term() |> Map.get(:median)
-
-        _ ->
-          nil
-      end
-    end
-
-    python = fn n, bytes ->
-      with dir when is_binary(dir) <- python_dir,
-           data when is_binary(data) <-
-             run_ranks.(
-               {"python3",
-                ["bench/distributed_reference.py", "rank", "#{bytes}", "#{reps.(bytes)}"]},
-               n,
-               [{"PYTHONPATH", dir <> ":bench"}],
-               "{"
-             ),
-           {:ok, parsed} <- decode_json("{" <> data) do
-        parsed["median"]
-      else
-        _ -> nil
-      end
-    end
-
-    tcp = fn bytes ->
-      {out, status} =
-        System.cmd(
-          "python3",
-          ["bench/distributed_reference.py", "tcp", "#{bytes}", "#{reps.(bytes)}"],
-          stderr_to_stdout: true
-        )
-
-      with 0 <- status,
-           {:ok, parsed} <- decode_json(out |> String.split("\n", trim: true) |> List.last()) do
-        parsed["median"]
-      else
-        _ -> nil
-      end
-    end
-
-    median = fn xs ->
-      case xs |> Enum.reject(&is_nil/1) |> Enum.sort() do
-        [] -> nil
-        sorted -> Enum.at(sorted, div(length(sorted), 2))
-      end
-    end
-
-    ms = fn
-      nil -> "n/a"
-      t -> :erlang.float_to_binary(t * 1000, decimals: 2)
-    end
-
-    results =
-      for n <- ranks, bytes <- sizes do
-        per_round =
-          for _ <- 1..rounds do
-            py = python.(n, bytes)
-            ex = exmlx.(n, bytes)
-            {ex, py, if(ex && py, do: ex / py)}
-          end
-
-        {n, bytes, median.(Enum.map(per_round, &elem(&1, 0))),
-         median.(Enum.map(per_round, &elem(&1, 1))), median.(Enum.map(per_round, &elem(&1, 2))),
-         tcp.(bytes)}
-      end
-
-    rows =
-      for {n, bytes, ex, py, ratio, copy} <- results do
-        [
-          "all_sum of #{div(bytes, @mb)} MB f32, #{n} ranks",
-          ms.(ex),
-          ms.(py),
-          if(ratio, do: :erlang.float_to_binary(ratio, decimals: 2) <> "×", else: "n/a"),
-          ms.(copy)
-        ]
-      end
-
-    growth =
-      for bytes <- sizes,
-          [{_, _, a, _, _, _}, {_, _, b, _, _, _}] <- [
-            Enum.filter(results, &(elem(&1, 1) == bytes))
-          ],
-          a && b do
-        "#{div(bytes, @mb)} MB: 4 ranks take #{:erlang.float_to_binary(b / a, decimals: 2)}× the time of 2"
-      end
-
-    %{
-      title:
-        "Distributed all_sum on loopback, ranks as OS processes, MLX's ring backend " <>
-          "(ms, rank 0's median; ratio = ExMLX / Python mlx, median over #{rounds} round(s))",
-      columns: ["ExMLX", "Python mlx", "ratio", "TCP copy of the bytes"],
-      rows: rows,
-      notes:
-        "All ranks share this machine's #{:erlang.system_info(:logical_processors)} cores. " <>
-          Enum.join(growth, "; ") <>
-          if(growth != [], do: ". ", else: "") <>
-          "docs/distributed.md reads these figures for 8 to 64 hosts."
-    }
-  end
 
   defp render(sections, quick, python) do
     header = """
@@ -992,76 +851,6 @@ defmodule Bench.Suite do
 
     header <> Enum.join(body)
   end
-
-  # Minimal JSON (no dependencies): maps, lists, strings, numbers, atoms.
-  defp encode_json(map) when is_map(map),
-    do:
-      "{" <>
-        Enum.map_join(map, ",", fn {k, v} ->
-          encode_json(to_string(k)) <> ":" <> encode_json(v)
-        end) <> "}"
-
-  defp encode_json(list) when is_list(list),
-    do: "[" <> Enum.map_join(list, ",", &encode_json/1) <> "]"
-
-  defp encode_json(s) when is_binary(s), do: inspect(s, printable_limit: :infinity)
-  defp encode_json(nil), do: "null"
-  defp encode_json(b) when is_boolean(b), do: to_string(b)
-  defp encode_json(a) when is_atom(a), do: encode_json(Atom.to_string(a))
-  defp encode_json(n) when is_number(n), do: to_string(n)
-
-  # JSON from Python's json.dumps of numbers, strings and nested objects.
-  defp decode_json(nil), do: {:error, :no_output}
-
-  defp decode_json(text) do
-    {value, _rest} = parse_value(String.trim(text))
-    {:ok, value}
-  rescue
-    _ -> {:error, {:bad_json, text}}
-  end
-
-  defp parse_value("{" <> rest), do: parse_object(skip(rest), %{})
-  defp parse_value("\"" <> rest), do: parse_string(rest, "")
-  defp parse_value("null" <> rest), do: {nil, rest}
-  defp parse_value("true" <> rest), do: {true, rest}
-  defp parse_value("false" <> rest), do: {false, rest}
-
-  defp parse_value(text) do
-    [number] = Regex.run(~r/^-?[0-9.eE+-]+/, text)
-    rest = binary_part(text, byte_size(number), byte_size(text) - byte_size(number))
-
-    value =
-      if String.contains?(number, [".", "e", "E"]),
-        do: String.to_float(normalize(number)),
-        else: String.to_integer(number)
-
-    {value, rest}
-  end
-
-  defp normalize(n),
-    do: if(String.contains?(n, "."), do: n, else: String.replace(n, ~r/e/i, ".0e"))
-
-  defp parse_object("}" <> rest, acc), do: {acc, rest}
-
-  defp parse_object(text, acc) do
-    {key, rest} = parse_value(text)
-    ":" <> rest = skip(rest)
-    {value, rest} = parse_value(skip(rest))
-
-    case skip(rest) do
-      "," <> rest -> parse_object(skip(rest), Map.put(acc, key, value))
-      "}" <> rest -> {Map.put(acc, key, value), rest}
-    end
-  end
-
-  defp parse_string("\"" <> rest, acc), do: {acc, rest}
-
-  defp parse_string("\\" <> <<c::utf8, rest::binary>>, acc),
-    do: parse_string(rest, acc <> <<c::utf8>>)
-
-  defp parse_string(<<c::utf8, rest::binary>>, acc), do: parse_string(rest, acc <> <<c::utf8>>)
-
-  defp skip(text), do: String.trim_leading(text)
 end
 
 Bench.Suite.main(System.argv())
