@@ -194,30 +194,18 @@ if Code.ensure_loaded?(Nx) do
         |> Composite.traverse([], &{Nx.devectorize(&1), [Nx.to_template(&1) | &2]})
 
       parameters = Composite.flatten_list(vars)
-      used_key = {__MODULE__, :used_parameters}
-      Process.put(used_key, MapSet.new())
 
-      {{result, hooks}, recording, used} =
-        try do
-          {lowered, recording} =
-            Op.record_program(length(parameters), device, fn refs ->
-              params =
-                parameters
-                |> Enum.zip(refs)
-                |> Enum.with_index(fn {t, ref}, i ->
-                  fn ->
-                    Process.put(used_key, MapSet.put(Process.get(used_key), i))
-                    %{t | data: %ExMLX.Backend{ref: ref, device: device}}
-                  end
-                end)
-
-              Lowering.lower(expr, params, device, hooked)
+      {{result, hooks}, recording} =
+        Op.record_program(length(parameters), device, fn refs ->
+          params =
+            parameters
+            |> Enum.zip(refs)
+            |> Enum.map(fn {t, ref} ->
+              fn -> %{t | data: %ExMLX.Backend{ref: ref, device: device}} end
             end)
 
-          {lowered, recording, Enum.sort(Process.get(used_key))}
-        after
-          Process.delete(used_key)
-        end
+          Lowering.lower(expr, params, device, hooked)
+        end)
 
       outputs = Composite.flatten_list([result])
       hooked = Enum.map(hooks, fn {_spec, value} -> Composite.flatten_list([value]) end)
@@ -225,6 +213,8 @@ if Code.ensure_loaded?(Nx) do
       output_refs = Enum.map(outputs ++ Enum.concat(hooked), &device_ref(&1, device))
       types = Enum.map(outputs ++ Enum.concat(hooked), &ExMLX.Backend.storage_type(&1.type))
 
+      # (the program's inputs: the parameters it reads, in order)
+      used = Op.read_inputs(recording, output_refs)
       {inputs, constants, instructions, slots} = Op.program(recording, used, output_refs)
 
       if fuse and not on_cpu?(device) and

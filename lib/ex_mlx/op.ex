@@ -12,6 +12,26 @@ defmodule ExMLX.Op do
 
   alias ExMLX.{Call, Native}
 
+  defmodule Recording do
+    @moduledoc false
+    # A program being recorded: `values` maps each reference standing for a
+    # recorded value to `{id, type}` (`{:in, i}`, `{:res, r}`), `constants`
+    # each real tensor the program reads to its constant index,
+    # `instructions` the current block's instructions (newest first),
+    # `results` how many result values there are, `memo` the constants
+    # made from real tensors (memo_constant/2), `read_inputs` the indices of
+    # the inputs an instruction or an output reads.
+    defstruct [
+      :device,
+      values: %{},
+      constants: %{},
+      instructions: [],
+      results: 0,
+      memo: %{},
+      read_inputs: MapSet.new()
+    ]
+  end
+
   @doc """
   Runs op `name` on `inputs` with `params` (in the table's order) and waits
   for it: `{ref, shape, type, device}`, or a list of them for an op with
@@ -49,8 +69,6 @@ defmodule ExMLX.Op do
     end
   end
 
-  @constants :ex_mlx_program_constants
-
   # The largest constant from bytes a recording keeps by value.
   @memo_bytes 4096
 
@@ -63,16 +81,17 @@ defmodule ExMLX.Op do
   constants of 31 values, one NIF call and one worker job each.
   """
   def memo_constant(key, make) do
-    case Process.get(@constants) do
+    case current_recording() do
       nil ->
         make.()
 
-      %{^key => made} ->
+      %Recording{memo: %{^key => made}} ->
         made
 
-      memo ->
+      %Recording{memo: memo} = recording ->
+        # (`make` runs real ops only: the recording is unchanged by it)
         made = make.()
-        Process.put(@constants, Map.put(memo, key, made))
+        put_recording(%{recording | memo: Map.put(memo, key, made)})
         made
     end
   end
@@ -148,7 +167,15 @@ defmodule ExMLX.Op do
     defexception [:message]
   end
 
+  # The recording in progress in this process, if any. It is the one piece
+  # of recording state that is not passed as a value: Nx calls
+  # ExMLX.Backend's callbacks (and they call run/3 and defer/4) with no
+  # argument of ExMLX's own, so the recording they add to is found here.
+  # Everything else takes and returns a %Recording{}.
   @recorder :ex_mlx_program_recorder
+
+  defp current_recording, do: Process.get(@recorder)
+  defp put_recording(%Recording{} = recording), do: Process.put(@recorder, recording)
 
   @doc """
   Records the ops `fun.(inputs)` runs on `inputs` (one new reference per
@@ -161,26 +188,19 @@ defmodule ExMLX.Op do
   def record_program(input_count, device, fun) do
     inputs = for _ <- 1..input_count//1, do: make_ref()
 
-    state = %{
+    recording = %Recording{
       device: device,
-      values: Map.new(Enum.with_index(inputs), fn {ref, i} -> {ref, {{:in, i}, nil}} end),
-      constants: %{},
-      instructions: [],
-      results: 0
+      values: Map.new(Enum.with_index(inputs), fn {ref, i} -> {ref, {{:in, i}, nil}} end)
     }
 
-    previous = Process.put(@recorder, state)
-    previous_constants = Process.put(@constants, %{})
+    previous = current_recording()
+    put_recording(recording)
 
     try do
       result = fun.(inputs)
-      {result, Process.get(@recorder)}
+      {result, current_recording()}
     after
-      if previous, do: Process.put(@recorder, previous), else: Process.delete(@recorder)
-
-      if previous_constants,
-        do: Process.put(@constants, previous_constants),
-        else: Process.delete(@constants)
+      if previous, do: put_recording(previous), else: Process.delete(@recorder)
     end
   end
 
@@ -194,9 +214,9 @@ defmodule ExMLX.Op do
   state, condition, body, results.
   """
   def record_while(initial, types, condition, body) do
-    {initial_ids, state} = Enum.map_reduce(initial, Process.get(@recorder), &value_id/2)
+    {initial_ids, state} = Enum.map_reduce(initial, current_recording(), &value_id/2)
     {state_refs, state} = new_values(state, types)
-    Process.put(@recorder, state)
+    put_recording(state)
     {condition_block, carry} = record_block(fn -> condition.(state_refs) end, &[&1])
     {body_block, _} = record_block(fn -> {body.(state_refs, carry), nil} end, & &1)
     push({:while, initial_ids, condition_block, body_block}, types)
@@ -237,20 +257,20 @@ defmodule ExMLX.Op do
   # Runs `fun` (giving `{result, carry}`) with a new block of instructions:
   # `{{instructions, output_ids}, carry}`, the outputs being `outputs.(result)`.
   defp record_block(fun, outputs) do
-    outer = Process.get(@recorder).instructions
-    Process.put(@recorder, %{Process.get(@recorder) | instructions: []})
+    outer = current_recording().instructions
+    put_recording(%{current_recording() | instructions: []})
 
     {result, carry} =
       try do
         fun.()
       rescue
         e ->
-          Process.put(@recorder, %{Process.get(@recorder) | instructions: outer})
+          put_recording(%{current_recording() | instructions: outer})
           reraise e, __STACKTRACE__
       end
 
-    {ids, state} = Enum.map_reduce(outputs.(result), Process.get(@recorder), &value_id/2)
-    Process.put(@recorder, %{state | instructions: outer})
+    {ids, state} = Enum.map_reduce(outputs.(result), current_recording(), &value_id/2)
+    put_recording(%{state | instructions: outer})
     {{Enum.reverse(state.instructions), ids}, carry}
   end
 
@@ -277,9 +297,8 @@ defmodule ExMLX.Op do
 
   # Appends a loop or branch whose results are values of `types`.
   defp push(instruction, types) do
-    state = Process.get(@recorder)
-    {refs, state} = new_values(state, types)
-    Process.put(@recorder, %{state | instructions: [instruction | state.instructions]})
+    {refs, state} = new_values(current_recording(), types)
+    put_recording(%{state | instructions: [instruction | state.instructions]})
     refs
   end
 
@@ -289,10 +308,19 @@ defmodule ExMLX.Op do
   slots numbered as ex_mlx_core's programs number them (inputs, then
   constants, then results in order). `inputs` is the recording's input
   count, or the indices (ascending) of the inputs the program reads: the
-  program's inputs are then those alone, in that order.
+  program's inputs are then those alone, in that order (`read_inputs/2`).
   """
   def program(state, inputs, outputs) when is_integer(inputs),
     do: program(state, Enum.to_list(0..(inputs - 1)//1), outputs)
+
+  @doc """
+  The indices (ascending) of the inputs a recording's instructions and
+  `outputs` (references) read: the inputs its program needs.
+  """
+  def read_inputs(state, outputs) do
+    {_ids, state} = Enum.map_reduce(outputs, state, &value_id/2)
+    Enum.sort(state.read_inputs)
+  end
 
   def program(state, used_inputs, outputs) when is_list(used_inputs) do
     {output_ids, state} = Enum.map_reduce(outputs, state, &value_id/2)
@@ -332,15 +360,15 @@ defmodule ExMLX.Op do
   def recording?(inputs), do: recorded?(inputs)
 
   defp recorded?(inputs) do
-    case Process.get(@recorder) do
+    case current_recording() do
       nil -> false
-      %{values: values} -> Enum.any?(inputs, &is_map_key(values, &1))
+      %Recording{values: values} -> Enum.any?(inputs, &is_map_key(values, &1))
     end
   end
 
   defp recorded_value(ref) do
-    case Process.get(@recorder) do
-      %{values: %{^ref => {_id, type}}, device: device} -> {type, device}
+    case current_recording() do
+      %Recording{values: %{^ref => {_id, type}}, device: device} -> {type, device}
       _ -> nil
     end
   end
@@ -349,16 +377,12 @@ defmodule ExMLX.Op do
 
   # Records op `name`: its results become new values, cast to `cast`.
   defp record(name, inputs, params, cast) do
-    state = Process.get(@recorder)
-    {ids, state} = Enum.map_reduce(inputs, state, &value_id(&1, &2))
+    {ids, state} = Enum.map_reduce(inputs, current_recording(), &value_id(&1, &2))
     count = length(ExMLX.OpTable.fetch!(name).results)
     type = if cast == :any, do: nil, else: cast
     {refs, state} = new_values(state, List.duplicate(type, count))
 
-    Process.put(@recorder, %{
-      state
-      | instructions: [{name, ids, params, cast, count} | state.instructions]
-    })
+    put_recording(%{state | instructions: [{name, ids, params, cast, count} | state.instructions]})
 
     Enum.map(refs, &{&1, nil, type, state.device})
   end
@@ -366,6 +390,9 @@ defmodule ExMLX.Op do
   # The id of a value: a recorded one's, or a real tensor's as a constant.
   defp value_id(ref, %{values: values, constants: constants} = state) do
     case values do
+      %{^ref => {{:in, i} = id, _type}} ->
+        {id, %{state | read_inputs: MapSet.put(state.read_inputs, i)}}
+
       %{^ref => {id, _type}} ->
         {id, state}
 
