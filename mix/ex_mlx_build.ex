@@ -358,6 +358,16 @@ defmodule ExMLX.Build do
     pip_once("bench-torch", [@bench_torch], [], fn _dir -> :ok end)
   end
 
+  @doc """
+  mlx-lm (of MLX's version, without its dependencies: it runs on the
+  `mlx` of `bench_python/0` and the integration project's transformers)
+  for the language-model benchmark (integration/bench/llm.exs),
+  `_build/bench-mlx-lm`, installed once: `{:ok, dir}` or `{:error, reason}`.
+  """
+  def bench_mlx_lm do
+    pip_once("bench-mlx-lm", ["mlx-lm==#{mlx_version()}"], ["--no-deps"], fn _dir -> :ok end)
+  end
+
   # Installs `requirements` with pip into `_build/<name>` once (a `.ready`
   # file marks it done), then `finish.(dir)` completes the folder (`:ok` or
   # `{:error, reason}`); `{:ok, dir}` or `{:error, reason}`.

@@ -16,6 +16,10 @@
 #                                       (integration/bench/models.exs with
 #                                       --device gpu, PyTorch on CUDA);
 #                                       OUT_DIR/models.md
+#   bench/gpu/run.sh llm OUT_DIR SHAPE...  language-model generation
+#                                       (integration/bench/llm.exs --device
+#                                       gpu) beside mlx-lm and PyTorch;
+#                                       OUT_DIR/llm-SHAPE.md
 #   bench/gpu/run.sh nccl OUT_DIR [N]   NCCL across N GPUs: probe, references
 #                                       (torch.distributed, Python mlx),
 #                                       data-parallel training; OUT_DIR/nccl.txt
@@ -82,6 +86,10 @@ case "$1" in
       cat "$work"/mlx-cuda.part-a* > "$work/mlx-cuda.whl"
       python3 -m zipfile -e "$work/mlx-cuda.whl" "$work/mlx-cuda"
     fi
+    # mlx-lm (pure Python), for the language-model rows
+    if [[ -f $work/mlx-lm.whl && ! -d $work/mlx-lm ]]; then
+      python3 -m zipfile -e "$work/mlx-lm.whl" "$work/mlx-lm"
+    fi
     # Python mlx's bindings, beside the CUDA libmlx they load (one package)
     if [[ -d $work/mlx-cuda && -f $work/mlx-python.whl ]] && ! ls "$work"/mlx-cuda/mlx/core.*.so >/dev/null 2>&1; then
       python3 -m zipfile -e "$work/mlx-python.whl" "$work/mlx-cuda"
@@ -116,6 +124,23 @@ case "$1" in
     EXMLX_INTEGRATION_ROOT="$PWD/integration" INTEGRATION_PYTHON="$(python_with_torch)" \
       PYTHONPATH="$work/pylib" elixir $(code_paths) integration/bench/models.exs \
       --device gpu --out "$out/models.md"
+    ;;
+  llm)
+    # Language-model generation (integration/bench/llm.exs --device gpu) for
+    # each SHAPE (llama-1b, llama-8b, or a config.json), beside mlx-lm on the
+    # staged CUDA libmlx and PyTorch; OUT_DIR/llm-SHAPE.md. The models are
+    # made here (integration/data/llm/, bf16: 2.5 GB and 16 GB).
+    out=$2
+    shift 2
+    mkdir -p "$out"
+    cuda_env
+    nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader > "$out/gpu.txt" || true
+    for shape in "$@"; do
+      EXMLX_INTEGRATION_ROOT="$PWD/integration" INTEGRATION_PYTHON="$(python_with_torch)" \
+        PYTHONPATH="$work/pylib:$work/mlx-cuda:$work/mlx-lm" elixir $(code_paths) \
+        integration/bench/llm.exs --device gpu --shape "$shape" \
+        --out "$out/llm-$(basename "$shape" .json).md" 2>&1 | tee "$out/llm-$(basename "$shape" .json).log"
+    done
     ;;
   nccl)
     # NCCL across this machine's GPUs (N, default every GPU): ExMLX's probe

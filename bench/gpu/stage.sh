@@ -14,6 +14,7 @@
 #                       Axon, tokenizers and the rest, ex_mlx_integration)
 #   transformers.tar    the `transformers` wheel and those it needs, for
 #                       Python 3.12 (PyTorch's side of the models' rows)
+#   mlx-lm.whl          mlx-lm, for bench/gpu/run.sh llm
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 
@@ -83,7 +84,8 @@ fi
 # The Bumblebee model rows (run.sh models): the integration project's
 # applications beside the app's, and transformers for the GPU machine's
 # PyTorch (which has torch and nothing of Hugging Face's)
-integration_lib=integration/_build/test/lib
+# (INTEGRATION_LIB names another build of it: a folder of its applications)
+integration_lib=${INTEGRATION_LIB:-integration/_build/test/lib}
 if [[ -n ${BUMBLEBEE_PATH:-} && -d $integration_lib/bumblebee/ebin ]]; then
   have=$(cd "$build/lib" && ls)
   extra=$(cd "$integration_lib" && for app in *; do
@@ -102,6 +104,14 @@ if [[ -n ${BUMBLEBEE_PATH:-} && -d $integration_lib/bumblebee/ebin ]]; then
       --platform manylinux2014_x86_64 --platform any "$version" -d "$out/wheels"
     tar -C "$out" -cf "$out/transformers.tar" wheels
     rm -rf "$out/wheels"
+  fi
+  if [[ ! -f $out/mlx-lm.whl ]]; then
+    # mlx-lm for the language-model rows (run.sh llm), on the staged mlx
+    echo "==> downloading mlx-lm==0.32.2"
+    rm -rf "$out/wheel"
+    python3 -m pip download --quiet --no-deps --only-binary=:all: mlx-lm==0.32.2 -d "$out/wheel"
+    mv "$out"/wheel/mlx_lm-*.whl "$out/mlx-lm.whl"
+    rm -rf "$out/wheel"
   fi
 else
   rm -f "$out/integration.tar.gz"

@@ -303,6 +303,15 @@ defmodule ExMLX.Op do
   end
 
   @doc """
+  The indices (ascending) of the inputs a recording's instructions and
+  `outputs` (references) read: the inputs its program needs.
+  """
+  def read_inputs(state, outputs) do
+    {_ids, state} = Enum.map_reduce(outputs, state, &value_id/2)
+    Enum.sort(state.read_inputs)
+  end
+
+  @doc """
   The program of a recording (`record_program/3`) whose outputs are `outputs`
   (references): `{inputs, constants, instructions, output_slots}` with
   slots numbered as ex_mlx_core's programs number them (inputs, then
@@ -312,15 +321,6 @@ defmodule ExMLX.Op do
   """
   def program(state, inputs, outputs) when is_integer(inputs),
     do: program(state, Enum.to_list(0..(inputs - 1)//1), outputs)
-
-  @doc """
-  The indices (ascending) of the inputs a recording's instructions and
-  `outputs` (references) read: the inputs its program needs.
-  """
-  def read_inputs(state, outputs) do
-    {_ids, state} = Enum.map_reduce(outputs, state, &value_id/2)
-    Enum.sort(state.read_inputs)
-  end
 
   def program(state, used_inputs, outputs) when is_list(used_inputs) do
     {output_ids, state} = Enum.map_reduce(outputs, state, &value_id/2)

@@ -41,14 +41,18 @@ defmodule ExMLX.Integration do
   @doc """
   Runs `scripts/<script>` with `args`; its standard output, or raises. The
   interpreter is INTEGRATION_PYTHON if set, else `python3` with the packages
-  `bin/setup` installed.
+  `bin/setup` installed; `paths` are put on its PYTHONPATH after them.
   """
-  @spec python!(String.t(), [String.t()]) :: String.t()
-  def python!(script, args) do
+  @spec python!(String.t(), [String.t()], [Path.t()]) :: String.t()
+  def python!(script, args, paths \\ []) do
     {python, env} =
       case System.get_env("INTEGRATION_PYTHON") do
-        python when is_binary(python) and python != "" -> {python, []}
-        _ -> {"python3", [{"PYTHONPATH", Path.join([root(), "_build", "python"])}]}
+        python when is_binary(python) and python != "" ->
+          {python, if(paths == [], do: [], else: [{"PYTHONPATH", Enum.join(paths, ":")}])}
+
+        _ ->
+          {"python3",
+           [{"PYTHONPATH", Enum.join([Path.join([root(), "_build", "python"]) | paths], ":")}]}
       end
 
     {output, status} =

@@ -1,0 +1,221 @@
+# Language-model generation on ExMLX beside mlx-lm and PyTorch, in one run on
+# one machine: a random-initialized Llama-shaped model made with transformers
+# from a config (scripts/llm_reference.py, no hub), loaded with Bumblebee on
+# ExMLX and generated greedily with Bumblebee's `build_generate` under
+# ExMLX.Compiler; the same saved weights and prompt ids through mlx-lm (where
+# its Python package is importable) and PyTorch's `generate` (dynamic and
+# static cache). Rows: prefill of 32 and 512 tokens (ms), decode tokens/s
+# ((NEW - 1) / (t(NEW) - t(1)), best of the runs), peak and steady memory,
+# load time, and how many of the greedy tokens agree with PyTorch's.
+#
+#   mix run bench/llm.exs [--shape small|llama-1b|llama-8b|PATH/config.json]
+#                         [--device cpu|gpu] [--new 128] [--quick] [--out FILE]
+#
+# Defaults: the `small` shape (hidden 512, 8 layers) in float32 on the CPU,
+# written to ../bench/results/llm-cpu.md; `--device gpu` defaults to bf16
+# and ../bench/results/llm-gpu.md. `--quick` (one run each, 16 new tokens)
+# writes under ../_build/bench/ instead, never the committed results.
+alias ExMLX.Integration
+
+{:ok, _} = Application.ensure_all_started([:ex_mlx, :bumblebee])
+
+{opts, _, _} =
+  OptionParser.parse(System.argv(),
+    strict: [shape: :string, device: :string, new: :integer, quick: :boolean, out: :string]
+  )
+
+quick = Keyword.get(opts, :quick, false)
+device = if Keyword.get(opts, :device, "cpu") == "gpu", do: :gpu, else: :cpu
+shape = Keyword.get(opts, :shape, "small")
+new = Keyword.get(opts, :new, if(quick, do: 16, else: 128))
+prompt = 32
+reps = if quick, do: 1, else: 3
+{type, torch_type} = if device == :gpu, do: {:bf16, "bfloat16"}, else: {:f32, "float32"}
+torch_device = if device == :gpu, do: "cuda", else: "cpu"
+
+dir = Integration.data_path("llm/#{Path.basename(shape, ".json")}-#{torch_type}")
+IO.puts("model: #{dir}")
+Integration.python!("llm_reference.py", ["make", dir, shape, torch_type])
+
+IO.puts("PyTorch and mlx-lm (scripts/llm_reference.py)...")
+
+# mlx-lm on Python mlx with ExMLX's own libmlx build (OpenBLAS-relinked on
+# the CPU; on a GPU machine the CUDA one), where it can be installed
+# (without Mix, as on a staged GPU machine, PYTHONPATH says where they are)
+mlx_paths =
+  with true <- Code.ensure_loaded?(ExMLX.Build),
+       {:ok, mlx} <-
+         if(device == :gpu, do: ExMLX.Build.bench_python_gpu(), else: ExMLX.Build.bench_python()),
+       {:ok, mlx_lm} <- ExMLX.Build.bench_mlx_lm() do
+    [mlx, mlx_lm]
+  else
+    false ->
+      []
+
+    {:error, reason} ->
+      IO.puts("mlx-lm's rows left empty: #{reason}")
+      []
+  end
+
+references =
+  Integration.python!(
+    "llm_reference.py",
+    ["run", dir, torch_device, "#{prompt}", "#{new}"] ++ if(quick, do: ["--quick"], else: []),
+    mlx_paths
+  )
+  |> String.split("\n", trim: true)
+  |> Enum.flat_map(fn line ->
+    case Jason.decode(line) do
+      {:ok, %{"runtime" => runtime} = row} -> [{runtime, row}]
+      _ -> []
+    end
+  end)
+  |> Map.new()
+
+torch = Map.get(references, "torch", %{})
+mlx_lm = Map.get(references, "mlx-lm", %{})
+
+IO.puts("ExMLX...")
+backend = {ExMLX.Backend, device: device}
+Nx.global_default_backend(backend)
+
+{load_us, {:ok, model}} =
+  :timer.tc(fn -> Bumblebee.load_model({:local, dir}, type: type, backend: backend) end)
+
+{:ok, generation} = Bumblebee.load_generation_config({:local, dir})
+steady_after_load = ExMLX.Memory.stats().active
+vocab = model.spec.vocab_size
+# the ids scripts/llm_reference.py gives its runtimes: (i * 7919 + 13) mod vocab
+ids = fn n -> Nx.tensor([Enum.map(0..(n - 1), &rem(&1 * 7919 + 13, vocab))], type: :s64) end
+
+median = fn fun ->
+  fun.()
+  times = for _ <- 1..reps, do: elem(:timer.tc(fun), 0) / 1.0e6
+  times |> Enum.sort() |> Enum.at(div(reps, 2))
+end
+
+forward = Nx.Defn.jit(&Axon.predict(model.model, &1, &2), compiler: ExMLX.Compiler)
+
+prefill = fn n ->
+  inputs = %{
+    "input_ids" => ids.(n),
+    "attention_mask" => Nx.broadcast(Nx.tensor(1, type: :s64), {1, n})
+  }
+
+  median.(fn ->
+    forward.(model.params, inputs).logits[[.., -1, ..]] |> Nx.backend_transfer(Nx.BinaryBackend)
+  end)
+end
+
+prefill_32 = prefill.(32)
+prefill_512 = prefill.(512)
+
+inputs = %{
+  "input_ids" => ids.(prompt),
+  "attention_mask" => Nx.broadcast(Nx.tensor(1, type: :s64), {1, prompt}),
+  "seed" => Nx.tensor([0])
+}
+
+build = fn n ->
+  config =
+    Bumblebee.configure(generation, max_new_tokens: n, min_length: prompt + n, pad_token_id: 0)
+
+  model.model
+  |> Bumblebee.Text.Generation.build_generate(model.spec, config)
+  |> Nx.Defn.jit(compiler: ExMLX.Compiler)
+end
+
+run = fn gen ->
+  {us, tokens} =
+    :timer.tc(fn ->
+      gen.(model.params, inputs).token_ids |> Nx.backend_transfer(Nx.BinaryBackend)
+    end)
+
+  {us / 1.0e6, Nx.to_flat_list(tokens)}
+end
+
+ExMLX.Memory.reset_peak()
+generate_new = build.(new)
+{first_s, tokens} = run.(generate_new)
+full = Enum.min(for _ <- 1..reps, do: elem(run.(generate_new), 0))
+generate_one = build.(1)
+run.(generate_one)
+one = Enum.min(for _ <- 1..reps, do: elem(run.(generate_one), 0))
+decode = (new - 1) / (full - one)
+stats = ExMLX.Memory.stats()
+
+# how many leading tokens two greedy runs share
+agree = fn
+  _, nil -> nil
+  nil, _ -> nil
+  ours, theirs -> Enum.zip(ours, theirs) |> Enum.take_while(fn {a, b} -> a == b end) |> length()
+end
+
+ms = fn
+  nil -> "—"
+  s -> :erlang.float_to_binary(s * 1000, decimals: 1)
+end
+
+num = fn
+  nil -> "—"
+  x when is_float(x) -> :erlang.float_to_binary(x, decimals: 1)
+  x -> to_string(x)
+end
+
+gb = fn
+  nil -> "—"
+  bytes when is_integer(bytes) -> :erlang.float_to_binary(bytes / 1.0e9, decimals: 2)
+  gigabytes -> :erlang.float_to_binary(gigabytes / 1.0, decimals: 2)
+end
+
+ratio = fn
+  _, nil -> "—"
+  ours, theirs -> :erlang.float_to_binary(ours / theirs, decimals: 2) <> "×"
+end
+
+rows = [
+  "| prefill, 32 tokens (ms) | #{ms.(prefill_32)} | #{ms.(mlx_lm["prefill_32_s"])} | #{ratio.(mlx_lm["prefill_32_s"], prefill_32)} | #{ms.(torch["prefill_32_s"])} | — |",
+  "| prefill, 512 tokens (ms) | #{ms.(prefill_512)} | #{ms.(mlx_lm["prefill_512_s"])} | #{ratio.(mlx_lm["prefill_512_s"], prefill_512)} | #{ms.(torch["prefill_512_s"])} | — |",
+  "| decode, #{new} new tokens after #{prompt} (tokens/s) | #{num.(decode)} | #{num.(mlx_lm["decode"])} | #{ratio.(decode, mlx_lm["decode"])} | #{num.(torch["decode_dynamic"])} | #{num.(torch["decode_static"])} |",
+  "| peak memory during generation (GB) | #{gb.(stats.peak)} | #{gb.(mlx_lm["peak_gb"])} | #{ratio.(stats.peak / 1.0e9, mlx_lm["peak_gb"])} | #{gb.(torch["peak_gb"])} | — |",
+  "| steady memory after load / after generation (GB) | #{gb.(steady_after_load)} / #{gb.(stats.active)} | #{gb.(mlx_lm["active_gb"])} | — | — | — |",
+  "| load (s) | #{num.(load_us / 1.0e6)} | #{num.(mlx_lm["load_s"])} | — | #{num.(torch["load_s"])} | — |",
+  "| first generation call: trace, compile, run (s) | #{num.(first_s)} | — | — | — | — |",
+  "| leading greedy tokens equal to PyTorch's, of #{new} | #{num.(agree.(tokens, torch["tokens"]))} | #{num.(agree.(mlx_lm["tokens"], torch["tokens"]))} | — | #{new} | — |"
+]
+
+where =
+  case device do
+    :gpu ->
+      "on the GPU (ExMLX on :gpu, mlx-lm on MLX's GPU, PyTorch on CUDA)"
+
+    :cpu ->
+      "on the CPU (#{System.schedulers_online()} cores; PyTorch with #{torch["threads"]} threads)"
+  end
+
+table = """
+# Language models: ExMLX + Bumblebee beside mlx-lm and PyTorch
+
+Shape `#{shape}` (`integration/scripts/llm_reference.py`), random-initialized, #{type}, #{where};
+ExMLX: Bumblebee's `build_generate` under ExMLX.Compiler; mlx-lm #{mlx_lm["version"] || "(not importable)"};
+PyTorch #{torch["version"] || "—"} `generate`. The same saved weights and prompt ids for all. Greedy
+decoding; decode tokens/s = (new − 1) ÷ (time for `new` tokens − time for 1), best of #{reps};
+prefill: one forward pass, median of #{reps}. Ratio: ExMLX ÷ mlx-lm in speed (above 1: ExMLX faster),
+ExMLX ÷ mlx-lm in memory.#{if quick, do: " Quick run: no claims.", else: ""}
+
+| row | ExMLX | mlx-lm | ratio | PyTorch (dynamic cache) | PyTorch (static cache) |
+|---|---:|---:|---:|---:|---:|
+#{Enum.join(rows, "\n")}
+"""
+
+default_out =
+  cond do
+    quick -> "../../_build/bench/llm-#{device}-quick.md"
+    true -> "../../bench/results/llm-#{device}.md"
+  end
+
+out = Keyword.get_lazy(opts, :out, fn -> Path.expand(default_out, __DIR__) end)
+File.mkdir_p!(Path.dirname(out))
+File.write!(out, table)
+IO.puts(table)
+IO.puts("written to #{Path.relative_to_cwd(out)}")

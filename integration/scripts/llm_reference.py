@@ -1,0 +1,194 @@
+"""Language-model references for bench/llm.exs: a random-initialized
+Llama-shaped model made with transformers from a config (no hub), and its
+greedy generation and prefill timed with PyTorch and, where importable, mlx-lm.
+
+    llm_reference.py make DIR SHAPE DTYPE     # SHAPE: a name below or a config.json path
+    llm_reference.py run DIR DEVICE PROMPT NEW [--quick]
+
+`make` writes DIR (config.json as Hub checkpoints have it, model.safetensors)
+unless DIR/config.json exists. `run` prints one JSON line per runtime, then a
+line `{"done": true}`. Decode tokens/s is (NEW - 1) / (t(NEW) - t(1)), the best
+of the repetitions; prefill is one forward pass of a prompt, the median.
+"""
+
+import gc
+import json
+import os
+import statistics
+import sys
+import time
+
+SHAPES = {
+    # the CPU rows' model: small enough for a 2-core machine
+    "small": dict(hidden_size=512, intermediate_size=1536, num_hidden_layers=8,
+                  num_attention_heads=8, num_key_value_heads=4, head_dim=64,
+                  vocab_size=32000, tie_word_embeddings=False),
+    "llama-1b": dict(hidden_size=2048, intermediate_size=8192, num_hidden_layers=16,
+                     num_attention_heads=32, num_key_value_heads=8, head_dim=64,
+                     vocab_size=128256, tie_word_embeddings=True),
+    "llama-8b": dict(hidden_size=4096, intermediate_size=14336, num_hidden_layers=32,
+                     num_attention_heads=32, num_key_value_heads=8, head_dim=128,
+                     vocab_size=128256, tie_word_embeddings=False),
+}
+
+
+def emit(**fields):
+    print(json.dumps(fields), flush=True)
+
+
+def make(directory, shape, dtype):
+    if os.path.exists(os.path.join(directory, "config.json")):
+        return
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    if shape in SHAPES:
+        config = LlamaConfig(max_position_embeddings=4096, rope_theta=500000.0, **SHAPES[shape])
+    else:
+        config = LlamaConfig.from_json_file(shape)
+    torch.manual_seed(0)
+    # (made on the GPU where there is one: an 8B model's float32 draws take
+    # minutes on a CPU)
+    with torch.device("cuda" if torch.cuda.is_available() else "cpu"):
+        model = LlamaForCausalLM(config).to(getattr(torch, dtype))
+        for p in model.parameters():
+            p.data.normal_(0, 0.02)
+    model.save_pretrained(directory, safe_serialization=True)
+    # as Hub checkpoints have it: rope_theta at the top level, no null pad_token_id
+    path = os.path.join(directory, "config.json")
+    with open(path) as f:
+        saved = json.load(f)
+    rope = saved.get("rope_parameters") or {}
+    if saved.get("rope_theta") is None and "rope_theta" in rope:
+        saved["rope_theta"] = rope["rope_theta"]
+    if "pad_token_id" in saved and saved["pad_token_id"] is None:
+        del saved["pad_token_id"]
+    with open(path, "w") as f:
+        json.dump(saved, f, indent=1)
+    emit(made=directory, params=sum(p.numel() for p in model.parameters()))
+
+
+def prompt_ids(vocab, n):
+    # the same ids as bench/llm.exs makes: (i * 7919 + 13) mod vocab
+    return [(i * 7919 + 13) % vocab for i in range(n)]
+
+
+def decode_rate(generate, new, reps):
+    generate(8)
+    full = min(generate(new)[0] for _ in range(reps))
+    one = min(generate(1)[0] for _ in range(reps))
+    return (new - 1) / (full - one), full
+
+
+def run_torch(directory, device, prompt, new, reps):
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    torch.set_num_threads(os.cpu_count())
+    start = time.time()
+    model = AutoModelForCausalLM.from_pretrained(directory).to(device).eval()
+    load_s = time.time() - start
+    vocab = model.config.vocab_size
+    sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
+
+    def prefill(n):
+        ids = torch.tensor([prompt_ids(vocab, n)], device=device)
+        times = []
+        with torch.no_grad():
+            model(ids)
+            for _ in range(reps):
+                t = time.time()
+                model(ids).logits[:, -1].float().cpu()
+                sync()
+                times.append(time.time() - t)
+        return statistics.median(times)
+
+    ids = torch.tensor([prompt_ids(vocab, prompt)], device=device)
+    tokens = None
+    rows = {}
+    for cache in ["dynamic", "static"]:
+        def generate(n, cache=cache):
+            kw = dict(max_new_tokens=n, min_new_tokens=n, do_sample=False, pad_token_id=0)
+            if cache == "static":
+                kw["cache_implementation"] = "static"
+            t = time.time()
+            with torch.no_grad():
+                out = model.generate(ids, **kw)
+            sync()
+            return time.time() - t, out[0, prompt:].tolist()
+
+        try:
+            rate, _ = decode_rate(generate, new, reps)
+            rows[cache] = round(rate, 1)
+            if tokens is None:
+                tokens = generate(new)[1]
+        except Exception as e:  # a cache kind this transformers lacks
+            rows[cache] = None
+            emit(runtime="torch", cache=cache, error=str(e)[:200])
+    peak = torch.cuda.max_memory_allocated() / 1e9 if device == "cuda" else None
+    emit(runtime="torch", version=torch.__version__, threads=torch.get_num_threads(),
+         decode_dynamic=rows.get("dynamic"), decode_static=rows.get("static"),
+         prefill_32_s=prefill(32), prefill_512_s=prefill(512), load_s=load_s,
+         peak_gb=peak, tokens=tokens)
+    del model
+    gc.collect()
+
+
+def run_mlx_lm(directory, device, prompt, new, reps):
+    try:
+        import mlx.core as mx
+        from mlx_lm.generate import generate_step
+        from mlx_lm.utils import load_model
+    except ImportError as e:
+        emit(runtime="mlx-lm", error=f"not importable: {e}")
+        return
+    from pathlib import Path
+
+    mx.set_default_device(mx.gpu if device == "cuda" else mx.cpu)
+    start = time.time()
+    model, _ = load_model(Path(directory))
+    mx.eval(model.parameters())
+    load_s = time.time() - start
+    vocab = model.args.vocab_size
+    mx.reset_peak_memory()
+
+    def generate(n):
+        tokens = []
+        t = time.time()
+        for token, _ in generate_step(mx.array(prompt_ids(vocab, prompt)), model, max_tokens=n):
+            tokens.append(int(token))
+        return time.time() - t, tokens
+
+    def prefill(n):
+        ids = mx.array([prompt_ids(vocab, n)])
+        mx.eval(model(ids))
+        times = []
+        for _ in range(reps):
+            t = time.time()
+            mx.eval(model(ids)[:, -1])
+            times.append(time.time() - t)
+        return statistics.median(times)
+
+    rate, _ = decode_rate(generate, new, reps)
+    tokens = generate(new)[1]
+    emit(runtime="mlx-lm", version=__import__("mlx_lm").__version__, decode=round(rate, 1),
+         prefill_32_s=prefill(32), prefill_512_s=prefill(512), load_s=load_s,
+         peak_gb=mx.get_peak_memory() / 1e9, active_gb=mx.get_active_memory() / 1e9,
+         tokens=tokens)
+
+
+def main(argv):
+    if argv[:1] == ["make"]:
+        make(argv[1], argv[2], argv[3])
+    elif argv[:1] == ["run"]:
+        directory, device, prompt, new = argv[1], argv[2], int(argv[3]), int(argv[4])
+        reps = 1 if "--quick" in argv else 3
+        run_torch(directory, device, prompt, new, reps)
+        run_mlx_lm(directory, device, prompt, new, reps)
+    else:
+        sys.exit(__doc__)
+    emit(done=True)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
