@@ -196,7 +196,7 @@ where =
 table = """
 # Language models: ExMLX + Bumblebee beside mlx-lm and PyTorch
 
-Shape `#{shape}` (`integration/scripts/llm_reference.py`), random-initialized, #{type}, #{where};
+Measured #{Calendar.strftime(DateTime.utc_now(), "%Y-%m-%d %H:%MZ")}, one run. Shape `#{shape}` (`integration/scripts/llm_reference.py`), random-initialized, #{type}, #{where};
 ExMLX: Bumblebee's `build_generate` under ExMLX.Compiler; mlx-lm #{mlx_lm["version"] || "(not importable)"};
 PyTorch #{torch["version"] || "—"} `generate`. The same saved weights and prompt ids for all. Greedy
 decoding; decode tokens/s = (new − 1) ÷ (time for `new` tokens − time for 1), best of #{reps};
