@@ -45,7 +45,10 @@ mod run;
 mod tests;
 
 use check::{check_block, Scope};
-use passes::{any_instruction, fuse_block, has_loops, keep_boolean_conditions, visit_reads};
+use passes::{
+    any_instruction, fold_rearrangements, fuse_block, has_loops, keep_boolean_conditions,
+    visit_reads,
+};
 use run::Run;
 
 /// One op: its input slots, parameters, the type each result is cast to (if
@@ -224,6 +227,9 @@ impl Program {
         };
         check_block(&mut main, &mut scope, "", 0)?;
         keep_boolean_conditions(&mut main, scope.next());
+        let mut reads = vec![0u32; scope.next()];
+        visit_reads(&main, &mut |slot, _| reads[slot] += 1);
+        fold_rearrangements(&mut main, &reads);
         let loops = has_loops(&main);
         Ok(Program {
             inputs,

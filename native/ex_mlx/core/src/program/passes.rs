@@ -4,7 +4,101 @@
 use mlx_rs::Dtype;
 
 use super::{Block, FusedOps, Instruction, OpCall};
+use crate::ops::params::Param;
 use crate::ops::table::Op;
+
+/// Folds a `reshape` of a `reshape`, and a `transpose` of a `transpose`,
+/// into one op of the inner one's input, where nothing else reads the inner
+/// result and at most one type is cast to (a cast commutes with a
+/// rearrangement, and casting twice to one type is casting once; the folded
+/// op casts to that type): the inner op is dropped (its slot is never
+/// written, as nothing reads it). Both are exact rearrangements, so the
+/// values are the same with one MLX node fewer; Bumblebee's attention makes
+/// several such pairs a layer. Runs in `block` and the blocks nested in it,
+/// each pair within one block. Returns how many ops it dropped.
+pub(super) fn fold_rearrangements(block: &mut Block, reads: &[u32]) -> usize {
+    let mut dropped = 0;
+    for ins in &mut block.instructions {
+        match ins {
+            Instruction::Loop(l) => {
+                dropped += fold_rearrangements(&mut l.condition, reads);
+                dropped += fold_rearrangements(&mut l.body, reads);
+            }
+            Instruction::Branch(b) => {
+                for (pred, body) in &mut b.clauses {
+                    dropped += fold_rearrangements(pred, reads);
+                    dropped += fold_rearrangements(body, reads);
+                }
+                dropped += fold_rearrangements(&mut b.otherwise, reads);
+            }
+            Instruction::Op(_) | Instruction::Fused(_) => {}
+        }
+    }
+    // (the instruction of this block that writes a slot, by slot)
+    let mut writer = std::collections::HashMap::new();
+    let mut drop = vec![false; block.instructions.len()];
+    for k in 0..block.instructions.len() {
+        let Instruction::Op(outer) = &block.instructions[k] else {
+            continue;
+        };
+        if let Some(&j) = outer.inputs.first().and_then(|s| writer.get(s)) {
+            let Instruction::Op(inner) = &block.instructions[j] else {
+                unreachable!("only ops are recorded as writers")
+            };
+            if reads.get(inner.first) == Some(&1) {
+                if let Some(params) = folded(inner, outer) {
+                    let (input, cast) = (inner.inputs[0], inner.cast);
+                    if let Instruction::Op(outer) = &mut block.instructions[k] {
+                        outer.inputs[0] = input;
+                        outer.params = params;
+                        outer.cast = outer.cast.or(cast);
+                    }
+                    drop[j] = true;
+                    dropped += 1;
+                }
+            }
+        }
+        if let Instruction::Op(call) = &block.instructions[k] {
+            if call.results == 1 {
+                writer.insert(call.first, k);
+            }
+        }
+    }
+    let mut k = 0;
+    block.instructions.retain(|_| {
+        k += 1;
+        !drop[k - 1]
+    });
+    dropped
+}
+
+/// The parameters of `outer` applied straight to `inner`'s input, when the
+/// two fold into one op (see [`fold_rearrangements`]).
+fn folded(inner: &OpCall, outer: &OpCall) -> Option<Vec<Param>> {
+    let cast_once = inner.cast.is_none() || outer.cast.is_none() || inner.cast == outer.cast;
+    if inner.op != outer.op || !cast_once || inner.results != 1 || inner.inputs.len() != 1 {
+        return None;
+    }
+    match (outer.op, inner.params.as_slice(), outer.params.as_slice()) {
+        (Op::reshape, [Param::Shape(_)], [Param::Shape(_)]) => Some(outer.params.clone()),
+        // outer axis i is inner axis q[i], which is the input's axis p[q[i]]
+        (Op::transpose, [Param::OptInts(Some(p))], [Param::OptInts(Some(q))]) => {
+            let n = p.len();
+            let valid = |perm: &[i64]| {
+                let mut seen = vec![false; perm.len()];
+                perm.iter().all(|&a| {
+                    (0..n as i64).contains(&a) && !std::mem::replace(&mut seen[a as usize], true)
+                })
+            };
+            if q.len() != n || !valid(p) || !valid(q) {
+                return None;
+            }
+            let composed = q.iter().map(|&a| p[a as usize]).collect();
+            Some(vec![Param::OptInts(Some(composed))])
+        }
+        _ => None,
+    }
+}
 
 /// A comparison read only as `select` conditions keeps MLX's boolean result
 /// instead of being cast to the type it declares (Nx's u8): `select` reads a

@@ -68,6 +68,81 @@ mod programs {
         assert_eq!(plus, vec![11, 12, 13]);
     }
 
+    fn count_ops(block: &Block) -> usize {
+        block
+            .instructions
+            .iter()
+            .filter(|i| matches!(i, Instruction::Op(_)))
+            .count()
+    }
+
+    #[test]
+    fn rearrangements_of_rearrangements_fold_into_one() {
+        // x (slot 0) is {2, 3, 4}, its values 0..24; 1 = reshape(x, {6, 4}),
+        // 2 = reshape(1, {4, 6}) (both cast to int32, as Nx's types ask);
+        // 3 = transpose(x, [1, 2, 0]) ({3, 4, 2}), 4 = transpose(3, [0, 2, 1])
+        // ({3, 2, 4}); 5 = transpose(x, [2, 1, 0]) is read twice
+        // (6 = transpose(5, [2, 1, 0]) and an output): kept; 7 = reshape(x)
+        // cast to uint8, 8 = reshape(7) cast to int32: kept (two casts)
+        let shape = |s: &[i32]| vec![Param::Shape(s.to_vec())];
+        let axes = |a: &[i64]| vec![Param::OptInts(Some(a.to_vec()))];
+        let (s32, u8) = (Some(Dtype::Int32), Some(Dtype::Uint8));
+        let program = Program::new(
+            1,
+            0,
+            vec![
+                op(Op::reshape, &[0], shape(&[6, 4]), s32),
+                op(Op::reshape, &[1], shape(&[4, 6]), None),
+                op(Op::transpose, &[0], axes(&[1, 2, 0]), None),
+                op(Op::transpose, &[3], axes(&[0, 2, 1]), None),
+                op(Op::transpose, &[0], axes(&[2, 1, 0]), None),
+                op(Op::transpose, &[5], axes(&[2, 1, 0]), None),
+                op(Op::reshape, &[0], shape(&[24]), u8),
+                op(Op::reshape, &[7], shape(&[4, 6]), s32),
+            ],
+            vec![2, 4, 6, 5, 8],
+        )
+        .unwrap();
+        assert_eq!(count_ops(&program.main), 6);
+        let first = program.main.instructions.iter().find_map(|i| match i {
+            Instruction::Op(call) if call.op == Op::reshape => {
+                Some((call.inputs.clone(), call.cast))
+            }
+            _ => None,
+        });
+        assert_eq!(first, Some((vec![0], s32)));
+        let out = run_blocking(Device::Cpu, move || {
+            let x = Array::from_slice(&(0..24).collect::<Vec<i32>>(), &[2, 3, 4]);
+            let out = program.run(vec![x], vec![])?;
+            Ok(out
+                .iter()
+                .map(|a| {
+                    let a = crate::ops::shape::contiguous(a)?;
+                    Ok((a.shape().to_vec(), a.as_slice::<i32>().to_vec()))
+                })
+                .collect::<Result<Vec<_>>>()?)
+        })
+        .unwrap();
+        // x[i][j][k] = 12i + 4j + k
+        let x = |i: i32, j: i32, k: i32| 12 * i + 4 * j + k;
+        assert_eq!(out[0], (vec![4, 6], (0..24).collect()));
+        // slot 4 at [a][b][c] is x[b][a][c] (axes [1, 0, 2] of x)
+        let mut expected = vec![];
+        for a in 0..3 {
+            for b in 0..2 {
+                for c in 0..4 {
+                    expected.push(x(b, a, c));
+                }
+            }
+        }
+        assert_eq!(out[1], (vec![3, 2, 4], expected));
+        // transposing twice by [2, 1, 0] gives x back
+        assert_eq!(out[2], (vec![2, 3, 4], (0..24).collect()));
+        assert_eq!(out[3].0, vec![4, 3, 2]);
+        // through uint8 and back: 0..24 fit, so the values are x's
+        assert_eq!(out[4], (vec![4, 6], (0..24).collect()));
+    }
+
     // slots 0 (x), 1 (0), 2 (10), 3 (-10); 4 = x > 0 and 5 = x < 0 (u8),
     // 6 = select(4, 10, -10), 7 = select(5, 10, -10)
     fn signs(outputs: &[usize]) -> Program {
