@@ -163,26 +163,14 @@ where
             return on_comm(ticket, false, move || work(array, &g.0));
         }
     }
-    let device = tensor.device;
-    worker::submit(
-        device,
-        Box::new(move || {
-            let input = worker::run_caught(|| {
-                let array = tensor.array()?;
-                array.eval()?;
-                Ok(array)
-            });
-            match input {
-                Ok(array) => {
-                    let g = group.clone();
-                    // (a refusal is replied through the ticket by on_comm)
-                    let _ = on_comm(ticket, is_nccl(&group.0), move || work(array, &g.0));
-                }
-                Err(e) => ticket.reply::<T>(Err(e)),
-            }
-        }),
-    )?;
-    Ok(())
+    crate::tensor::eval_on_worker(tensor, move |input| match input {
+        Ok(array) => {
+            let nccl = is_nccl(&group.0);
+            // (a refusal is replied through the ticket by on_comm)
+            let _ = on_comm(ticket, nccl, move || work(array, &group.0));
+        }
+        Err(e) => ticket.reply::<T>(Err(e)),
+    })
 }
 
 fn ticketed(ticket: ResourceArc<Ticket>, queued: Result<()>) -> Ticketed {
