@@ -79,6 +79,23 @@ pub fn check_axes(name: &'static str, axes: &[i64], rank: usize) -> Result<Vec<i
         .collect()
 }
 
+/// The six comparisons: two inputs, a boolean result.
+pub const COMPARISONS: [table::Op; 6] = [
+    table::Op::equal,
+    table::Op::not_equal,
+    table::Op::less,
+    table::Op::less_equal,
+    table::Op::greater,
+    table::Op::greater_equal,
+];
+
+impl table::Op {
+    /// Whether the op is one of [`COMPARISONS`].
+    pub fn is_comparison(self) -> bool {
+        COMPARISONS.contains(&self)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
