@@ -1,6 +1,8 @@
-# The NIF build support is plain Elixir loaded before the project is defined, so
-# the `ex_mlx_native` compiler can run ahead of the Elixir compiler.
+# The build support (the NIF's, and where Nx comes from) is plain Elixir loaded
+# before the project is defined, so the `ex_mlx_native` compiler can run ahead
+# of the Elixir compiler.
 for file <- [
+      "mix/dependency_source.ex",
       "mix/ex_mlx_build.ex",
       "mix/ex_mlx_precompiled.ex",
       "mix/tasks/compile.ex_mlx_native.ex",
@@ -47,23 +49,10 @@ defmodule ExMLX.MixProject do
   #   * neither                 - no Nx: ExMLX.Backend is not compiled and its
   #                               tests are skipped (the rest works and is tested)
   defp deps do
-    case nx_source() do
+    case ExMLX.DependencySource.of("NX_PATH") do
       {:path, path} -> [{:nx, path: path}]
       :hex -> [{:nx, @nx_requirement}]
       :none -> []
     end
-  end
-
-  @doc false
-  def nx_source do
-    case System.get_env("NX_PATH") do
-      path when is_binary(path) and path != "" -> {:path, Path.expand(path)}
-      _ -> if hex_installed?(), do: :hex, else: :none
-    end
-  end
-
-  defp hex_installed? do
-    Code.ensure_loaded?(Hex) or
-      Mix.path_for(:archives) |> Path.join("hex-*") |> Path.wildcard() |> Enum.any?()
   end
 end

@@ -10,16 +10,10 @@ if Code.ensure_loaded?(Nx) do
 
     # MLP 784-512-512-10 (ReLU), as defn_reference.py's `mlp`
     defn mlp({w1, b1, w2, b2, w3, b3}, x) do
-      x
-      |> Nx.dot(w1)
-      |> Nx.add(b1)
-      |> Nx.max(0)
-      |> Nx.dot(w2)
-      |> Nx.add(b2)
-      |> Nx.max(0)
-      |> Nx.dot(w3)
-      |> Nx.add(b3)
+      x |> dense_relu(w1, b1) |> dense_relu(w2, b2) |> Nx.dot(w3) |> Nx.add(b3)
     end
+
+    defnp(dense_relu(x, w, b), do: x |> Nx.dot(w) |> Nx.add(b) |> Nx.max(0))
 
     defn loss(params, x, labels) do
       logits = mlp(params, x)

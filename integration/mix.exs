@@ -1,3 +1,5 @@
+Code.require_file("../mix/dependency_source.ex", __DIR__)
+
 defmodule ExMLX.Integration.MixProject do
   use Mix.Project
 
@@ -54,24 +56,16 @@ defmodule ExMLX.Integration.MixProject do
   (the tests needing it are skipped and say so).
   """
   def dependencies do
-    hex? = hex_installed?()
-
     for {app, variable, requirement} <- [
           {:nx, "NX_PATH", "~> 0.12.0 or ~> 0.13.0"},
           {:polaris, "POLARIS_PATH", "~> 0.1"},
           {:axon, "AXON_PATH", "~> 0.8"},
           {:bumblebee, "BUMBLEBEE_PATH", "~> 0.7.0"}
         ] do
-      case System.get_env(variable) do
-        path when is_binary(path) and path != "" -> {app, {:path, Path.expand(path)}}
-        _ when hex? -> {app, {:hex, requirement}}
-        _ -> {app, :none}
+      case ExMLX.DependencySource.of(variable) do
+        :hex -> {app, {:hex, requirement}}
+        source -> {app, source}
       end
     end
-  end
-
-  defp hex_installed? do
-    Code.ensure_loaded?(Hex) or
-      Mix.path_for(:archives) |> Path.join("hex-*") |> Path.wildcard() |> Enum.any?()
   end
 end

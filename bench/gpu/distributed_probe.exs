@@ -4,6 +4,7 @@
 # one on :gpu tensors, and two ranks (OS processes, MLX's ring on 127.0.0.1)
 # running the collectives on :gpu tensors, checked exactly for f32, s32 and
 # bf16. Prints one line per finding; exits 1 if a check fails.
+Code.require_file("ranks.exs", __DIR__)
 alias ExMLX.Distributed, as: D
 
 case System.argv() do
@@ -49,20 +50,7 @@ case System.argv() do
     y = D.all_sum(x)
     one = check.("group of one on :gpu", y.device == :gpu and ExMLX.to_list(y) == [1.5, 1.5, 1.5])
 
-    ebin = ExMLX.Distributed |> :code.which() |> to_string() |> Path.dirname()
-    {:ok, store} = Agent.start_link(fn -> [] end)
-
-    statuses =
-      D.Launcher.run({"elixir", ["-pa", ebin, __ENV__.file, "rank"]},
-        n: 2,
-        deadline: 240_000,
-        output: fn rank, line ->
-          IO.puts("[#{rank}] #{line}")
-          Agent.update(store, &[line | &1])
-        end
-      )
-
-    lines = Agent.get(store, & &1)
+    {statuses, lines} = Bench.GPU.Ranks.run(__ENV__.file, n: 2, deadline: 240_000)
 
     expected = fn type ->
       v = fn k -> if type == {:s, 32}, do: k, else: k * 1.0 end

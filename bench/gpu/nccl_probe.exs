@@ -12,6 +12,7 @@
 # <GB/s bus>", as bench/gpu/nccl_reference.py prints its own); then the last
 # rank halts and the others report how their next collective failed. Prints
 # one line per finding; exits 1 if a check fails.
+Code.require_file("ranks.exs", __DIR__)
 import Bitwise
 alias ExMLX.Distributed, as: D
 
@@ -118,21 +119,7 @@ case System.argv() do
           out |> String.split("\n", trim: true) |> length()
       end
 
-    ebin = ExMLX.Distributed |> :code.which() |> to_string() |> Path.dirname()
-    {:ok, store} = Agent.start_link(fn -> [] end)
-
-    statuses =
-      D.Launcher.run({"elixir", ["-pa", ebin, __ENV__.file, "rank"]},
-        n: n,
-        backend: :nccl,
-        deadline: 300_000,
-        output: fn rank, line ->
-          IO.puts("[#{rank}] #{line}")
-          Agent.update(store, &[line | &1])
-        end
-      )
-
-    lines = Agent.get(store, & &1)
+    {statuses, lines} = Bench.GPU.Ranks.run(__ENV__.file, n: n, backend: :nccl, deadline: 300_000)
 
     checks =
       for rank <- 0..(n - 1), type <- [{:f, 32}, {:bf, 16}, {:s, 32}] do

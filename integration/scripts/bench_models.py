@@ -20,36 +20,28 @@ import os
 import sys
 
 import torch
-from transformers import BertConfig, BertForMaskedLM, GPT2Config, GPT2LMHeadModel
+from transformers import BertConfig, BertForMaskedLM, GPT2LMHeadModel
+
+from gpt2_config import gpt2_config
 
 # the repository's bench/timing.py: the timing of every Python reference
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "bench"))
 from timing import timed  # noqa: E402
 
-SIZE = dict(hidden=256, layers=4, heads=4, vocab=2048, inner=1024, positions=256)
+# Hugging Face's standard names (gpt2_config.py)
+SIZE = dict(
+    vocab_size=2048,
+    max_position_embeddings=256,
+    hidden_size=256,
+    intermediate_size=1024,
+    num_hidden_layers=4,
+    num_attention_heads=4,
+)
 
 
 def models(out):
-    gpt2 = GPT2Config(
-        vocab_size=SIZE["vocab"],
-        n_positions=SIZE["positions"],
-        n_embd=SIZE["hidden"],
-        n_layer=SIZE["layers"],
-        n_head=SIZE["heads"],
-        n_inner=SIZE["inner"],
-        pad_token_id=0,
-        bos_token_id=1,
-        eos_token_id=2,
-    )
-    bert = BertConfig(
-        vocab_size=SIZE["vocab"],
-        hidden_size=SIZE["hidden"],
-        num_hidden_layers=SIZE["layers"],
-        num_attention_heads=SIZE["heads"],
-        intermediate_size=SIZE["inner"],
-        max_position_embeddings=SIZE["positions"],
-        tie_word_embeddings=False,
-    )
+    gpt2 = gpt2_config(SIZE, pad_token_id=0, bos_token_id=1, eos_token_id=2)
+    bert = BertConfig(**SIZE, tie_word_embeddings=False)
     torch.manual_seed(0)
     made = {}
     for name, model in [("gpt2", GPT2LMHeadModel(gpt2)), ("bert", BertForMaskedLM(bert))]:
@@ -72,7 +64,7 @@ def median_time(fun, reps, device):
 def main(out, quick, device):
     reps = 3 if quick else 15
     made = {name: model.to(device) for name, model in models(out).items()}
-    ids = (torch.arange(128) * 7 % SIZE["vocab"]).unsqueeze(0).to(device)
+    ids = (torch.arange(128) * 7 % SIZE["vocab_size"]).unsqueeze(0).to(device)
     prompt = ids[:, :16]
     result = {"torch": torch.__version__, "threads": torch.get_num_threads(), "device": device}
     if device == "cuda":

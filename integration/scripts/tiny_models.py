@@ -26,7 +26,6 @@ from tokenizers import Tokenizer, models, pre_tokenizers
 from transformers import (
     BertConfig,
     BertForMaskedLM,
-    GPT2Config,
     GPT2LMHeadModel,
     LlamaConfig,
     LlamaForCausalLM,
@@ -35,49 +34,28 @@ from transformers import (
     ViTForImageClassification,
 )
 
+from gpt2_config import gpt2_config
+
 VOCAB = 128
 IDS = torch.tensor([[1, 17, 42, 99, 5, 63, 7, 88], [1, 23, 9, 54, 120, 3, 77, 31]])
 MASK = torch.ones_like(IDS)
 NEW_TOKENS = 20
 
+# The models' sizes, by Hugging Face's standard names (gpt2_config.py)
+TINY = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64)
+TEXT = dict(TINY, vocab_size=VOCAB, max_position_embeddings=64, initializer_range=0.2)
+TOKENS = dict(pad_token_id=0, bos_token_id=1, eos_token_id=2)
+
 
 def text_models():
-    bert = BertConfig(
-        vocab_size=VOCAB,
-        hidden_size=32,
-        num_hidden_layers=2,
-        num_attention_heads=2,
-        intermediate_size=64,
-        max_position_embeddings=64,
-        initializer_range=0.2,
-        tie_word_embeddings=False,
-    )
-    gpt2 = GPT2Config(
-        vocab_size=VOCAB,
-        n_positions=64,
-        n_embd=32,
-        n_layer=2,
-        n_head=2,
-        n_inner=64,
-        initializer_range=0.2,
-        pad_token_id=0,
-        bos_token_id=1,
-        eos_token_id=2,
-    )
+    bert = BertConfig(**TEXT, tie_word_embeddings=False)
+    gpt2 = gpt2_config(TEXT, **TOKENS)
     llama = LlamaConfig(
-        vocab_size=VOCAB,
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=4,
+        **dict(TEXT, num_attention_heads=4),
         num_key_value_heads=2,
-        max_position_embeddings=64,
-        initializer_range=0.2,
         rms_norm_eps=1e-6,
         tie_word_embeddings=False,
-        pad_token_id=0,
-        bos_token_id=1,
-        eos_token_id=2,
+        **TOKENS,
     )
     return [
         ("bert", BertForMaskedLM(bert), False),
@@ -88,15 +66,7 @@ def text_models():
 
 def vit():
     config = ViTConfig(
-        image_size=32,
-        patch_size=8,
-        num_channels=3,
-        hidden_size=32,
-        num_hidden_layers=2,
-        num_attention_heads=2,
-        intermediate_size=64,
-        num_labels=10,
-        initializer_range=0.2,
+        **TINY, image_size=32, patch_size=8, num_channels=3, num_labels=10, initializer_range=0.2
     )
     return ViTForImageClassification(config)
 

@@ -30,22 +30,21 @@ defmodule ExMLX.Application do
   # 64 MB transfer rows show the difference). ExMLX starts with a larger
   # limit (see `ExMLX.Memory.default_cache_limit/0`); `config :ex_mlx,
   # cache_limit: bytes` sets another, `:mlx` keeps MLX's own.
+  defp apply_cache_limit(:mlx), do: :ok
+
+  defp apply_cache_limit(setting) do
+    configure(:cache_limit, fn ->
+      bytes = if setting == :default, do: ExMLX.Memory.default_cache_limit(), else: setting
+      ExMLX.Memory.set_cache_limit(bytes)
+    end)
+  end
+
   # How many bytes of new tensors pass between garbage-collection hints
   # (ExMLX.Memory.set_collect_after/1); the library's default until set.
   defp apply_collect_after(:default), do: :ok
 
-  defp apply_collect_after(bytes) do
-    ExMLX.Memory.set_collect_after(bytes)
-    :ok
-  rescue
-    e in ExMLX.Error ->
-      if e.kind != :not_loaded, do: reraise(e, __STACKTRACE__)
-      :ok
-
-    e in ArgumentError ->
-      Logger.error("config :ex_mlx, collect_after: #{Exception.message(e)}")
-      reraise e, __STACKTRACE__
-  end
+  defp apply_collect_after(bytes),
+    do: configure(:collect_after, fn -> ExMLX.Memory.set_collect_after(bytes) end)
 
   # Evaluation ahead of reads per device kind (ExMLX.set_evaluate_ahead/2):
   # `config :ex_mlx, evaluate_ahead: [cpu: boolean, gpu: boolean]`.
@@ -57,19 +56,16 @@ defmodule ExMLX.Application do
               "cpu: boolean and gpu: boolean, got: #{inspect(settings)}"
     end
 
-    for {kind, on} <- settings, do: ExMLX.set_evaluate_ahead(kind, on)
-    :ok
-  rescue
-    e in ExMLX.Error ->
-      if e.kind != :not_loaded, do: reraise(e, __STACKTRACE__)
-      :ok
+    configure(:evaluate_ahead, fn ->
+      for {kind, on} <- settings, do: ExMLX.set_evaluate_ahead(kind, on)
+    end)
   end
 
-  defp apply_cache_limit(:mlx), do: :ok
-
-  defp apply_cache_limit(setting) do
-    bytes = if setting == :default, do: ExMLX.Memory.default_cache_limit(), else: setting
-    ExMLX.Memory.set_cache_limit(bytes)
+  # Runs `set`, which applies the setting `config :ex_mlx, key: ...`. A
+  # value the library refuses (ArgumentError) is logged, naming the key, and
+  # raised again.
+  defp configure(key, set) do
+    set.()
     :ok
   rescue
     e in ExMLX.Error ->
@@ -78,7 +74,7 @@ defmodule ExMLX.Application do
       :ok
 
     e in ArgumentError ->
-      Logger.error("config :ex_mlx, cache_limit: #{Exception.message(e)}")
+      Logger.error("config :ex_mlx, #{key}: #{Exception.message(e)}")
       reraise e, __STACKTRACE__
   end
 end

@@ -133,23 +133,8 @@ defmodule ExMLX.Prediction do
   refuses: its error is then raised at the call) and for a reduction over no
   axis (MLX keeps the input's type there).
   """
-  def reduce(op, %{shape: shape, type: type}, [axes, keep])
-      when op in @reductions and is_boolean(keep) do
-    empty? = Tuple.product(shape) == 0
-
-    with {:ok, [_ | _] = axes} <- axes(axes, tuple_size(shape)),
-         false <- op in [:reduce_min, :reduce_max] and empty?,
-         %{^type => result} <- types(op) do
-      {:ok, reduced(shape, axes, keep), result}
-    else
-      _ -> :unknown
-    end
-  end
-
-  def reduce(op, %{shape: shape, type: type}, [axis, keep])
-      when op in @arg_reductions and is_boolean(keep) and (is_integer(axis) or is_nil(axis)) do
-    with false <- Tuple.product(shape) == 0,
-         {:ok, out} <- arg_shape(shape, axis, keep),
+  def reduce(op, %{shape: shape, type: type}, params) do
+    with {:ok, out} <- reduced_shape(op, shape, params),
          %{^type => result} <- types(op) do
       {:ok, out, result}
     else
@@ -157,17 +142,28 @@ defmodule ExMLX.Prediction do
     end
   end
 
-  def reduce(op, %{shape: shape, type: type}, [axis, reverse])
-      when op in @cumulative and is_boolean(reverse) do
-    with {:ok, _} <- axes([axis], tuple_size(shape)),
-         %{^type => result} <- types(op) do
-      {:ok, shape, result}
+  def reduce(_op, _a, _params), do: :unknown
+
+  # The result's shape for `reduce/3`; `:error` where the op refuses it.
+  defp reduced_shape(op, shape, [axes, keep]) when op in @reductions and is_boolean(keep) do
+    with {:ok, [_ | _] = axes} <- axes(axes, tuple_size(shape)),
+         false <- op in [:reduce_min, :reduce_max] and Tuple.product(shape) == 0 do
+      {:ok, reduced(shape, axes, keep)}
     else
-      _ -> :unknown
+      _ -> :error
     end
   end
 
-  def reduce(_op, _a, _params), do: :unknown
+  defp reduced_shape(op, shape, [axis, keep])
+       when op in @arg_reductions and is_boolean(keep) and (is_integer(axis) or is_nil(axis)) do
+    if Tuple.product(shape) == 0, do: :error, else: arg_shape(shape, axis, keep)
+  end
+
+  defp reduced_shape(op, shape, [axis, reverse]) when op in @cumulative and is_boolean(reverse) do
+    with {:ok, _} <- axes([axis], tuple_size(shape)), do: {:ok, shape}
+  end
+
+  defp reduced_shape(_op, _shape, _params), do: :error
 
   # Valid, distinct axes of a tensor of `rank`, normalized; `nil`: all.
   defp axes(nil, rank), do: {:ok, Enum.to_list(0..(rank - 1)//1)}

@@ -6,51 +6,14 @@ defmodule ExMLX.ConcurrencyTest do
   @processes 32
   @ops_per_process 200
 
-  # One deterministic mixed op, chosen by `i`, on a shared and a private tensor.
-  defp step(i, shared, private) do
-    case rem(i, 8) do
-      0 ->
-        ExMLX.add(shared, private) |> ExMLX.sum() |> ExMLX.item()
-
-      1 ->
-        ExMLX.multiply(shared, private) |> ExMLX.reduce_max() |> ExMLX.item()
-
-      2 ->
-        ExMLX.matmul(ExMLX.reshape(shared, {4, 4}), ExMLX.reshape(private, {4, 4}))
-        |> ExMLX.to_list()
-
-      3 ->
-        shared |> ExMLX.slice([i |> rem(16)], [16]) |> ExMLX.sum() |> ExMLX.item()
-
-      4 ->
-        ExMLX.to_binary(ExMLX.transpose(ExMLX.reshape(private, {2, 8})))
-
-      5 ->
-        ExMLX.from_binary(ExMLX.to_binary(shared), {:f, 32}, {16}) |> ExMLX.mean() |> ExMLX.item()
-
-      6 ->
-        ExMLX.argmax(ExMLX.subtract(private, shared)) |> ExMLX.item()
-
-      7 ->
-        ExMLX.iota({:s, 32}, {i + 1}) |> ExMLX.sum() |> ExMLX.item()
-    end
-  end
-
-  defp private_tensor(p), do: f32(Enum.map(0..15, &(&1 * p * 0.5 - 3.0)))
-
-  defp run_process(p, shared) do
-    private = private_tensor(p)
-    for i <- 1..@ops_per_process, do: step(i + p, shared, private)
-  end
+  defp run_process(p, shared),
+    do: mixed_ops(p, @ops_per_process, shared, f32(Enum.map(0..15, &(&1 * p * 0.5 - 3.0))))
 
   test "#{@processes} processes × #{@ops_per_process} mixed ops give the sequential results" do
     shared = f32(Enum.map(0..15, &(&1 * 1.25)))
-    sequential = for p <- 1..@processes, do: run_process(p, shared)
 
-    concurrent =
-      1..@processes
-      |> Enum.map(fn p -> Task.async(fn -> run_process(p, shared) end) end)
-      |> Task.await_many(60_000)
+    {sequential, concurrent} =
+      sequential_and_concurrent(@processes, 60_000, &run_process(&1, shared))
 
     assert concurrent == sequential
   end

@@ -304,6 +304,13 @@ defmodule ExMLX.FFTTest do
     assert {error.kind, error.message} == {kind, message}
   end
 
+  # ExMLX's older `op` with `old_opts` gives ExMLX.FFT's `op` with `opts`, bit
+  # for bit.
+  defp delegates(op, t, old_opts, opts) do
+    assert apply(ExMLX, op, [t, old_opts]) |> ExMLX.to_binary() ==
+             apply(FFT, op, [t, opts]) |> ExMLX.to_binary()
+  end
+
   @transforms [:fft, :ifft, :rfft, :irfft, :fft2, :ifft2, :rfft2, :irfft2] ++
                 [:fftn, :ifftn, :rfftn, :irfftn]
 
@@ -470,22 +477,14 @@ defmodule ExMLX.FFTTest do
 
   describe "ExMLX's older FFT functions" do
     test "delegate to ExMLX.FFT with :length and :lengths" do
-      v = f32({6})
-      m = f32({3, 4})
-
       for op <- [:fft, :ifft, :rfft] do
-        assert apply(ExMLX, op, [v, [length: 8, axis: 0]]) |> ExMLX.to_binary() ==
-                 apply(FFT, op, [v, [n: 8, axis: 0]]) |> ExMLX.to_binary()
+        delegates(op, f32({6}), [length: 8, axis: 0], n: 8, axis: 0)
       end
 
-      c = c64({4})
-
-      assert ExMLX.irfft(c, length: 5) |> ExMLX.to_binary() ==
-               FFT.irfft(c, n: 5) |> ExMLX.to_binary()
+      delegates(:irfft, c64({4}), [length: 5], n: 5)
 
       for op <- [:fft2, :ifft2] do
-        assert apply(ExMLX, op, [m, [lengths: [2, 5], axes: [1, 0]]]) |> ExMLX.to_binary() ==
-                 apply(FFT, op, [m, [s: [2, 5], axes: [1, 0]]]) |> ExMLX.to_binary()
+        delegates(op, f32({3, 4}), [lengths: [2, 5], axes: [1, 0]], s: [2, 5], axes: [1, 0])
       end
     end
   end

@@ -132,6 +132,68 @@ defmodule ExMLX.TestHelpers do
     end
   end
 
+  @doc """
+  `count` deterministic mixed ops on `shared` and `private` (float32
+  tensors of 16 elements), each read back (a number, a list or a binary):
+  the `k`-th is the op of `k + p` of the eleven below.
+  """
+  def mixed_ops(p, count, shared, private),
+    do: for(i <- 1..count, do: mixed_op(i + p, shared, private))
+
+  defp mixed_op(i, shared, private) do
+    case rem(i, 11) do
+      0 ->
+        ExMLX.full(i, {:s, 32}, {3}) |> ExMLX.to_list()
+
+      1 ->
+        ExMLX.add(shared, private) |> ExMLX.sum() |> ExMLX.item()
+
+      2 ->
+        ExMLX.matmul(ExMLX.reshape(shared, {4, 4}), ExMLX.reshape(private, {4, 4}))
+        |> ExMLX.to_binary()
+
+      3 ->
+        ExMLX.reduce_max(ExMLX.multiply(shared, private), axes: [0]) |> ExMLX.item()
+
+      4 ->
+        shared |> ExMLX.slice([rem(i, 8)], [16]) |> ExMLX.sum() |> ExMLX.item()
+
+      5 ->
+        private |> ExMLX.Wire.encode() |> ExMLX.Wire.decode!() |> ExMLX.to_binary()
+
+      6 ->
+        ExMLX.item(ExMLX.argmax(ExMLX.subtract(private, shared)))
+
+      7 ->
+        ExMLX.transpose(ExMLX.reshape(private, {2, 8})) |> ExMLX.to_binary()
+
+      8 ->
+        ExMLX.from_binary(ExMLX.to_binary(shared), {:f, 32}, {16}) |> ExMLX.mean() |> ExMLX.item()
+
+      9 ->
+        ExMLX.sort(private, direction: :desc) |> ExMLX.to_binary()
+
+      10 ->
+        ExMLX.iota({:s, 32}, {i + 1}) |> ExMLX.sum() |> ExMLX.item()
+    end
+  end
+
+  @doc """
+  `run.(p)` for each `p` in `1..processes`: one after another, then each in
+  a task of its own, all at once (awaited for up to `timeout` ms). Returns
+  `{sequential, concurrent}`, the results in the order of `p` in both.
+  """
+  def sequential_and_concurrent(processes, timeout, run) do
+    sequential = for p <- 1..processes, do: run.(p)
+
+    concurrent =
+      1..processes
+      |> Enum.map(fn p -> Task.async(fn -> run.(p) end) end)
+      |> Task.await_many(timeout)
+
+    {sequential, concurrent}
+  end
+
   def assert_close(got, expected, tol, label) do
     Enum.zip(got, expected)
     |> Enum.with_index()

@@ -5,7 +5,7 @@ use rustler::{Env, Term};
 
 use crate::args::{DeviceArg, Tag, Tensor};
 use crate::reply::{submit, AsyncResult, Replier, Submitted};
-use crate::tensor::NewTensor;
+use crate::tensor::{self, NewTensor};
 use crate::term::{error_tuple, show, DeviceTerm};
 
 /// `transfer(tag, t, device)`: `t` on `device`. The array is evaluated on its
@@ -23,20 +23,9 @@ fn transfer<'a>(env: Env<'a>, tag: Tag<'a>, t: Tensor, device: DeviceArg) -> Asy
     }
     worker::submit(to, Box::new(|| {})).map_err(error_tuple)?;
     let replier = Replier::new(env, tag.0);
-    worker::submit(
-        from,
-        Box::new(move || {
-            let evaluated = worker::run_caught(|| {
-                let array = t.array()?;
-                array.eval()?;
-                Ok(array)
-            });
-            match evaluated {
-                Ok(array) => replier.send(Ok(NewTensor::view(array, to))),
-                Err(e) => replier.send::<NewTensor>(Err(e)),
-            }
-        }),
-    )
+    tensor::eval_on_worker(t, move |evaluated| {
+        replier.send(evaluated.map(|array| NewTensor::view(array, to)))
+    })
     .map_err(error_tuple)?;
     Ok(Submitted::Queued)
 }

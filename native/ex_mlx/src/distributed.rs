@@ -163,30 +163,21 @@ where
             return on_comm(ticket, false, move || work(array, &g.0));
         }
     }
-    let device = tensor.device;
-    worker::submit(
-        device,
-        Box::new(move || {
-            let input = worker::run_caught(|| {
-                let array = tensor.array()?;
-                array.eval()?;
-                Ok(array)
-            });
-            match input {
-                Ok(array) => {
-                    let g = group.clone();
-                    // (a refusal is replied through the ticket by on_comm)
-                    let _ = on_comm(ticket, is_nccl(&group.0), move || work(array, &g.0));
-                }
-                Err(e) => ticket.reply::<T>(Err(e)),
-            }
-        }),
-    )?;
-    Ok(())
+    crate::tensor::eval_on_worker(tensor, move |input| match input {
+        Ok(array) => {
+            let nccl = is_nccl(&group.0);
+            // (a refusal is replied through the ticket by on_comm)
+            let _ = on_comm(ticket, nccl, move || work(array, &group.0));
+        }
+        Err(e) => ticket.reply::<T>(Err(e)),
+    })
 }
 
-fn ticketed(ticket: ResourceArc<Ticket>, queued: Result<()>) -> Ticketed {
-    queued.map_err(error_tuple)?;
+/// A new ticket for `tag`, given to `queue`, which queues the call's work
+/// to reply through it: the ticket, or the reason `queue` refused the call.
+fn ticketed(env: Env, tag: Tag, queue: impl FnOnce(ResourceArc<Ticket>) -> Result<()>) -> Ticketed {
+    let ticket = Ticket::new(env, tag);
+    queue(ticket.clone()).map_err(error_tuple)?;
     Ok((ok(), ticket))
 }
 
@@ -253,12 +244,12 @@ fn dist_available(backend: Term) -> NifResult<bool> {
 fn dist_init<'a>(env: Env<'a>, tag: Tag<'a>, backend: Term<'a>, strict: Term<'a>) -> Ticketed {
     let backend = decode_backend(backend).map_err(error_tuple)?;
     let strict = crate::term::decode_bool("strict", strict).map_err(error_tuple)?;
-    let ticket = Ticket::new(env, tag);
-    let queued = on_comm(ticket.clone(), false, move || {
-        let group = distributed::init(backend, strict)?;
-        Ok(GroupInfo(ResourceArc::new(GroupResource(group))))
-    });
-    ticketed(ticket, queued)
+    ticketed(env, tag, |ticket| {
+        on_comm(ticket, false, move || {
+            let group = distributed::init(backend, strict)?;
+            Ok(GroupInfo(ResourceArc::new(GroupResource(group))))
+        })
+    })
 }
 
 /// `dist_split(tag, group, color, key)`: replies `{group, rank, size, backend}`.
@@ -273,12 +264,12 @@ fn dist_split<'a>(
     let color = decode_rank("color", color).map_err(error_tuple)?;
     let key = decode_rank("key", key).map_err(error_tuple)?;
     let group = group.0;
-    let ticket = Ticket::new(env, tag);
-    let queued = on_comm(ticket.clone(), is_nccl(&group.0), move || {
-        let split = group.0.split(color, key)?;
-        Ok(GroupInfo(ResourceArc::new(GroupResource(split))))
-    });
-    ticketed(ticket, queued)
+    ticketed(env, tag, |ticket| {
+        on_comm(ticket, is_nccl(&group.0), move || {
+            let split = group.0.split(color, key)?;
+            Ok(GroupInfo(ResourceArc::new(GroupResource(split))))
+        })
+    })
 }
 
 /// `dist_collective(tag, op, tensor, group)`: `op` (`:all_sum`, `:all_max`,
@@ -302,12 +293,12 @@ fn dist_collective<'a>(
         .map_err(error_tuple)?;
     let tensor = tensor.0;
     let device = tensor.device;
-    let ticket = Ticket::new(env, tag);
-    let queued = after_input(ticket.clone(), tensor, group.0, move |x, g| {
-        let y = distributed::collective(op, &x, g)?;
-        result_tensor(y, g, device)
-    });
-    ticketed(ticket, queued)
+    ticketed(env, tag, |ticket| {
+        after_input(ticket, tensor, group.0, move |x, g| {
+            let y = distributed::collective(op, &x, g)?;
+            result_tensor(y, g, device)
+        })
+    })
 }
 
 /// `dist_send(tag, tensor, dst, group)`: replies `:ok` once sent.
@@ -320,12 +311,12 @@ fn dist_send<'a>(
     group: GroupArg,
 ) -> Ticketed {
     let dst = decode_rank("dst", dst).map_err(error_tuple)?;
-    let ticket = Ticket::new(env, tag);
-    let queued = after_input(ticket.clone(), tensor.0, group.0, move |x, g| {
-        distributed::eval(&distributed::send(&x, dst, g)?)?;
-        Ok(ok())
-    });
-    ticketed(ticket, queued)
+    ticketed(env, tag, |ticket| {
+        after_input(ticket, tensor.0, group.0, move |x, g| {
+            distributed::eval(&distributed::send(&x, dst, g)?)?;
+            Ok(ok())
+        })
+    })
 }
 
 /// `dist_recv(tag, shape, type, src, group, device)`: replies the tensor
@@ -346,11 +337,11 @@ fn dist_recv<'a>(
     ex_mlx_core::device::check_dtype(dtype, device).map_err(error_tuple)?;
     distributed::check_usable().map_err(error_tuple)?;
     let group = group.0;
-    let ticket = Ticket::new(env, tag);
-    let queued = on_comm(ticket.clone(), is_nccl(&group.0), move || {
-        recv_tensor(&shape, dtype, src, &group.0, device)
-    });
-    ticketed(ticket, queued)
+    ticketed(env, tag, |ticket| {
+        on_comm(ticket, is_nccl(&group.0), move || {
+            recv_tensor(&shape, dtype, src, &group.0, device)
+        })
+    })
 }
 
 fn recv_tensor(
@@ -378,12 +369,12 @@ fn dist_recv_like<'a>(
     let src = decode_rank("src", src).map_err(error_tuple)?;
     let tensor = tensor.0;
     let device = tensor.device;
-    let ticket = Ticket::new(env, tag);
-    let queued = after_input(ticket.clone(), tensor, group.0, move |x, g| {
-        let shape: Vec<i32> = x.shape().to_vec();
-        recv_tensor(&shape, x.dtype(), src, g, device)
-    });
-    ticketed(ticket, queued)
+    ticketed(env, tag, |ticket| {
+        after_input(ticket, tensor, group.0, move |x, g| {
+            let shape: Vec<i32> = x.shape().to_vec();
+            recv_tensor(&shape, x.dtype(), src, g, device)
+        })
+    })
 }
 
 /// `dist_abandon(ticket, reason)`: `true` if the reply was taken away (no

@@ -310,6 +310,26 @@ impl Tensor {
     }
 }
 
+/// Queues on `tensor`'s device's worker: its array, evaluated there, given
+/// to `then` (or the error that evaluating it gave), on the worker's thread.
+pub fn eval_on_worker(
+    tensor: TensorRef,
+    then: impl FnOnce(Result<Array>) + Send + 'static,
+) -> Result<()> {
+    let device = tensor.device;
+    ex_mlx_core::worker::submit(
+        device,
+        Box::new(move || {
+            then(ex_mlx_core::worker::run_caught(|| {
+                let array = tensor.array()?;
+                array.eval()?;
+                Ok(array)
+            }))
+        }),
+    )?;
+    Ok(())
+}
+
 /// The device all `tensors` are on, or an error naming the mismatch.
 pub fn common_device(tensors: &[&TensorRef]) -> Result<Device> {
     let first = tensors

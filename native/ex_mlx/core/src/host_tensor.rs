@@ -525,14 +525,8 @@ fn result_of(op: Op, args: &[&HostTensor], params: &[Param]) -> Option<(Dtype, V
         (_, [a, b], []) => {
             let out = crate::dtype::broadcast_shape(&a.shape, &b.shape).ok()?;
             match op {
-                Op::equal
-                | Op::not_equal
-                | Op::less
-                | Op::less_equal
-                | Op::greater
-                | Op::greater_equal
-                | Op::logical_and
-                | Op::logical_or => (Dtype::Bool, out),
+                _ if op.is_comparison() => (Dtype::Bool, out),
+                Op::logical_and | Op::logical_or => (Dtype::Bool, out),
                 Op::add
                 | Op::subtract
                 | Op::multiply

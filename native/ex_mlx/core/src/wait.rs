@@ -175,19 +175,23 @@ mod tests {
         assert!(runnable_threads().is_some_and(|n| n >= 1));
     }
 
+    /// [`spin_while_cores_spare`] over 10 s for a condition that comes true
+    /// at its `true_at`-th look (never for 0), on a machine `saturated` or
+    /// not: its answer, and how many looks it took.
+    fn looks(true_at: usize, saturated: bool) -> (bool, usize) {
+        let mut looks = 0;
+        let ready = || {
+            looks += 1;
+            looks == true_at
+        };
+        let came_true = spin_while_cores_spare(Duration::from_secs(10), ready, || saturated);
+        (came_true, looks)
+    }
+
     #[test]
     fn spin_until_reports_whether_the_condition_came_true() {
         let spare = || false;
-        let mut checks = 0;
-        assert!(spin_while_cores_spare(
-            Duration::from_secs(10),
-            || {
-                checks += 1;
-                checks == 3
-            },
-            spare
-        ));
-        assert_eq!(checks, 3);
+        assert_eq!(looks(3, false), (true, 3));
         let limit = Duration::from_millis(2);
         let start = Instant::now();
         assert!(!spin_while_cores_spare(limit, || false, spare));
@@ -198,26 +202,8 @@ mod tests {
 
     #[test]
     fn a_saturated_machine_gets_no_spinning() {
-        let mut checks = 0;
-        assert!(!spin_while_cores_spare(
-            Duration::from_secs(10),
-            || {
-                checks += 1;
-                false
-            },
-            || true
-        ));
         // one look at the condition, and no spinning
-        assert_eq!(checks, 1);
-        let mut later = 0;
-        assert!(spin_while_cores_spare(
-            Duration::from_secs(10),
-            || {
-                later += 1;
-                true
-            },
-            || true
-        ));
-        assert_eq!(later, 1);
+        assert_eq!(looks(0, true), (false, 1));
+        assert_eq!(looks(1, true), (true, 1));
     }
 }

@@ -618,37 +618,33 @@ mod tests {
     #[test]
     fn each_malformation_has_its_own_error() {
         let good = sample();
-        let mut b = good.clone();
-        b[0] = b'X';
-        assert_eq!(kind_of(&b), "bad_magic");
+        // the error of a copy of `good` that `change` changed
+        let changed = |change: fn(&mut Vec<u8>)| {
+            let mut b = good.clone();
+            change(&mut b);
+            kind_of(&b)
+        };
+        assert_eq!(changed(|b| b[0] = b'X'), "bad_magic");
         assert_eq!(kind_of(b"EX"), "bad_magic");
-        let mut b = good.clone();
-        b[4] = 2;
-        assert_eq!(kind_of(&b), "unsupported_version");
-        let mut b = good.clone();
-        b[5] = 99;
-        assert_eq!(kind_of(&b), "unknown_dtype");
-        let mut b = good.clone();
-        b[6] = 33;
-        assert_eq!(kind_of(&b), "bad_rank");
-        let mut b = good.clone();
-        b[7] = 1;
-        assert_eq!(kind_of(&b), "bad_rank");
+        assert_eq!(changed(|b| b[4] = 2), "unsupported_version");
+        assert_eq!(changed(|b| b[5] = 99), "unknown_dtype");
+        assert_eq!(changed(|b| b[6] = 33), "bad_rank");
+        assert_eq!(changed(|b| b[7] = 1), "bad_rank");
         assert_eq!(kind_of(&good[..10]), "truncated");
         assert_eq!(kind_of(&good[..good.len() - 1]), "truncated");
-        let mut b = good.clone();
-        b.push(0);
-        assert_eq!(kind_of(&b), "trailing_bytes");
-        let mut b = good.clone();
-        b[8..16].copy_from_slice(&u64::MAX.to_le_bytes());
-        assert_eq!(kind_of(&b), "size_overflow");
-        let mut b = good.clone();
-        b[24..32].copy_from_slice(&13u64.to_le_bytes());
-        assert_eq!(kind_of(&b), "length_mismatch");
-        let mut b = good.clone();
-        let last = b.len() - 1;
-        b[last] ^= 1;
-        assert_eq!(kind_of(&b), "checksum_mismatch");
+        assert_eq!(changed(|b| b.push(0)), "trailing_bytes");
+        assert_eq!(
+            changed(|b| b[8..16].copy_from_slice(&u64::MAX.to_le_bytes())),
+            "size_overflow"
+        );
+        assert_eq!(
+            changed(|b| b[24..32].copy_from_slice(&13u64.to_le_bytes())),
+            "length_mismatch"
+        );
+        assert_eq!(
+            changed(|b| *b.last_mut().unwrap() ^= 1),
+            "checksum_mismatch"
+        );
         let bools = encode_frame(Dtype::Bool, &[2], &[1, 2]);
         assert_eq!(kind_of(&bools), "invalid_bool");
     }

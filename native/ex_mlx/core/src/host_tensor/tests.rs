@@ -2,7 +2,11 @@
 
 use super::*;
 use crate::device::Device;
+use crate::ops::COMPARISONS;
 use crate::worker::run_blocking;
+
+/// Arithmetic of two inputs, checked on integer and float32 tensors alike.
+const ARITHMETIC: [Op; 5] = [Op::add, Op::subtract, Op::multiply, Op::min, Op::max];
 
 fn t(dtype: Dtype, shape: &[i32], values: &[i128]) -> HostTensor {
     HostTensor {
@@ -60,26 +64,13 @@ fn element_wise_results_match_mlx() {
         (Dtype::Bool, 1, 0),
     ];
     let binary = [
-        Op::add,
-        Op::subtract,
-        Op::multiply,
-        Op::min,
-        Op::max,
-        Op::equal,
-        Op::not_equal,
-        Op::less,
-        Op::less_equal,
-        Op::greater,
-        Op::greater_equal,
-        Op::logical_and,
-        Op::logical_or,
-        Op::bitwise_and,
-        Op::bitwise_or,
-        Op::bitwise_xor,
-        Op::left_shift,
-        Op::right_shift,
-        Op::remainder,
-    ];
+        &ARITHMETIC[..],
+        &COMPARISONS,
+        &[Op::logical_and, Op::logical_or],
+        &[Op::bitwise_and, Op::bitwise_or, Op::bitwise_xor],
+        &[Op::left_shift, Op::right_shift, Op::remainder],
+    ]
+    .concat();
     run_blocking(Device::Cpu, move || {
         let mut computed = 0;
         for &(dtype, x, y) in &cases {
@@ -90,7 +81,7 @@ fn element_wise_results_match_mlx() {
             ];
             for (a, b) in &pairs {
                 assert_eq!(HostTensor::read(&a.to_array()?).as_ref(), Some(a));
-                for op in binary {
+                for &op in &binary {
                     computed += agrees(op, &[a.clone(), b.clone()], vec![])? as usize;
                 }
                 for op in [Op::logical_not, Op::bitwise_not, Op::negate] {
@@ -208,22 +199,9 @@ fn float32_ops_match_mlx() {
             (&column, &row),
             (&a, &scalar),
         ];
-        let binary = [
-            Op::add,
-            Op::subtract,
-            Op::multiply,
-            Op::divide,
-            Op::max,
-            Op::min,
-            Op::equal,
-            Op::not_equal,
-            Op::less,
-            Op::less_equal,
-            Op::greater,
-            Op::greater_equal,
-        ];
+        let binary = [&ARITHMETIC[..], &[Op::divide], &COMPARISONS].concat();
         for (x, y) in pairs {
-            for op in binary {
+            for &op in &binary {
                 assert!(agrees(op, &[x.clone(), y.clone()], vec![])?, "{op:?}");
                 computed += 1;
             }

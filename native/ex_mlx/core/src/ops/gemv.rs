@@ -563,20 +563,8 @@ fn row_dots_plain(rows: &[f32], stride: usize, x: &[f32], y: &mut [f32]) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::ops::matmul_f64 as reference;
     use crate::worker::run_blocking;
-
-    /// `a · b` for row-major `a` (m × k) and `b` (k × n), in float64.
-    fn reference(a: &[f32], b: &[f32], m: usize, k: usize, n: usize) -> Vec<f64> {
-        let mut out = vec![0.0f64; m * n];
-        for i in 0..m {
-            for j in 0..n {
-                out[i * n + j] = (0..k)
-                    .map(|p| a[i * k + p] as f64 * b[p * n + j] as f64)
-                    .sum();
-            }
-        }
-        out
-    }
 
     /// Asserts each computed value lies within 1e-4 (relative, absolute
     /// below 1) of its float64 reference.

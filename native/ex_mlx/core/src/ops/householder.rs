@@ -249,16 +249,7 @@ pub fn orient_svd(u: &mut [f64], vt: &mut [f64], m: usize, n: usize) {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn matmul(a: &[f64], b: &[f64], m: usize, k: usize, n: usize) -> Vec<f64> {
-        let mut c = vec![0.0; m * n];
-        for i in 0..m {
-            for j in 0..n {
-                c[i * n + j] = (0..k).map(|t| a[i * k + t] * b[t * n + j]).sum();
-            }
-        }
-        c
-    }
+    use crate::ops::matmul_f64 as matmul;
 
     fn assert_close(got: &[f64], want: &[f64], tol: f64) {
         assert_eq!(got.len(), want.len());

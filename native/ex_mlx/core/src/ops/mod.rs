@@ -79,6 +79,44 @@ pub fn check_axes(name: &'static str, axes: &[i64], rank: usize) -> Result<Vec<i
         .collect()
 }
 
+/// The six comparisons: two inputs, a boolean result.
+pub const COMPARISONS: [table::Op; 6] = [
+    table::Op::equal,
+    table::Op::not_equal,
+    table::Op::less,
+    table::Op::less_equal,
+    table::Op::greater,
+    table::Op::greater_equal,
+];
+
+impl table::Op {
+    /// Whether the op is one of [`COMPARISONS`].
+    pub fn is_comparison(self) -> bool {
+        COMPARISONS.contains(&self)
+    }
+}
+
+/// `a · b` for row-major `a` (m × k) and `b` (k × n), in float64: the
+/// reference the kernels' tests compare with.
+#[cfg(test)]
+pub(crate) fn matmul_f64<T: Copy + Into<f64>>(
+    a: &[T],
+    b: &[T],
+    m: usize,
+    k: usize,
+    n: usize,
+) -> Vec<f64> {
+    let mut out = vec![0.0f64; m * n];
+    for i in 0..m {
+        for j in 0..n {
+            out[i * n + j] = (0..k)
+                .map(|p| a[i * k + p].into() * b[p * n + j].into())
+                .sum();
+        }
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -161,16 +161,10 @@ pub(super) fn relax_comparisons(block: &mut Block, read_otherwise: &[bool]) {
     for ins in &mut block.instructions {
         match ins {
             Instruction::Op(call) => {
-                let comparison = matches!(
-                    call.op,
-                    Op::equal
-                        | Op::not_equal
-                        | Op::less
-                        | Op::less_equal
-                        | Op::greater
-                        | Op::greater_equal
-                );
-                if comparison && call.cast == Some(Dtype::Uint8) && !read_otherwise[call.first] {
+                if call.op.is_comparison()
+                    && call.cast == Some(Dtype::Uint8)
+                    && !read_otherwise[call.first]
+                {
                     call.cast = None;
                 }
             }

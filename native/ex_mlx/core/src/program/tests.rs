@@ -381,11 +381,9 @@ mod fusion_tests {
             )
             .unwrap()
         };
-        let plain = make();
-        let mut fused = make();
         // (MLX's compile is what `fuse` uses on a GPU; its C++ path on the
         // CPU, where g++ is present, runs the same function)
-        assert!(fused.fuse_with_mlx_compile(Device::Cpu));
+        let (plain, fused) = plain_and_fused(make, Program::fuse_with_mlx_compile);
         assert!(!plain.fused());
         let (a, b) = run_blocking(Device::Cpu, move || {
             let x: Vec<f32> = (0..1000).map(|i| i as f32 / 1000.0 - 0.5).collect();
@@ -407,6 +405,17 @@ mod fusion_tests {
             a[1],
             b[1]
         );
+    }
+
+    /// The program `make` builds, twice: as built, and fused on the CPU by
+    /// `fuse`, which must fuse it.
+    fn plain_and_fused(
+        make: impl Fn() -> Program,
+        fuse: fn(&mut Program, Device) -> bool,
+    ) -> (Program, Program) {
+        let mut fused = make();
+        assert!(fuse(&mut fused, Device::Cpu));
+        (make(), fused)
     }
 
     fn elementwise(op: Op, inputs: &[usize]) -> Instruction {
@@ -600,9 +609,7 @@ mod fusion_tests {
 
     #[test]
     fn cpu_fused_groups_give_the_unfused_results() {
-        let plain = two_groups();
-        let mut fused = two_groups();
-        assert!(fused.fuse(Device::Cpu));
+        let (plain, fused) = plain_and_fused(two_groups, Program::fuse);
         let (big_plain, big_fused, small_plain, small_fused) =
             run_blocking(Device::Cpu, move || {
                 let big: Vec<f32> = (0..20_000)
@@ -675,9 +682,7 @@ mod fusion_tests {
     #[test]
     fn broadcast_inputs_give_the_unfused_results() {
         // x {4096} against c {2, 1}, and x {2, 4096} against c {4096}
-        let plain = two_groups();
-        let mut fused = two_groups();
-        fused.fuse(Device::Cpu);
+        let (plain, fused) = plain_and_fused(two_groups, Program::fuse);
         let (a, b) = run_blocking(Device::Cpu, move || {
             let xs: Vec<f32> = (0..8192).map(|i| (i as f32 - 4096.0) / 1024.0).collect();
             let cases = || {
@@ -744,9 +749,7 @@ mod fusion_tests {
         };
         // (the loop counts with the constant 3 as its bound and its step:
         // i + 3 reaches 3 after one step; so one step, checked below)
-        let plain = make();
-        let mut fused = make();
-        assert!(fused.fuse(Device::Cpu));
+        let (plain, fused) = plain_and_fused(make, Program::fuse);
         let (a, b) = run_blocking(Device::Cpu, move || {
             let x: Vec<f32> = (0..8192).map(|i| i as f32 / 4096.0 - 1.0).collect();
             let go = |p: &Program| -> Result<Vec<f32>> {
@@ -780,9 +783,7 @@ mod fusion_tests {
             )
             .unwrap()
         };
-        let plain = make();
-        let mut fused = make();
-        assert!(fused.fuse_with_mlx_compile(Device::Cpu));
+        let (plain, fused) = plain_and_fused(make, Program::fuse_with_mlx_compile);
         let (a, b) = run_blocking(Device::Cpu, move || {
             let go = |p: &Program| -> Result<Vec<f64>> {
                 let x = Array::from_slice(&[0.5f32, -1.0, 2.0], &[3]).as_dtype(Dtype::Float64)?;
