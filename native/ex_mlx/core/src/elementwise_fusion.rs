@@ -528,7 +528,7 @@ fn binary(a: &[f32], b: &[f32], out: &mut [f32], f: impl Fn(f32, f32) -> f32) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::test_arrays::{bits, computed};
+    use crate::test_arrays::{bits, computed, pairs_both_orders};
 
     /// Values across float32's range: a dense grid near zero and around the
     /// functions' bends, powers of ten down to the subnormals, their
@@ -695,14 +695,8 @@ mod tests {
         let row = computed(&mixed(61, 5), &[61]);
         let one = computed(&[-0.0], &[]);
         for (kind, mlx) in BINARY {
-            for (x, y) in [
-                (&a, &b),
-                (&b, &a),
-                (&a, &row),
-                (&row, &a),
-                (&a, &one),
-                (&one, &b),
-            ] {
+            let pairs = pairs_both_orders(&a, &b, &row);
+            for (x, y) in pairs.into_iter().chain([(&a, &one), (&one, &b)]) {
                 let ours = ready_or(kind, &[x, y], must_not_run).unwrap();
                 assert!(crate::ahead::is_available(&ours), "{kind:?}: not computed");
                 let theirs = mlx(x, y).unwrap();

@@ -363,13 +363,16 @@ mod fusion_tests {
     use super::super::*;
     use crate::worker::run_blocking;
 
+    /// A program of one input, x (slot 0), and one constant, c (slot 1).
+    fn x_and_c(instructions: Vec<Instruction>, outputs: &[usize]) -> Program {
+        Program::new(1, 1, instructions, outputs.to_vec()).unwrap()
+    }
+
     #[test]
     fn mlx_s_compile_gives_the_unfused_results() {
         // tanh(x * c + c) * c, then its sum, fused and not
         let make = || {
-            Program::new(
-                1,
-                1,
+            x_and_c(
                 vec![
                     elementwise(Op::multiply, &[0, 1]),
                     elementwise(Op::add, &[2, 1]),
@@ -377,9 +380,8 @@ mod fusion_tests {
                     elementwise(Op::multiply, &[4, 1]),
                     sum_of(5),
                 ],
-                vec![5, 6],
+                &[5, 6],
             )
-            .unwrap()
         };
         // (MLX's compile is what `fuse` uses on a GPU; its C++ path on the
         // CPU, where g++ is present, runs the same function)
@@ -435,9 +437,7 @@ mod fusion_tests {
     /// x: slot 0, c: slot 1. A = |x * c + c|; B = A * c - x; outputs
     /// B and sum(A). A is read twice, so it ends its group.
     fn two_groups() -> Program {
-        Program::new(
-            1,
-            1,
+        x_and_c(
             vec![
                 elementwise(Op::multiply, &[0, 1]),
                 elementwise(Op::add, &[2, 1]),
@@ -446,9 +446,8 @@ mod fusion_tests {
                 sum_of(4),
                 elementwise(Op::subtract, &[5, 0]),
             ],
-            vec![7, 6],
+            &[7, 6],
         )
-        .unwrap()
     }
 
     /// The main block's instructions: an op's name, or a group's kind
