@@ -382,7 +382,8 @@ defmodule ExMLX.Op do
     type = if cast == :any, do: nil, else: cast
     {refs, state} = new_values(state, List.duplicate(type, count))
 
-    put_recording(%{state | instructions: [{name, ids, params, cast, count} | state.instructions]})
+    instruction = {name, ids, params, cast, count}
+    put_recording(%{state | instructions: [instruction | state.instructions]})
 
     Enum.map(refs, &{&1, nil, type, state.device})
   end
