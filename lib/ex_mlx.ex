@@ -123,8 +123,8 @@ defmodule ExMLX do
     # CPU tensors are made without the worker where that is quicker: no MLX
     # stream is involved (native/ex_mlx/src/data.rs says why that is safe).
     case is_binary(binary) && Call.copy_path(byte_size(binary), device) do
-      :here -> Native.from_binary_here(binary, type, shape) |> made_here()
-      :dirty -> Native.from_binary_here_dirty(binary, type, shape) |> made_here()
+      :at_once -> Native.from_binary_at_once(binary, type, shape) |> made_at_once()
+      :dirty -> Native.from_binary_at_once_dirty(binary, type, shape) |> made_at_once()
       _ -> Call.run(&Native.from_binary(&1, binary, type, shape, device)) |> Tensor.wrap()
     end
   end
@@ -740,6 +740,6 @@ defmodule ExMLX do
     end
   end
 
-  defp made_here({:ok, native}), do: Tensor.wrap(native)
-  defp made_here(error), do: Call.value(error)
+  defp made_at_once({:ok, native}), do: Tensor.wrap(native)
+  defp made_at_once(error), do: Call.value(error)
 end

@@ -88,16 +88,16 @@ defmodule ExMLX.Call do
   # of queueing behind them). Only on the CPU: `:gpu` tensors always go
   # through their worker. (Encoding, which allocates no MLX buffer, runs on
   # the caller up to 1 MB: the wire_encode NIF decides that itself.)
-  @here_max 64 * 1024
+  @at_once_max 64 * 1024
   @dirty_min 4 * 1024 * 1024
 
-  @doc "Where a CPU copy of `bytes` runs: `:here`, `:worker` or `:dirty`."
-  def copy_path(bytes, :cpu) when bytes <= @here_max, do: :here
+  @doc "Where a CPU copy of `bytes` runs: `:at_once`, `:worker` or `:dirty`."
+  def copy_path(bytes, :cpu) when bytes <= @at_once_max, do: :at_once
   def copy_path(bytes, :cpu) when bytes > @dirty_min, do: :dirty
   def copy_path(_bytes, _device), do: :worker
 
-  @doc "The most bytes a normal-scheduler NIF copies (HERE_NORMAL_MAX in native/ex_mlx/src/data.rs)."
-  def here_max, do: @here_max
+  @doc "The most bytes a normal-scheduler NIF copies (AT_ONCE_MAX in native/ex_mlx/src/data.rs)."
+  def at_once_max, do: @at_once_max
 
   @doc """
   An asynchronous NIF's immediate result without its garbage-collection

@@ -212,8 +212,8 @@ defmodule ExMLX.Native do
   def from_binary(_tag, _binary, _type, _shape, _device), do: not_loaded()
   # CPU tensors made on the calling thread (no worker): up to 64 KB of data
   # on a normal scheduler, any size on a dirty one (ExMLX.Call.copy_path/2).
-  def from_binary_here(_binary, _type, _shape), do: not_loaded()
-  def from_binary_here_dirty(_binary, _type, _shape), do: not_loaded()
+  def from_binary_at_once(_binary, _type, _shape), do: not_loaded()
+  def from_binary_at_once_dirty(_binary, _type, _shape), do: not_loaded()
   def to_binary(_tag, _tensor), do: not_loaded()
   def data_pointer(_tag, _tensor), do: not_loaded()
 
@@ -227,9 +227,9 @@ defmodule ExMLX.Native do
   # Wire format
   def wire_encode(_tag, _tensor), do: not_loaded()
   def wire_decode(_tag, _frame, _device), do: not_loaded()
-  def wire_encode_here_dirty(_tensor), do: not_loaded()
-  def wire_decode_here(_frame), do: not_loaded()
-  def wire_decode_here_dirty(_frame), do: not_loaded()
+  def wire_encode_dirty(_tensor), do: not_loaded()
+  def wire_decode_at_once(_frame), do: not_loaded()
+  def wire_decode_at_once_dirty(_frame), do: not_loaded()
   def bundle_header(_tensors, _metadata), do: not_loaded()
   def bundle_header_length(_prefix, _total), do: not_loaded()
   def bundle_parse_header(_json, _data_len), do: not_loaded()

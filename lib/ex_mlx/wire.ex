@@ -49,7 +49,7 @@ defmodule ExMLX.Wire do
     # :not_evaluated when the worker must compute it first). See
     # ExMLX.Call.copy_path/2.
     with :dirty <- Call.copy_path(data_bytes(t), t.device),
-         {:ok, frame} <- Native.wire_encode_here_dirty(ref) do
+         {:ok, frame} <- Native.wire_encode_dirty(ref) do
       frame
     else
       {:error, _} = error -> Call.value(error)
@@ -84,8 +84,8 @@ defmodule ExMLX.Wire do
     # (a frame's header is at least 20 bytes; the rest is mostly data)
     result =
       case Call.copy_path(byte_size(frame) - 20, device) do
-        :here -> Native.wire_decode_here(frame)
-        :dirty -> Native.wire_decode_here_dirty(frame)
+        :at_once -> Native.wire_decode_at_once(frame)
+        :dirty -> Native.wire_decode_at_once_dirty(frame)
         :worker -> Native.wire_decode(tag, frame, device) |> Call.unhint()
       end
 

@@ -18,8 +18,8 @@ defmodule ExMLX.FromBinaryTest do
   end
 
   test "the copy paths by size and device" do
-    assert ExMLX.Call.copy_path(0, :cpu) == :here
-    assert ExMLX.Call.copy_path(64 * 1024, :cpu) == :here
+    assert ExMLX.Call.copy_path(0, :cpu) == :at_once
+    assert ExMLX.Call.copy_path(64 * 1024, :cpu) == :at_once
     assert ExMLX.Call.copy_path(64 * 1024 + 1, :cpu) == :worker
     assert ExMLX.Call.copy_path(4 * 1024 * 1024, :cpu) == :worker
     assert ExMLX.Call.copy_path(4 * 1024 * 1024 + 1, :cpu) == :dirty
@@ -29,18 +29,18 @@ defmodule ExMLX.FromBinaryTest do
 
   test "both calling-thread NIFs refuse what the worker path refuses" do
     assert {:error, {:argument, "data: binary has 3 bytes, but shape {2} of {:u, 16} needs 4"}} =
-             ExMLX.Native.from_binary_here(<<1, 2, 3>>, {:u, 16}, {2})
+             ExMLX.Native.from_binary_at_once(<<1, 2, 3>>, {:u, 16}, {2})
 
     assert {:error, {:argument, "data: binary has 3 bytes, but shape {2} of {:u, 16} needs 4"}} =
-             ExMLX.Native.from_binary_here_dirty(<<1, 2, 3>>, {:u, 16}, {2})
+             ExMLX.Native.from_binary_at_once_dirty(<<1, 2, 3>>, {:u, 16}, {2})
 
-    max = ExMLX.Call.here_max()
+    max = ExMLX.Call.at_once_max()
     big = :binary.copy(<<0>>, max + 1)
     message = "data: #{max + 1} bytes is more than this NIF copies on a normal scheduler (#{max})"
 
     assert {:error, {:argument, ^message}} =
-             ExMLX.Native.from_binary_here(big, {:u, 8}, {max + 1})
+             ExMLX.Native.from_binary_at_once(big, {:u, 8}, {max + 1})
 
-    assert {:ok, _} = ExMLX.Native.from_binary_here(binary_part(big, 0, max), {:u, 8}, {max})
+    assert {:ok, _} = ExMLX.Native.from_binary_at_once(binary_part(big, 0, max), {:u, 8}, {max})
   end
 end

@@ -186,7 +186,7 @@ pub fn op_of(term: Term) -> Result<Op, Error> {
 /// `max` being the most bytes the copy may take there (`$limit` on the
 /// normal scheduler, unlimited on the dirty one).
 #[macro_export]
-macro_rules! here_and_dirty {
+macro_rules! at_once_and_dirty {
     (
         $(#[$doc:meta])*
         $normal:ident / $dirty:ident ($($arg:ident: $ty:ident $(<$lt:lifetime>)?),*)

@@ -7,7 +7,7 @@ use rustler::env::{OwnedEnv, SavedTerm};
 use rustler::{Binary, Encoder, Env, NifResult, Resource, ResourceArc, Term};
 
 use crate::args::{Data, DeviceArg, ShapeArg, Tag, Tensor, TypeArg};
-use crate::reply::{done_here, submit, AsyncResult};
+use crate::reply::{done_at_once, submit, AsyncResult};
 use crate::tensor::{NewTensor, TensorRef};
 use crate::term::error_tuple;
 
@@ -62,11 +62,11 @@ impl SavedBinary {
     }
 }
 
-crate::here_and_dirty! {
-    /// `from_binary_here(binary, type, shape)`: a new CPU tensor holding a
+crate::at_once_and_dirty! {
+    /// `from_binary_at_once(binary, type, shape)`: a new CPU tensor holding a
     /// copy of `binary`, made on the calling thread: `{:ok, tensor}` or
-    /// `{:error, reason}`. Up to [`HERE_NORMAL_MAX`] bytes on the normal
-    /// scheduler; `from_binary_here_dirty` takes any size.
+    /// `{:error, reason}`. Up to [`AT_ONCE_MAX`] bytes on the normal
+    /// scheduler; `from_binary_at_once_dirty` takes any size.
     ///
     /// No worker is needed: making an array from host bytes runs no MLX
     /// stream. MLX allocates a buffer (its allocator takes a lock, so any
@@ -74,15 +74,15 @@ crate::here_and_dirty! {
     /// graph node, so nothing ever evaluates it on this thread, and the CPU
     /// worker may use it like any other array afterwards. (Only the CPU
     /// device: the worker path stays for `:gpu`.)
-    from_binary_here / from_binary_here_dirty(data: Data<'a>, type_: TypeArg, shape: ShapeArg)
-        limit HERE_NORMAL_MAX => from_binary_on_caller
+    from_binary_at_once / from_binary_at_once_dirty(data: Data<'a>, type_: TypeArg, shape: ShapeArg)
+        limit AT_ONCE_MAX => from_binary_on_caller
 }
 
-/// The most bytes a NIF copies on a normal scheduler (`from_binary_here`,
-/// `wire_encode`, `wire_decode_here`): a few microseconds of copying. Where
-/// larger copies run is chosen by `ExMLX.Call.copy_path/2` (whose `here_max`
+/// The most bytes a NIF copies on a normal scheduler (`from_binary_at_once`,
+/// `wire_encode`, `wire_decode_at_once`): a few microseconds of copying. Where
+/// larger copies run is chosen by `ExMLX.Call.copy_path/2` (whose `at_once_max`
 /// equals this).
-pub const HERE_NORMAL_MAX: usize = 64 * 1024;
+pub const AT_ONCE_MAX: usize = 64 * 1024;
 
 fn from_binary_on_caller<'a>(
     env: Env<'a>,
@@ -155,7 +155,7 @@ fn to_binary<'a>(env: Env<'a>, tag: Tag<'a>, tensor: Tensor) -> AsyncResult {
     // An evaluated, row-contiguous CPU array is read in place here: no copy
     // and no MLX stream (see `HostBuffer::in_place`).
     if let Some(buffer) = evaluated_host_buffer(&tensor).map_err(error_tuple)? {
-        if let Ok(done) = done_here(tag, HostBinary::new(buffer)) {
+        if let Ok(done) = done_at_once(tag, HostBinary::new(buffer)) {
             return Ok(done);
         }
     }

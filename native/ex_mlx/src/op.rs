@@ -9,7 +9,7 @@
 //! tensor for one-result ops). An op that `ex_mlx_core::cpu_kernels`
 //! computes on the host, given CPU tensors known to be computed, is computed
 //! here instead, on the calling thread: no worker, no MLX stream
-//! ([`computed_here`]).
+//! ([`computed_at_once`]).
 
 use ex_mlx_core::cpu_kernels;
 use ex_mlx_core::device::{check_dtype, Device};
@@ -44,7 +44,7 @@ fn op<'a>(
             ex_mlx_core::memory::check_allocation(bytes).map_err(error_tuple)?;
         }
     }
-    if let Some(done) = computed_here(tag, op, &inputs, &params, device) {
+    if let Some(done) = computed_at_once(tag, op, &inputs, &params, device) {
         return Ok(done);
     }
     submit(env, tag, device, move || {
@@ -87,7 +87,7 @@ fn check_call(op: Op, inputs: Term, params: Term) -> Result<(InputRefs, Vec<Para
 /// computed tensor. `None` otherwise, and on any error (the worker then runs
 /// the op and reports it as usual). The worker's queue is not involved: the
 /// inputs are computed, so no job queued before this call can change them.
-fn computed_here(
+fn computed_at_once(
     tag: Tag,
     op: Op,
     inputs: &[TensorRef],
@@ -103,7 +103,7 @@ fn computed_here(
         .collect::<Option<SmallVec<[Array; 3]>>>()?;
     let refs: SmallVec<[&Array; 3]> = arrays.iter().collect();
     let array = cpu_kernels::on_calling_thread(op, &refs, params).ok()??;
-    crate::reply::computed_here(tag, array, device)
+    crate::reply::computed_at_once(tag, array, device)
 }
 
 /// Runs `op` on the worker and wraps its results.

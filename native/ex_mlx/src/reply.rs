@@ -112,7 +112,7 @@ impl Encoder for Submitted {
 /// A result computed on the calling thread, returned as `{:ok, value}` like
 /// one the worker finished within the quick wait. For a reference tag only:
 /// a deferred tag gets the value back, and the caller queues the work.
-pub fn done_here<T: Encoder + Send + 'static>(
+pub fn done_at_once<T: Encoder + Send + 'static>(
     tag: Tag,
     value: T,
 ) -> std::result::Result<Submitted, T> {
@@ -130,13 +130,13 @@ pub fn done_here<T: Encoder + Send + 'static>(
 /// whose type (and shape) the array already has, `{:ok, tensor}` for a
 /// reference tag; `None` otherwise (a cast is MLX work: the caller queues
 /// the op as usual).
-pub fn computed_here(tag: Tag, array: mlx_rs::Array, device: Device) -> Option<Submitted> {
+pub fn computed_at_once(tag: Tag, array: mlx_rs::Array, device: Device) -> Option<Submitted> {
     match expected_result(tag.0).ok()? {
         Some(expected) if expected.met_by(&array) => {
             Some(Submitted::Deferred(Tensor::wrap(array, device, true)))
         }
         Some(_) => None,
-        None => done_here(tag, Results::One(NewTensor::from_host(array, device))).ok(),
+        None => done_at_once(tag, Results::One(NewTensor::from_host(array, device))).ok(),
     }
 }
 

@@ -8,7 +8,7 @@ use ex_mlx_core::error::Error;
 use rustler::{Encoder, Env, NifResult, Term};
 
 use crate::args::{AnyTensor, Tag, Tensor};
-use crate::reply::{done_here, ok, submit, AsyncResult};
+use crate::reply::{done_at_once, ok, submit, AsyncResult};
 use crate::tensor::NewTensor;
 use crate::term::{error_tuple, shape_term, DeviceTerm, NumberTerm, TypeTerm};
 
@@ -70,7 +70,7 @@ fn deallocate(tensor: AnyTensor) -> bool {
 fn eval<'a>(env: Env<'a>, tag: Tag<'a>, tensor: Tensor) -> AsyncResult {
     let tensor = tensor.0;
     if tensor.is_evaluated() {
-        if let Ok(done) = done_here(tag, ok()) {
+        if let Ok(done) = done_at_once(tag, ok()) {
             return Ok(done);
         }
     }
@@ -91,7 +91,7 @@ fn item<'a>(env: Env<'a>, tag: Tag<'a>, tensor: Tensor) -> AsyncResult {
     if let Ok(Some(buffer)) = crate::data::evaluated_host_buffer(&tensor) {
         if buffer.shape().iter().product::<i32>() == 1 {
             if let Ok(number) = ex_mlx_core::item::read(buffer.bytes(), buffer.dtype()) {
-                if let Ok(done) = crate::reply::done_here(tag, NumberTerm(number)) {
+                if let Ok(done) = crate::reply::done_at_once(tag, NumberTerm(number)) {
                     return Ok(done);
                 }
             }

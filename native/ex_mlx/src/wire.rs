@@ -12,8 +12,8 @@ use ex_mlx_core::wire;
 use rustler::{Binary, Encoder, Env, NifResult, OwnedBinary, Term};
 
 use crate::args::{names, Bytes, DeviceArg, Frame, Tag, Tensor};
-use crate::data::{evaluated_host_buffer, SavedBinary, HERE_NORMAL_MAX};
-use crate::reply::{done_here, submit, AsyncResult};
+use crate::data::{evaluated_host_buffer, SavedBinary, AT_ONCE_MAX};
+use crate::reply::{done_at_once, submit, AsyncResult};
 use crate::tensor::NewTensor;
 use crate::term::{decode_int_in, decode_shape, decode_type, error_tuple, show, TypeTerm};
 
@@ -41,22 +41,22 @@ fn encode_frame(buffer: &HostBuffer) -> BinaryReply {
 }
 
 /// The most data bytes `wire_encode` encodes on the normal scheduler. More
-/// than [`HERE_NORMAL_MAX`]: encoding allocates no MLX buffer (the frame is
+/// than [`AT_ONCE_MAX`]: encoding allocates no MLX buffer (the frame is
 /// a BEAM binary), so it has none of the cost of fresh pages that makes
 /// larger MLX allocations quicker on the worker, and a one-pass copy and
 /// checksum of 1 MB stays far below a millisecond
 /// (docs/decisions/0008-where-copies-run.md).
-const ENCODE_HERE_MAX: usize = 1 << 20;
+const ENCODE_AT_ONCE_MAX: usize = 1 << 20;
 
 /// `wire_encode(tag, t)`: the tensor as one frame. An evaluated CPU tensor of
-/// at most [`ENCODE_HERE_MAX`] bytes is encoded here, on the calling thread
+/// at most [`ENCODE_AT_ONCE_MAX`] bytes is encoded here, on the calling thread
 /// (no MLX stream is needed to read computed data); others on the worker.
 #[rustler::nif]
 fn wire_encode<'a>(env: Env<'a>, tag: Tag<'a>, t: Tensor) -> AsyncResult {
     let t = t.0;
     if let Some(buffer) = evaluated_host_buffer(&t).map_err(error_tuple)? {
-        if buffer.bytes().len() <= ENCODE_HERE_MAX {
-            if let Ok(done) = done_here(tag, encode_frame(&buffer)) {
+        if buffer.bytes().len() <= ENCODE_AT_ONCE_MAX {
+            if let Ok(done) = done_at_once(tag, encode_frame(&buffer)) {
                 return Ok(done);
             }
         }
@@ -70,11 +70,11 @@ fn wire_encode<'a>(env: Env<'a>, tag: Tag<'a>, t: Tensor) -> AsyncResult {
     })
 }
 
-/// `wire_encode_here_dirty(t)`: `{:ok, frame}` for an evaluated CPU tensor,
+/// `wire_encode_dirty(t)`: `{:ok, frame}` for an evaluated CPU tensor,
 /// encoded on a dirty scheduler; `:not_evaluated` when the worker must do it
 /// (`wire_encode/2`).
 #[rustler::nif(schedule = "DirtyCpu")]
-fn wire_encode_here_dirty(env: Env, t: Tensor) -> NifResult<Term> {
+fn wire_encode_dirty(env: Env, t: Tensor) -> NifResult<Term> {
     match evaluated_host_buffer(&t.0).map_err(error_tuple)? {
         Some(buffer) => Ok((rustler::types::atom::ok(), encode_frame(&buffer)).encode(env)),
         None => Ok(not_evaluated().encode(env)),
@@ -84,8 +84,8 @@ fn wire_encode_here_dirty(env: Env, t: Tensor) -> NifResult<Term> {
 rustler::atoms! { not_evaluated }
 
 /// A CPU tensor from a frame, made on the calling thread (see
-/// `crate::data::from_binary_here` for why no worker is needed).
-fn decode_here<'a>(env: Env<'a>, binary: Frame<'a>, max_data: usize) -> NifResult<Term<'a>> {
+/// `crate::data::from_binary_at_once` for why no worker is needed).
+fn decode_at_once<'a>(env: Env<'a>, binary: Frame<'a>, max_data: usize) -> NifResult<Term<'a>> {
     // (the largest header is that of rank 32)
     if binary.len() > max_data.saturating_add(wire::header_len(32)) {
         return Err(error_tuple(Error::arg(
@@ -111,12 +111,12 @@ fn tensor_from_frame(bytes: &[u8], device: Device) -> Result<NewTensor> {
     Ok(NewTensor::from_host(array, device))
 }
 
-crate::here_and_dirty! {
-    /// `wire_decode_here(frame)`: `{:ok, tensor}` on the CPU, decoded on the
-    /// calling thread; frames of at most [`HERE_NORMAL_MAX`] data bytes on
-    /// the normal scheduler, any size on a dirty one (`wire_decode_here_dirty`).
-    wire_decode_here / wire_decode_here_dirty(frame: Frame<'a>)
-        limit HERE_NORMAL_MAX => decode_here
+crate::at_once_and_dirty! {
+    /// `wire_decode_at_once(frame)`: `{:ok, tensor}` on the CPU, decoded on the
+    /// calling thread; frames of at most [`AT_ONCE_MAX`] data bytes on
+    /// the normal scheduler, any size on a dirty one (`wire_decode_at_once_dirty`).
+    wire_decode_at_once / wire_decode_at_once_dirty(frame: Frame<'a>)
+        limit AT_ONCE_MAX => decode_at_once
 }
 
 /// `wire_decode(tag, frame, device)`: a tensor from one frame, made on the

@@ -121,7 +121,7 @@ mod tests {
     use crate::test_arrays::{bits, computed};
 
     #[test]
-    fn ready_arithmetic_is_computed_here_only_while_the_kernels_are_on() {
+    fn ready_arithmetic_is_computed_at_once_only_while_the_kernels_are_on() {
         let a = computed(&[1.5, -2.0, 0.25], &[3]);
         let b = computed(&[3.0, 0.5, -8.0], &[3]);
         let here = apply_as(true, Op::add, &[a.clone(), b.clone()], vec![])

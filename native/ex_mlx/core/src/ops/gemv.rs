@@ -197,7 +197,7 @@ fn stored_product(
             (stored_cols, stored_rows)
         }
     );
-    Ok(Some(product.compute_here(len, keep)))
+    Ok(Some(product.compute_in_parts(len, keep)))
 }
 
 /// `a · b` for a batch of single rows: `a` of shape `[B.., 1, k]` times `b`
@@ -354,7 +354,11 @@ impl StoredProduct {
     /// of [`StoredProduct::in_blocks`] that a waiting thread may share
     /// (crate::split_work: `keep` gives the owners of the memory they read),
     /// added in order, or in one pass over the rows.
-    fn compute_here(self, len: usize, keep: impl FnOnce() -> Vec<split_work::Kept>) -> Vec<f32> {
+    fn compute_in_parts(
+        self,
+        len: usize,
+        keep: impl FnOnce() -> Vec<split_work::Kept>,
+    ) -> Vec<f32> {
         if !self.in_blocks() {
             let mut y = vec![0.0f32; len];
             self.rows_product(0..self.stored_rows, &mut y);
