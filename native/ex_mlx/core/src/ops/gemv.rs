@@ -38,8 +38,8 @@ use crate::split_work;
 /// there, and evaluating the inputs first would cost more than it saves).
 /// From this size on the product here is computed, ready, on the worker:
 /// an MLP's last layer (`512×10`) after its hidden ones needs no
-/// evaluation on MLX's stream thread then (crate::elementwise_fusion's
-/// `ready_or` computes the bias and ReLU between the layers the same way).
+/// evaluation on MLX's stream thread then (crate::cpu_kernels computes the
+/// bias and ReLU between the layers the same way).
 pub const MIN_MATRIX_ELEMENTS: usize = 4 * 1024;
 
 /// `a · b` (MLX's matmul shapes) computed here when one side is a single
