@@ -101,11 +101,10 @@ defmodule ExMLX.Native do
     end
   end
 
-  @doc false
   # ExMLX's own CPU kernels (docs/numerics.md): on unless
   # `EX_MLX_CPU_KERNELS` is "false" or "0", or, where the variable is unset,
   # `config :ex_mlx, cpu_kernels: false`.
-  def choose_cpu_kernels do
+  defp choose_cpu_kernels do
     case System.get_env("EX_MLX_CPU_KERNELS") do
       unset when unset in [nil, ""] -> Application.get_env(:ex_mlx, :cpu_kernels, true) != false
       value -> String.downcase(value) not in ["false", "0"]

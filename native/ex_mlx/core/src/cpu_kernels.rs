@@ -19,7 +19,7 @@
 //!   groups without it), small tensors known on the host (crate::host_tensor:
 //!   integer arithmetic, and float32 copies, selections, comparisons and
 //!   exactly rounded arithmetic), straight-line programs of such ops run on
-//!   the calling thread (crate::program's `here`) — [`in_programs`];
+//!   the calling thread (crate::program's `on_caller`) — [`in_programs`];
 //! - one row (or a batch of rows) times a float32 matrix in one vectorized
 //!   pass (crate::ops::gemv) — [`vector_product`].
 
@@ -63,17 +63,39 @@ pub fn apply(op: Op, inputs: &[Array], params: Vec<Param>) -> Result<Outputs> {
 
 /// [`apply`] with the kernels `on` or not.
 fn apply_as(on: bool, op: Op, inputs: &[Array], params: Vec<Param>) -> Result<Outputs> {
-    if on && params.is_empty() && op.takes_inputs(inputs.len()) {
-        if let Some(kind) = elementwise_kind(op) {
-            let refs: Vec<&Array> = inputs.iter().collect();
-            if inputs_ready(&refs) {
-                if let Some(out) = computed_on_host(kind, &refs)? {
-                    return Ok(Outputs::One(out));
-                }
+    if on && elementwise_kind(op).is_some() {
+        // (these ops take one or two inputs: no allocation on this path,
+        // which many of a program's ops take)
+        let (one, two);
+        let refs: &[&Array] = match inputs {
+            [a] => {
+                one = [a];
+                &one
+            }
+            [a, b] => {
+                two = [a, b];
+                &two
+            }
+            _ => &[],
+        };
+        if !refs.is_empty() && inputs_ready(refs) {
+            if let Some(out) = exactly_rounded(op, refs, &params)? {
+                return Ok(Outputs::One(out));
             }
         }
     }
     op.apply(inputs, params)
+}
+
+/// `op` of `inputs` computed here when it is an exactly rounded
+/// element-wise op given its inputs and no parameters, else `None`.
+fn exactly_rounded(op: Op, inputs: &[&Array], params: &[Param]) -> Result<Option<Array>> {
+    match elementwise_kind(op) {
+        Some(kind) if params.is_empty() && op.takes_inputs(inputs.len()) => {
+            computed_on_host(kind, inputs)
+        }
+        _ => Ok(None),
+    }
 }
 
 /// Whether the `op` NIF may try [`on_calling_thread`] for `op` on `device`
@@ -86,12 +108,10 @@ pub fn may_compute_on_calling_thread(op: Op, device: Device) -> bool {
 /// CPU device) computed on the calling thread, or `None` where the worker
 /// runs it as usual.
 pub fn on_calling_thread(op: Op, inputs: &[&Array], params: &[Param]) -> Result<Option<Array>> {
-    match elementwise_kind(op) {
-        Some(kind) if enabled() && params.is_empty() && op.takes_inputs(inputs.len()) => {
-            computed_on_host(kind, inputs)
-        }
-        _ => Ok(None),
+    if !enabled() {
+        return Ok(None);
     }
+    exactly_rounded(op, inputs, params)
 }
 
 /// Whether programs on the CPU use the kernels (fused and ready groups,

@@ -47,7 +47,7 @@ mod tests;
 use check::{check_block, Scope};
 use passes::{
     any_instruction, fold_rearrangements, fuse_block, has_loops, keep_boolean_conditions,
-    visit_reads,
+    read_counts,
 };
 use run::Run;
 
@@ -227,8 +227,7 @@ impl Program {
         };
         check_block(&mut main, &mut scope, "", 0)?;
         keep_boolean_conditions(&mut main, scope.next());
-        let mut reads = vec![0u32; scope.next()];
-        visit_reads(&main, &mut |slot, _| reads[slot] += 1);
+        let reads = read_counts(&main, scope.next());
         fold_rearrangements(&mut main, &reads);
         let loops = has_loops(&main);
         Ok(Program {
@@ -294,9 +293,7 @@ impl Program {
     /// How many times each slot is read (instructions' inputs and blocks'
     /// outputs), over the whole program.
     fn reads(&self) -> Vec<u32> {
-        let mut reads = vec![0u32; self.slots];
-        visit_reads(&self.main, &mut |slot, _| reads[slot] += 1);
-        reads
+        read_counts(&self.main, self.slots)
     }
 
     /// Readies the program for runs on `device`: [`Program::fuse`] when

@@ -42,8 +42,9 @@ pub(super) fn fold_rearrangements(block: &mut Block, reads: &[u32]) -> usize {
             continue;
         };
         if let Some(&j) = outer.inputs.first().and_then(|s| writer.get(s)) {
+            // (only ops are recorded as writers)
             let Instruction::Op(inner) = &block.instructions[j] else {
-                unreachable!("only ops are recorded as writers")
+                continue;
             };
             if reads.get(inner.first) == Some(&1) {
                 if let Some(params) = folded(inner, outer) {
@@ -120,9 +121,17 @@ pub(super) fn mark_reads(block: &Block, read_otherwise: &mut [bool]) {
     });
 }
 
+/// How many times each of `slots` slots is read in `block` and the blocks
+/// nested in it (instructions' inputs and blocks' outputs).
+pub(super) fn read_counts(block: &Block, slots: usize) -> Vec<u32> {
+    let mut reads = vec![0u32; slots];
+    visit_reads(block, &mut |slot, _| reads[slot] += 1);
+    reads
+}
+
 /// Calls `f(slot, as_select_condition)` for every read of a slot in `block`
 /// and the blocks nested in it (an instruction's inputs, a block's outputs).
-pub(super) fn visit_reads(block: &Block, f: &mut impl FnMut(usize, bool)) {
+fn visit_reads(block: &Block, f: &mut impl FnMut(usize, bool)) {
     let each = |slots: &[usize], f: &mut dyn FnMut(usize, bool)| {
         for &s in slots {
             f(s, false)
