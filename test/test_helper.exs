@@ -9,6 +9,18 @@ if kernels_off != [] do
   IO.puts("ExMLX's CPU kernels are off (EX_MLX_CPU_KERNELS): every op is MLX's.\n")
 end
 
+# EXMLX_TEST_CALLERS=always runs every small op and read on the calling
+# thread whenever the worker is idle (ex_mlx_core::worker::run_on_caller),
+# =never on the worker; by default it depends on the machine's load.
+case System.get_env("EXMLX_TEST_CALLERS") do
+  mode when mode in ["always", "never"] ->
+    ExMLX.Native.set_callers_run_for_test(String.to_atom(mode))
+    IO.puts("Calling threads run a worker's small work: #{mode} (EXMLX_TEST_CALLERS).\n")
+
+  _ ->
+    :ok
+end
+
 if Code.ensure_loaded?(Nx) do
   # The Nx doctests ExMLX.Backend does not pass, by name (each with its
   # reason in ExMLX.NxDoctestExclusions).

@@ -174,11 +174,15 @@ defmodule ExMLX.Native do
   def program_load(_tag, _bytes), do: not_loaded()
 
   # For ExMLX's own tests, in the test environment's build only (the cargo
-  # feature test-hooks): a deliberate panic (:nif or :worker), and a hold
-  # on the CPU worker until release_worker_for_test/0.
+  # feature test-hooks): a deliberate panic (:nif or :worker), a hold
+  # on the CPU worker until release_worker_for_test/0, when calling threads
+  # run a worker's small work (:when_crowded, :always, :never) and how many
+  # times they did.
   def panic_for_test(_tag, _where), do: test_hook()
   def hold_worker_for_test(_tag), do: test_hook()
   def release_worker_for_test, do: test_hook()
+  def set_callers_run_for_test(_mode), do: test_hook()
+  def runs_on_caller_for_test, do: test_hook()
 
   # For bench/: seconds of each of `reps` plain Rust copies of `binary`
   # (dirty scheduler; ArgumentError past 1 GiB or 1000 reps).

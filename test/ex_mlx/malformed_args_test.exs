@@ -11,7 +11,8 @@ defmodule ExMLX.MalformedArgsTest do
 
   defp nifs do
     ExMLX.Native.__info__(:functions)
-    # (panic_for_test panics on purpose; test/reliability/panic_test.exs covers it)
+    # (panic_for_test panics on purpose; test/reliability/panic_test.exs
+    # covers it; the other hooks change what later tests see)
     |> Enum.reject(fn {name, _} ->
       name in [
         :load_nif,
@@ -20,7 +21,9 @@ defmodule ExMLX.MalformedArgsTest do
         :nif_path,
         :panic_for_test,
         :hold_worker_for_test,
-        :release_worker_for_test
+        :release_worker_for_test,
+        :set_callers_run_for_test,
+        :runs_on_caller_for_test
       ]
     end)
   end

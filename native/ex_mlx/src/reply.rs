@@ -140,6 +140,100 @@ pub fn computed_at_once(tag: Tag, array: mlx_rs::Array, device: Device) -> Optio
     }
 }
 
+/// The most elements a call run on the calling thread may have MLX
+/// compute (see [`deferred_on_caller`]): element-wise ops, reductions,
+/// creations and rearrangements cost MLX's CPU kernels about a nanosecond
+/// an element or less, so a NIF on a normal scheduler that runs that much
+/// returns well within a millisecond.
+pub const CALLER_WORK: u64 = 1 << 16;
+
+/// A read of `tensor` (`work`, on a reference tag) run on the calling
+/// thread when evaluating `tensor` computes at most [`CALLER_WORK`]
+/// elements (`Tensor::work_to_evaluate`) and
+/// `ex_mlx_core::worker::run_on_caller` allows it: `{:ok, value}` or the
+/// error, as the worker would reply. `Err(work)`, unused, otherwise.
+pub fn read_on_caller<T, F>(
+    env: Env,
+    tag: Tag,
+    tensor: &TensorRef,
+    work: F,
+) -> std::result::Result<Submitted, F>
+where
+    T: Encoder + Send + 'static,
+    F: FnOnce() -> Result<T>,
+{
+    let small = tensor
+        .work_to_evaluate()
+        .is_some_and(|work| work <= CALLER_WORK);
+    if !small || tag.0.get_type() != rustler::TermType::Ref {
+        return Err(work);
+    }
+    let started = Instant::now();
+    let result = worker::run_on_caller(tensor.device, work)?;
+    charge_for(env, started);
+    Ok(Submitted::Done(AssertUnwindSafe(Box::new(Reply(result)))))
+}
+
+/// A one-result op (`work`, on a deferred tag) built on the calling thread
+/// when `ex_mlx_core::worker::run_on_caller` allows it and evaluating its
+/// inputs and reading them and its result computes at most
+/// [`CALLER_WORK`] elements: `input_work` counts the first two (the
+/// caller adds them up from `Tensor::work_to_evaluate` and
+/// `Tensor::elements`), the result's are added here. The tensor, not
+/// evaluated (MLX evaluates it with what reads it, as it would the
+/// worker's), records its work, so that a read of it, or a later op on it,
+/// can run on the calling thread too. `Err(work)`, unused, otherwise.
+pub fn deferred_on_caller<F>(
+    env: Env,
+    tag: Tag,
+    device: Device,
+    input_work: u64,
+    work: F,
+) -> std::result::Result<Submitted, F>
+where
+    F: FnOnce() -> Result<Results>,
+{
+    let expected = match expected_result(tag.0) {
+        Ok(Some(expected)) => expected,
+        _ => return Err(work),
+    };
+    let type_ok = expected
+        .dtype()
+        .is_none_or(|dtype| ex_mlx_core::device::check_dtype(dtype, device).is_ok());
+    if !type_ok || input_work > CALLER_WORK {
+        return Err(work);
+    }
+    let started = Instant::now();
+    let result = worker::run_on_caller(device, work)?
+        .and_then(into_array)
+        .and_then(|array| expected.apply(array));
+    charge_for(env, started);
+    let tensor = match result {
+        Ok(array) => {
+            let work = input_work
+                .checked_add(array.size() as u64)
+                .filter(|&work| work <= CALLER_WORK);
+            Tensor::built_on_caller(array, device, work)
+        }
+        Err(e) => {
+            let failed = Tensor::pending(device);
+            failed.fill(Err(e));
+            failed
+        }
+    };
+    Ok(Submitted::Deferred(tensor))
+}
+
+/// Charges the calling process for the time since `started` that its NIF
+/// held the scheduler (a timeslice is about 1 ms), as a NIF that waited in
+/// vain for the worker is charged (see `queue`).
+fn charge_for(env: Env, started: Instant) {
+    let percent = (started.elapsed().as_micros() / 10).min(100) as i32;
+    if percent > 0 {
+        rustler::schedule::consume_timeslice(env, percent);
+    }
+}
+
 /// What a deferred result must be.
 enum Expected {
     /// `{:deferred, :any}`: whatever MLX produces (for intermediate results

@@ -37,6 +37,11 @@ enum State {
         /// evaluated by the worker): its data can be read on any thread
         /// without building or running a graph (see `evaluated_array`).
         evaluated: bool,
+        /// For an array built on a calling thread
+        /// (`crate::reply::deferred_on_caller`) and not computed: at most
+        /// how many elements evaluating it computes; [`UNKNOWN_WORK`]
+        /// otherwise (see [`Tensor::work_to_evaluate`]).
+        work: u64,
     },
     /// The deferred operation failed; using the tensor gives its error.
     Failed(Error),
@@ -116,7 +121,14 @@ pub fn release_batch() -> bool {
     any
 }
 
+/// A tensor's `work` when it is not known.
+const UNKNOWN_WORK: u64 = u64::MAX;
+
 fn ready(array: Array, evaluated: bool) -> State {
+    ready_with_work(array, evaluated, UNKNOWN_WORK)
+}
+
+fn ready_with_work(array: Array, evaluated: bool, work: u64) -> State {
     ex_mlx_core::collect::allocated(array.nbytes());
     let dtype = array.dtype();
     let shape = array.shape().iter().map(|&d| d as i64).collect();
@@ -125,6 +137,7 @@ fn ready(array: Array, evaluated: bool) -> State {
         dtype,
         shape,
         evaluated,
+        work,
     }
 }
 
@@ -143,6 +156,49 @@ impl Tensor {
             waiters: AtomicUsize::new(0),
             device,
         })
+    }
+
+    /// A tensor whose array a calling thread built
+    /// (`crate::reply::deferred_on_caller`), evaluating which computes at
+    /// most `work` elements (`None`: unknown); recorded as computed if MLX
+    /// already computed it.
+    pub fn built_on_caller(array: Array, device: Device, work: Option<u64>) -> TensorRef {
+        let computed = device.kind() == Kind::Cpu && ex_mlx_core::ahead::is_available(&array);
+        ResourceArc::new(Tensor {
+            state: Mutex::new(ready_with_work(
+                array,
+                computed,
+                work.unwrap_or(UNKNOWN_WORK),
+            )),
+            filled: Condvar::new(),
+            waiters: AtomicUsize::new(0),
+            device,
+        })
+    }
+
+    /// At most how many elements MLX computes to evaluate this tensor: 0
+    /// when it is known to be computed, the count recorded when a calling
+    /// thread built it; `None` when not known (any other unevaluated or
+    /// pending tensor).
+    pub fn work_to_evaluate(&self) -> Option<u64> {
+        match &*self.lock() {
+            State::Ready {
+                evaluated: true, ..
+            } => Some(0),
+            State::Ready { work, .. } if *work != UNKNOWN_WORK => Some(*work),
+            _ => None,
+        }
+    }
+
+    /// The number of elements, once known (`None` while pending or after
+    /// an error).
+    pub fn elements(&self) -> Option<u64> {
+        match &*self.lock() {
+            State::Ready { shape, .. } => shape
+                .iter()
+                .try_fold(1u64, |n, &d| n.checked_mul(u64::try_from(d).ok()?)),
+            _ => None,
+        }
     }
 
     /// A tensor a deferred operation will fill (see `reply::submit`).

@@ -8,7 +8,7 @@ use ex_mlx_core::error::Error;
 use rustler::{Encoder, Env, NifResult, Term};
 
 use crate::args::{AnyTensor, Tag, Tensor};
-use crate::reply::{done_at_once, ok, submit, AsyncResult};
+use crate::reply::{done_at_once, ok, read_on_caller, submit, AsyncResult};
 use crate::tensor::NewTensor;
 use crate::term::{error_tuple, shape_term, DeviceTerm, NumberTerm, TypeTerm};
 
@@ -74,12 +74,17 @@ fn eval<'a>(env: Env<'a>, tag: Tag<'a>, tensor: Tensor) -> AsyncResult {
             return Ok(done);
         }
     }
-    submit(env, tag, tensor.device, move || {
+    let (device, read) = (tensor.device, tensor.clone());
+    let work = move || {
         let array = tensor.array()?;
         array.eval()?;
         tensor.mark_evaluated();
         Ok(ok())
-    })
+    };
+    match read_on_caller(env, tag, &read, work) {
+        Ok(done) => Ok(done),
+        Err(work) => submit(env, tag, device, work),
+    }
 }
 
 /// `item(tag, t)`: the only element of `t` as an Elixir number.
@@ -97,7 +102,10 @@ fn item<'a>(env: Env<'a>, tag: Tag<'a>, tensor: Tensor) -> AsyncResult {
             }
         }
     }
-    submit(env, tag, tensor.device, move || {
-        Ok(NumberTerm(ex_mlx_core::item::item(&tensor.array()?)?))
-    })
+    let (device, read) = (tensor.device, tensor.clone());
+    let work = move || Ok(NumberTerm(ex_mlx_core::item::item(&tensor.array()?)?));
+    match read_on_caller(env, tag, &read, work) {
+        Ok(done) => Ok(done),
+        Err(work) => submit(env, tag, device, work),
+    }
 }

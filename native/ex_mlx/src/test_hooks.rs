@@ -69,6 +69,30 @@ fn release_worker_for_test() -> rustler::Atom {
     rustler::types::atom::ok()
 }
 
+/// `set_callers_run_for_test(mode)`: when calling threads run a worker's
+/// small work themselves (`ex_mlx_core::worker::run_on_caller`):
+/// `:when_crowded` (the default), `:always` or `:never`.
+#[rustler::nif]
+fn set_callers_run_for_test(env: Env, mode: rustler::Atom) -> rustler::NifResult<rustler::Atom> {
+    use ex_mlx_core::worker::{set_callers_run, CallersRun};
+    let name = mode.to_term(env).atom_to_string().unwrap_or_default();
+    let mode = match name.as_str() {
+        "when_crowded" => CallersRun::WhenCrowded,
+        "always" => CallersRun::Always,
+        "never" => CallersRun::Never,
+        _ => return Err(rustler::Error::BadArg),
+    };
+    set_callers_run(mode);
+    Ok(rustler::types::atom::ok())
+}
+
+/// `runs_on_caller_for_test()`: how many times a calling thread ran a
+/// worker's work so far.
+#[rustler::nif]
+fn runs_on_caller_for_test() -> usize {
+    ex_mlx_core::worker::runs_on_caller()
+}
+
 fn lock() -> std::sync::MutexGuard<'static, bool> {
     // The flag stays meaningful even if a holder panicked.
     HELD.lock().unwrap_or_else(|poisoned| poisoned.into_inner())

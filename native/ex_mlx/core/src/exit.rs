@@ -65,6 +65,18 @@ pub(crate) fn new_worker_flag() -> Arc<AtomicBool> {
     flag
 }
 
+/// A flag for threads that call MLX in turns, holding a lock (calling
+/// threads running a worker's work: `crate::worker::run_on_caller`),
+/// watched by [`stop_workers_at_exit`] as a worker's is.
+pub(crate) fn new_flag() -> Arc<AtomicBool> {
+    let flag = Arc::new(AtomicBool::new(false));
+    IN_MLX
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+        .push(flag.clone());
+    flag
+}
+
 /// Runs `work` (which calls MLX) with the worker's `flag` raised; if the
 /// process is exiting, parks the thread for good instead.
 pub(crate) fn in_mlx<T>(flag: &AtomicBool, work: impl FnOnce() -> T) -> T {

@@ -83,16 +83,41 @@ const RECHECK: Duration = Duration::from_micros(2);
 /// (blocking every waiter made the quiet eager loop of
 /// docs/decisions/0001-waiting-on-a-busy-machine.md slower).
 pub fn saturated() -> bool {
+    saturated_with(foreign_runnable(), *ONLINE_CORES)
+}
+
+fn saturated_with(foreign: usize, cores: usize) -> bool {
+    foreign >= cores
+}
+
+/// Whether fewer than two cores are free of other processes' runnable
+/// threads (counted as for [`saturated`]): too few for a hand-off between
+/// two of ExMLX's threads to be spun for, as a calling thread and a worker
+/// each spin while the other works. A calling thread then runs a worker's
+/// small work itself (crate::worker::run_on_caller).
+pub fn crowded() -> bool {
+    crowded_with(foreign_runnable(), *ONLINE_CORES)
+}
+
+fn crowded_with(foreign: usize, cores: usize) -> bool {
+    foreign + 2 > cores
+}
+
+/// Other processes' runnable threads, by the kernel's count less ExMLX's
+/// own (see [`saturated`]); 0 where it cannot be read. Read at most once
+/// per [`CACHE_FOR`].
+fn foreign_runnable() -> usize {
     let now = clock_micros();
-    let last = SATURATION.load(Ordering::Relaxed);
-    if now.saturating_sub(last >> 1) < CACHE_FOR.as_micros() as u64 {
-        return last & 1 == 1;
+    let last = READING.load(Ordering::Relaxed);
+    if now.saturating_sub(last >> READING_BITS) < CACHE_FOR.as_micros() as u64 {
+        return (last & READING_MASK) as usize;
     }
     let own = OWN_BUSY.load(Ordering::Relaxed) + 1;
-    let busy =
-        runnable_threads().is_some_and(|running| running.saturating_sub(own) >= *ONLINE_CORES);
-    SATURATION.store((now << 1) | u64::from(busy), Ordering::Relaxed);
-    busy
+    let foreign = runnable_threads()
+        .map_or(0, |running| running.saturating_sub(own))
+        .min(READING_MASK as usize);
+    READING.store((now << READING_BITS) | foreign as u64, Ordering::Relaxed);
+    foreign
 }
 
 /// ExMLX's threads that are runnable now, by ExMLX's own count: spinning
@@ -120,9 +145,12 @@ impl Drop for Busy {
 const CACHE_FOR: Duration = Duration::from_micros(500);
 
 /// The last reading: the time it was made (microseconds since [`EPOCH`])
-/// shifted left by one, and whether the machine was saturated in the low
-/// bit. Zero: never read.
-static SATURATION: AtomicU64 = AtomicU64::new(0);
+/// shifted left by [`READING_BITS`], and the other processes' runnable
+/// threads in the low bits (at most [`READING_MASK`]). Zero: never read.
+static READING: AtomicU64 = AtomicU64::new(0);
+
+const READING_BITS: u32 = 16;
+const READING_MASK: u64 = (1 << READING_BITS) - 1;
 
 static EPOCH: Lazy<Instant> = Lazy::new(Instant::now);
 
@@ -198,6 +226,20 @@ mod tests {
         assert!(start.elapsed() >= limit);
         assert!(!spin_while_cores_spare(Duration::ZERO, || false, spare));
         assert!(spin_while_cores_spare(Duration::ZERO, || true, spare));
+    }
+
+    #[test]
+    fn a_machine_is_crowded_with_fewer_than_two_cores_free_of_other_processes() {
+        // 2 cores: quiet, one busy, both busy
+        assert!(!crowded_with(0, 2));
+        assert!(crowded_with(1, 2));
+        assert!(crowded_with(2, 2) && saturated_with(2, 2));
+        assert!(!saturated_with(1, 2));
+        // 8 cores: crowded from 7 busy on, saturated from 8
+        assert!(!crowded_with(6, 8) && crowded_with(7, 8));
+        assert!(!saturated_with(7, 8) && saturated_with(8, 8));
+        // one core: always crowded (no hand-off is worth spinning for)
+        assert!(crowded_with(0, 1));
     }
 
     #[test]

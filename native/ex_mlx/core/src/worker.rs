@@ -23,6 +23,11 @@
 //! The price is one cross-thread hand-off per call (queue, wake the worker,
 //! `enif_send`, wake the caller); `bench/` measures it. Workers start on first
 //! use; a device MLX cannot run on gives an error naming it instead of a worker.
+//!
+//! One exception: when other processes leave too few cores for hand-offs to
+//! be spun for, a CPU worker's small work runs on the calling thread, on the
+//! worker's stream, while the worker is idle and held off ([`on_caller`]:
+//! its stream is one MLX lets any thread use, one at a time).
 
 use std::collections::HashMap;
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -37,6 +42,13 @@ use crate::device::{Device, Kind};
 use crate::error::{Error, Result};
 use crate::exit;
 
+mod on_caller;
+
+use on_caller::{callers_may_run, set_mlx_default_stream, worker_stream, Shared, SharedStream};
+pub use on_caller::{
+    callers_run, on_caller, run_on_caller, runs_on_caller, set_callers_run, CallersRun,
+};
+
 /// Work for a worker: runs on its thread, inside its stream.
 pub type Job = Box<dyn FnOnce() + Send + 'static>;
 
@@ -46,6 +58,16 @@ struct Worker {
     backlog: Arc<AtomicUsize>,
     /// Arrays released on other threads, for this worker to drop ([`release`]).
     graveyard: Arc<Mutex<Vec<mlx_rs::Array>>>,
+    /// Jobs queued and not yet started (the worker counts a job started
+    /// once it holds `Shared::running` to run it).
+    unstarted: Arc<AtomicUsize>,
+    /// Jobs that drop the graveyard's arrays, queued and not yet started
+    /// (counted in `backlog` and `unstarted` too).
+    burials: Arc<AtomicUsize>,
+    /// What a calling thread needs to run this worker's work itself
+    /// ([`run_on_caller`]); set by the worker once it made its stream, and
+    /// only where calling threads may (see [`callers_may_run`]).
+    shared: Arc<OnceCell<Shared>>,
 }
 
 thread_local! {
@@ -134,7 +156,11 @@ fn start(device: Device) -> std::result::Result<Worker, String> {
     let (queue, jobs) = mpsc::channel::<Job>();
     let backlog = Arc::new(AtomicUsize::new(0));
     let done = backlog.clone();
+    let unstarted = Arc::new(AtomicUsize::new(0));
+    let started = unstarted.clone();
     let graveyard = Arc::new(Mutex::new(Vec::new()));
+    let shared = Arc::new(OnceCell::new());
+    let published = shared.clone();
     thread::Builder::new()
         .name(match device.stream() {
             0 => format!("ex_mlx_{}", device.name()),
@@ -146,7 +172,7 @@ fn start(device: Device) -> std::result::Result<Worker, String> {
             let in_mlx = exit::new_worker_flag();
             let stream = exit::in_mlx(&in_mlx, || {
                 let make = || {
-                    let stream = mlx_rs::Stream::new_with_device(&device.to_mlx());
+                    let stream = worker_stream(device);
                     // MLX makes its allocator, scheduler and stream objects
                     // now, so the exit handler registered after this runs
                     // before their destructors (crate::exit)
@@ -161,14 +187,34 @@ fn start(device: Device) -> std::result::Result<Worker, String> {
                 }
             });
             exit::register();
+            if callers_may_run(device) {
+                let _ = published.set(Shared {
+                    running: Mutex::new(()),
+                    stream: SharedStream(stream.clone()),
+                    in_mlx: exit::new_flag(),
+                    job_running: AtomicBool::new(false),
+                });
+            }
+            let shared = published.get();
+            if let Some(shared) = shared {
+                set_mlx_default_stream(&shared.stream.0);
+            }
             mlx_rs::with_stream(&stream, || {
                 let mut extra = std::time::Duration::ZERO;
                 loop {
-                    let (job, waited) = next_job(&jobs, &in_mlx, extra);
+                    let (job, waited) = next_job(&jobs, &in_mlx, shared, extra);
                     let Some(job) = job else {
                         break;
                     };
                     extra = next_extra_poll(waited, extra);
+                    let _running = shared.map(|shared| locked(&shared.running));
+                    // (counted once `running` is held: a caller holding it
+                    // and finding no job unstarted knows that none is
+                    // queued or running, see `run_on_caller`)
+                    started.fetch_sub(1, Ordering::AcqRel);
+                    if let Some(shared) = shared {
+                        shared.job_running.store(true, Ordering::Release);
+                    }
                     exit::in_mlx(&in_mlx, || {
                         let busy = crate::wait::Busy::new(2);
                         job();
@@ -180,6 +226,9 @@ fn start(device: Device) -> std::result::Result<Worker, String> {
                         // are built
                         ahead::evaluate(ahead::BATCH);
                     });
+                    if let Some(shared) = shared {
+                        shared.job_running.store(false, Ordering::Release);
+                    }
                 }
             });
         })
@@ -188,6 +237,9 @@ fn start(device: Device) -> std::result::Result<Worker, String> {
         queue,
         backlog,
         graveyard,
+        unstarted,
+        burials: Arc::new(AtomicUsize::new(0)),
+        shared,
     })
 }
 
@@ -272,6 +324,7 @@ pub fn on_worker() -> bool {
 fn next_job(
     jobs: &mpsc::Receiver<Job>,
     in_mlx: &AtomicBool,
+    shared: Option<&Shared>,
     extra: std::time::Duration,
 ) -> (Option<Job>, std::time::Duration) {
     let started = std::time::Instant::now();
@@ -290,10 +343,12 @@ fn next_job(
         })
     };
     if !poll(POLL) {
+        let _running = shared.map(|shared| locked(&shared.running));
         let (evaluating, released) = exit::in_mlx(in_mlx, || {
             let evaluating = ahead::evaluate(1);
             (evaluating, BEFORE_SLEEP.get().is_some_and(|hook| hook()))
         });
+        drop(_running);
         let again = if evaluating || released {
             extra.max(POLL)
         } else {
@@ -350,8 +405,10 @@ pub fn submit(device: Device, job: Job) -> Result<usize> {
 
 fn queue(worker: &Worker, device: Device, job: Job) -> Result<usize> {
     let backlog = worker.backlog.fetch_add(1, Ordering::AcqRel) + 1;
+    worker.unstarted.fetch_add(1, Ordering::AcqRel);
     worker.queue.send(job).map_err(|_| {
         worker.backlog.fetch_sub(1, Ordering::AcqRel);
+        worker.unstarted.fetch_sub(1, Ordering::AcqRel);
         Error::Internal(format!("the {} worker has stopped", device.describe()))
     })?;
     Ok(backlog)
@@ -367,7 +424,7 @@ fn queue(worker: &Worker, device: Device, job: Job) -> Result<usize> {
 /// each collision, seen in profiles of graph building). Released arrays wait
 /// here, and the worker drops them in one batch.
 pub fn release(device: Device, array: mlx_rs::Array) {
-    if on_worker() {
+    if on_worker() || on_caller() {
         return drop(array);
     }
     if exit::exiting() {
@@ -396,11 +453,15 @@ fn bury(worker: &Worker, device: Device, array: mlx_rs::Array) {
     // the first array of a batch sends the worker the job that drops them all
     if first {
         let graveyard = worker.graveyard.clone();
+        let burials = worker.burials.clone();
         let job: Job = Box::new(move || {
+            burials.fetch_sub(1, Ordering::AcqRel);
             let dead = std::mem::take(&mut *locked(&graveyard));
             drop(dead);
         });
+        worker.burials.fetch_add(1, Ordering::AcqRel);
         if queue(worker, device, job).is_err() {
+            worker.burials.fetch_sub(1, Ordering::AcqRel);
             locked(&worker.graveyard).clear();
         }
     }

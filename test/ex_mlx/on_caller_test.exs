@@ -1,0 +1,153 @@
+defmodule ExMLX.OnCallerTest do
+  # Small work run on the calling thread instead of the CPU worker
+  # (ex_mlx_core::worker::run_on_caller; docs/decisions/0010). By default a
+  # caller does so only when other processes take the machine's cores; these
+  # tests force the choice (a test hook) and so run alone.
+  use ExUnit.Case, async: false
+
+  alias ExMLX.Native
+
+  setup do
+    on_exit(fn -> Native.set_callers_run_for_test(:when_crowded) end)
+  end
+
+  defp runs, do: Native.runs_on_caller_for_test()
+
+  # `fun.()`'s result and how many runs on a calling thread it made, from
+  # the first of up to 10 attempts that made at least `least`: a job another
+  # test's process queued meanwhile (a caller runs work only while the
+  # worker has none) sends an attempt's ops to the worker.
+  defp on_caller(least, fun), do: attempts(fn made -> made >= least end, fun)
+
+  # The same for an attempt that made none: another process's small work
+  # may run on its calling thread meanwhile.
+  defp off_caller(fun), do: attempts(fn made -> made == 0 end, fun)
+
+  defp attempts(good?, fun) do
+    Enum.reduce_while(1..10, nil, fn _, _ ->
+      callers_run(:always)
+      before = runs()
+      result = fun.()
+      made = runs() - before
+
+      if good?.(made) do
+        {:halt, {result, made}}
+      else
+        Process.sleep(5)
+        {:cont, {result, made}}
+      end
+    end)
+  end
+
+  # Sets the mode once the worker has nothing queued: a caller runs work only
+  # while the worker has none (arrays the garbage collector released are
+  # dropped by a job of the worker's), so the test's first op is not sent to
+  # the worker for a job it did not queue.
+  defp callers_run(mode) do
+    :erlang.garbage_collect()
+    Native.set_callers_run_for_test(:never)
+    ExMLX.iota({:s, 32}, {2}) |> ExMLX.to_binary()
+    Native.set_callers_run_for_test(mode)
+  end
+
+  # `(i + i) * i - 3` for i in 0..n-1, as s32, by ExMLX; and the same by Elixir.
+  # (x is not evaluated: no op of the chain is one the host computes from
+  # computed inputs, ExMLX.cpu_kernels?/0)
+  defp chain(n) do
+    x = ExMLX.iota({:s, 32}, {n})
+    x |> ExMLX.add(x) |> ExMLX.multiply(x) |> ExMLX.subtract(ExMLX.full(3, {:s, 32}, {}))
+  end
+
+  defp expected(n), do: for(i <- 0..(n - 1), into: <<>>, do: <<2 * i * i - 3::signed-32-little>>)
+
+  test "small ops and reads run on the calling thread and give the worker's results" do
+    # the creation, the chain's three ops, the scalar and the read
+    {on_caller, made} = on_caller(6, fn -> chain(1000) |> ExMLX.to_binary() end)
+    assert made >= 6, "#{made} of the chain's 6 calls ran on the calling thread"
+    assert on_caller == expected(1000)
+
+    callers_run(:never)
+    before = runs()
+    on_worker = chain(1000) |> ExMLX.to_binary()
+    assert runs() == before
+    assert on_worker == on_caller
+
+    # floats: the same MLX kernels either way, so the same bits
+    floats = fn ->
+      ExMLX.iota({:f, 32}, {4096})
+      |> ExMLX.divide(ExMLX.full(7.0, {:f, 32}, {}))
+      |> ExMLX.exp()
+      |> ExMLX.sin()
+      |> ExMLX.sum()
+      |> ExMLX.to_binary()
+    end
+
+    {floats_on_caller, made} = on_caller(7, floats)
+    assert made >= 7, "#{made} of the 7 float calls ran on the calling thread"
+    callers_run(:never)
+    assert floats.() == floats_on_caller
+  end
+
+  test "work of more elements than a caller may compute goes to the worker" do
+    n = 100_000
+    x = ExMLX.full(1, {:s, 32}, {n}) |> ExMLX.eval()
+    # reading two inputs of 100,000 elements is past the calling thread's share
+    {sum, made} = off_caller(fn -> ExMLX.add(x, x) |> ExMLX.sum() |> ExMLX.item() end)
+    assert made == 0
+    assert sum == 2 * n
+  end
+
+  test "a result of an op that is not of linear cost is read on the worker" do
+    a = ExMLX.iota({:f, 32}, {4, 4}) |> ExMLX.eval()
+    {got, made} = off_caller(fn -> ExMLX.matmul(a, a) |> ExMLX.to_binary() end)
+    assert made == 0
+    # row i of a is 4i .. 4i+3; (a·a)[0][0] = 0·0 + 1·4 + 2·8 + 3·12
+    <<first::float-32-little, _::binary>> = got
+    assert first == 56.0
+  end
+
+  test "an error of an op run on the calling thread is raised where its result is used" do
+    {product, made} =
+      on_caller(3, fn ->
+        a = ExMLX.full(2.0, {:f, 32}, {1000})
+        b = ExMLX.full(3.0, {:f, 32}, {})
+        # (their buffers are allocated before the limit is lowered)
+        {ExMLX.shape(a), ExMLX.shape(b)}
+        # room for less than the product's 4000 bytes
+        old = ExMLX.Memory.set_memory_limit(ExMLX.Memory.stats().active + 2000)
+
+        try do
+          ExMLX.multiply(a, b)
+        after
+          ExMLX.Memory.set_memory_limit(old)
+        end
+      end)
+
+    # the two creations and the product
+    assert made >= 3
+    error = assert_raise ExMLX.Error, fn -> ExMLX.eval(product) end
+    assert error.kind == :out_of_memory
+    assert error.message =~ "would exceed the memory limit"
+  end
+
+  test "many processes running small work on their own threads each get their own results" do
+    callers_run(:always)
+
+    results =
+      1..8
+      |> Enum.map(fn k ->
+        Task.async(fn ->
+          base = ExMLX.iota({:s, 32}, {16}) |> ExMLX.eval()
+
+          for i <- 1..200 do
+            base |> ExMLX.add(ExMLX.full(k * 1000 + i, {:s, 32}, {})) |> ExMLX.to_binary()
+          end
+        end)
+      end)
+      |> Task.await_many(:infinity)
+
+    for {got, k} <- Enum.with_index(results, 1), {binary, i} <- Enum.with_index(got, 1) do
+      assert binary == for(j <- 0..15, into: <<>>, do: <<j + k * 1000 + i::signed-32-little>>)
+    end
+  end
+end
