@@ -11,7 +11,7 @@
 //! here instead, on the calling thread: no worker, no MLX stream
 //! ([`computed_at_once`]). When other processes leave too few cores, a
 //! small op of a linear cost is built by MLX on the calling thread instead
-//! of the worker ([`work_on_caller`], `crate::reply::deferred_on_caller`).
+//! of the worker ([`work_on_caller`], `crate::reply::submit_op`).
 
 use ex_mlx_core::cpu_kernels;
 use ex_mlx_core::device::{check_dtype, Device};
@@ -24,7 +24,7 @@ use rustler::{Atom, Encoder, Env, ListIterator, NifResult, Term};
 use smallvec::SmallVec;
 
 use crate::args::{OpArg, Tag};
-use crate::reply::{deferred_on_caller, submit, AsyncResult};
+use crate::reply::{submit, submit_op, AsyncResult};
 use crate::tensor::{self, common_device, NewTensor, Results, TensorRef};
 use crate::term::{decode_param, error_tuple, show};
 
@@ -55,21 +55,17 @@ fn op<'a>(
         tensor::release_later(inputs);
         result
     };
-    let work = match input_work {
-        Some(input_work) => match deferred_on_caller(env, tag, device, input_work, work) {
-            Ok(built) => return Ok(built),
-            Err(work) => work,
-        },
-        None => work,
-    };
-    submit(env, tag, device, work)
+    match input_work {
+        Some(input_work) => submit_op(env, tag, device, input_work, work),
+        None => submit(env, tag, device, work),
+    }
 }
 
 /// For an op whose cost grows with the elements it reads and writes (an
 /// element-wise op, a reduction that is not over windows, a creation, a
 /// rearrangement), the elements evaluating its inputs and reading them
-/// computes (`crate::reply::deferred_on_caller` adds its result's); `None`
-/// for any other op, or an input whose work is not known.
+/// computes (`crate::reply::submit_op` adds its result's); `None` for any
+/// other op, or an input whose work is not known.
 fn work_on_caller(op: Op, inputs: &[TensorRef]) -> Option<u64> {
     let linear = match op.family() {
         "unary" | "binary" | "creation" | "shape" => true,

@@ -183,7 +183,7 @@ where
 /// evaluated (MLX evaluates it with what reads it, as it would the
 /// worker's), records its work, so that a read of it, or a later op on it,
 /// can run on the calling thread too. `Err(work)`, unused, otherwise.
-pub fn deferred_on_caller<F>(
+fn deferred_on_caller<F>(
     env: Env,
     tag: Tag,
     device: Device,
@@ -210,9 +210,7 @@ where
     charge_for(env, started);
     let tensor = match result {
         Ok(array) => {
-            let work = input_work
-                .checked_add(array.size() as u64)
-                .filter(|&work| work <= CALLER_WORK);
+            let work = work_with(input_work, &array);
             Tensor::built_on_caller(array, device, work)
         }
         Err(e) => {
@@ -222,6 +220,15 @@ where
         }
     };
     Ok(Submitted::Deferred(tensor))
+}
+
+/// The work of evaluating `array`, built from inputs whose work is
+/// `input_work` (see [`deferred_on_caller`]): `None` past [`CALLER_WORK`],
+/// which no calling thread takes on.
+fn work_with(input_work: u64, array: &mlx_rs::Array) -> Option<u64> {
+    input_work
+        .checked_add(array.size() as u64)
+        .filter(|&work| work <= CALLER_WORK)
 }
 
 /// Charges the calling process for the time since `started` that its NIF
@@ -387,10 +394,32 @@ where
     T: Encoder + Send + 'static,
     F: FnOnce() -> Result<T> + Send + 'static,
 {
-    queue(env, tag.0, device, work).map_err(error_tuple)
+    queue(env, tag.0, device, None, work).map_err(error_tuple)
 }
 
-fn queue<T, F>(env: Env, tag: Term, device: Device, work: F) -> Result<Submitted>
+/// [`submit`] for an op of linear cost (`crate::op`), `input_work` being
+/// at most how many elements evaluating its inputs and reading them
+/// computes: on the calling thread when [`deferred_on_caller`] takes it,
+/// otherwise queued; either way a deferred result records its work (with
+/// its own elements), so that later small ops and reads of it can run on
+/// the calling thread.
+pub fn submit_op<F>(env: Env, tag: Tag, device: Device, input_work: u64, work: F) -> AsyncResult
+where
+    F: FnOnce() -> Result<Results> + Send + 'static,
+{
+    match deferred_on_caller(env, tag, device, input_work, work) {
+        Ok(built) => Ok(built),
+        Err(work) => queue(env, tag.0, device, Some(input_work), work).map_err(error_tuple),
+    }
+}
+
+fn queue<T, F>(
+    env: Env,
+    tag: Term,
+    device: Device,
+    input_work: Option<u64>,
+    work: F,
+) -> Result<Submitted>
 where
     T: Encoder + Send + 'static,
     F: FnOnce() -> Result<T> + Send + 'static,
@@ -409,10 +438,14 @@ where
                 let result = worker::run_caught(work)
                     .and_then(into_array)
                     .and_then(|array| expected.apply(array));
-                if let Ok(array) = &result {
-                    ex_mlx_core::ahead::note(array);
-                }
-                target.fill(result);
+                let work = match &result {
+                    Ok(array) => {
+                        ex_mlx_core::ahead::note(array);
+                        input_work.and_then(|input| work_with(input, array))
+                    }
+                    Err(_) => None,
+                };
+                target.fill_with_work(result, work);
                 crate::tensor::release_later([target]);
             }),
         )?;

@@ -37,10 +37,10 @@ enum State {
         /// evaluated by the worker): its data can be read on any thread
         /// without building or running a graph (see `evaluated_array`).
         evaluated: bool,
-        /// For an array built on a calling thread
-        /// (`crate::reply::deferred_on_caller`) and not computed: at most
-        /// how many elements evaluating it computes; [`UNKNOWN_WORK`]
-        /// otherwise (see [`Tensor::work_to_evaluate`]).
+        /// For an array not computed, built by an op of linear cost
+        /// (`crate::reply::submit_op`): at most how many elements
+        /// evaluating it computes; [`UNKNOWN_WORK`] otherwise (see
+        /// [`Tensor::work_to_evaluate`]).
         work: u64,
     },
     /// The deferred operation failed; using the tensor gives its error.
@@ -163,23 +163,15 @@ impl Tensor {
     /// most `work` elements (`None`: unknown); recorded as computed if MLX
     /// already computed it.
     pub fn built_on_caller(array: Array, device: Device, work: Option<u64>) -> TensorRef {
-        let computed = device.kind() == Kind::Cpu && ex_mlx_core::ahead::is_available(&array);
-        ResourceArc::new(Tensor {
-            state: Mutex::new(ready_with_work(
-                array,
-                computed,
-                work.unwrap_or(UNKNOWN_WORK),
-            )),
-            filled: Condvar::new(),
-            waiters: AtomicUsize::new(0),
-            device,
-        })
+        let tensor = Tensor::pending(device);
+        tensor.fill_with_work(Ok(array), work);
+        tensor
     }
 
     /// At most how many elements MLX computes to evaluate this tensor: 0
-    /// when it is known to be computed, the count recorded when a calling
-    /// thread built it; `None` when not known (any other unevaluated or
-    /// pending tensor).
+    /// when it is known to be computed, the count recorded when an op of
+    /// linear cost built it (`crate::reply::submit_op`); `None` when not
+    /// known (any other unevaluated or pending tensor).
     pub fn work_to_evaluate(&self) -> Option<u64> {
         match &*self.lock() {
             State::Ready {
@@ -224,11 +216,17 @@ impl Tensor {
     /// place and computed on; only CPU tensors are read or computed on the
     /// calling thread, so a GPU fill does not ask).
     pub fn fill(&self, result: Result<Array>) {
+        self.fill_with_work(result, None);
+    }
+
+    /// [`Tensor::fill`] for an array evaluating which computes at most
+    /// `work` elements (`None`: unknown; see [`Tensor::work_to_evaluate`]).
+    pub fn fill_with_work(&self, result: Result<Array>, work: Option<u64>) {
         let computed = matches!(&result, Ok(array) if self.known_computed(array));
         let mut state = self.lock();
         if matches!(*state, State::Pending) {
             *state = match result {
-                Ok(array) => ready(array, computed),
+                Ok(array) => ready_with_work(array, computed, work.unwrap_or(UNKNOWN_WORK)),
                 Err(e) => State::Failed(e),
             };
         }
