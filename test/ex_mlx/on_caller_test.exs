@@ -11,24 +11,22 @@ defmodule ExMLX.OnCallerTest do
     on_exit(fn -> Native.set_callers_run_for_test(:when_crowded) end)
   end
 
-  defp runs, do: Native.runs_on_caller_for_test()
+  # {runs on a calling thread, jobs given to workers} so far
+  defp counts, do: Native.runs_on_caller_for_test()
 
-  # `fun.()`'s result and how many runs on a calling thread it made, from
-  # the first of up to 10 attempts that made at least `least`: a job another
-  # test's process queued meanwhile (a caller runs work only while the
-  # worker has none) sends an attempt's ops to the worker.
-  defp on_caller(least, fun), do: attempts(fn made -> made >= least end, fun)
-
-  # The same for an attempt that made none: another process's small work
-  # may run on its calling thread meanwhile.
-  defp off_caller(fun), do: attempts(fn made -> made == 0 end, fun)
-
+  # `fun.()`'s result, with how many runs on a calling thread and how many
+  # worker jobs it made, from the first of up to 10 attempts where
+  # `good?.(runs, jobs)`: a job another test's process queued meanwhile (a
+  # caller runs work only while the worker has none) sends an attempt's ops
+  # to the worker, and another process's small work may run on its own
+  # calling thread.
   defp attempts(good?, fun) do
     Enum.reduce_while(1..10, nil, fn _, _ ->
       callers_run(:always)
-      before = runs()
+      {runs, jobs} = counts()
       result = fun.()
-      made = runs() - before
+      {runs_after, jobs_after} = counts()
+      made = {runs_after - runs, jobs_after - jobs}
 
       if good?.(made) do
         {:halt, {result, made}}
@@ -38,6 +36,13 @@ defmodule ExMLX.OnCallerTest do
       end
     end)
   end
+
+  # At least `least` of its calls ran on the calling thread (a creation of
+  # no input may be computed by ExMLX's CPU kernels instead, with no MLX).
+  defp on_caller(least, fun), do: attempts(&match?({runs, _} when runs >= least, &1), fun)
+
+  # None of it ran on a calling thread; some on the worker.
+  defp off_caller(fun), do: attempts(&match?({0, jobs} when jobs > 0, &1), fun)
 
   # Sets the mode once the worker has nothing queued: a caller runs work only
   # while the worker has none (arrays the garbage collector released are
@@ -61,15 +66,17 @@ defmodule ExMLX.OnCallerTest do
   defp expected(n), do: for(i <- 0..(n - 1), into: <<>>, do: <<2 * i * i - 3::signed-32-little>>)
 
   test "small ops and reads run on the calling thread and give the worker's results" do
-    # the creation, the chain's three ops, the scalar and the read
-    {on_caller, made} = on_caller(6, fn -> chain(1000) |> ExMLX.to_binary() end)
-    assert made >= 6, "#{made} of the chain's 6 calls ran on the calling thread"
+    # the creation, the chain's three ops and the read (the scalar may be
+    # the CPU kernels')
+    {on_caller, made} = on_caller(5, fn -> chain(1000) |> ExMLX.to_binary() end)
+    assert {runs, _} = made
+    assert runs >= 5
     assert on_caller == expected(1000)
 
     callers_run(:never)
-    before = runs()
+    {runs, _} = counts()
     on_worker = chain(1000) |> ExMLX.to_binary()
-    assert runs() == before
+    assert {^runs, _} = counts()
     assert on_worker == on_caller
 
     # floats: the same MLX kernels either way, so the same bits
@@ -82,8 +89,8 @@ defmodule ExMLX.OnCallerTest do
       |> ExMLX.to_binary()
     end
 
-    {floats_on_caller, made} = on_caller(7, floats)
-    assert made >= 7, "#{made} of the 7 float calls ran on the calling thread"
+    {floats_on_caller, {runs, _}} = on_caller(6, floats)
+    assert runs >= 6
     callers_run(:never)
     assert floats.() == floats_on_caller
   end
@@ -93,41 +100,34 @@ defmodule ExMLX.OnCallerTest do
     x = ExMLX.full(1, {:s, 32}, {n}) |> ExMLX.eval()
     # reading two inputs of 100,000 elements is past the calling thread's share
     {sum, made} = off_caller(fn -> ExMLX.add(x, x) |> ExMLX.sum() |> ExMLX.item() end)
-    assert made == 0
+    assert {0, _} = made
     assert sum == 2 * n
   end
 
   test "a result of an op that is not of linear cost is read on the worker" do
     a = ExMLX.iota({:f, 32}, {4, 4}) |> ExMLX.eval()
     {got, made} = off_caller(fn -> ExMLX.matmul(a, a) |> ExMLX.to_binary() end)
-    assert made == 0
+    assert {0, _} = made
     # row i of a is 4i .. 4i+3; (a·a)[0][0] = 0·0 + 1·4 + 2·8 + 3·12
     <<first::float-32-little, _::binary>> = got
     assert first == 56.0
   end
 
   test "an error of an op run on the calling thread is raised where its result is used" do
-    {product, made} =
-      on_caller(3, fn ->
-        a = ExMLX.full(2.0, {:f, 32}, {1000})
-        b = ExMLX.full(3.0, {:f, 32}, {})
-        # (their buffers are allocated before the limit is lowered)
-        {ExMLX.shape(a), ExMLX.shape(b)}
-        # room for less than the product's 4000 bytes
-        old = ExMLX.Memory.set_memory_limit(ExMLX.Memory.stats().active + 2000)
-
-        try do
-          ExMLX.multiply(a, b)
-        after
-          ExMLX.Memory.set_memory_limit(old)
-        end
+    # the reshape is refused when its node is built: the deferred result
+    # holds the error
+    {ref, made} =
+      on_caller(2, fn ->
+        t = ExMLX.iota({:s, 32}, {16})
+        {ref, :cpu} = ExMLX.Call.deferred(Native.op({:deferred, :any}, :reshape, [t.ref], [{7}]))
+        ref
       end)
 
-    # the two creations and the product
-    assert made >= 3
-    error = assert_raise ExMLX.Error, fn -> ExMLX.eval(product) end
-    assert error.kind == :out_of_memory
-    assert error.message =~ "would exceed the memory limit"
+    # the creation and the reshape
+    assert {runs, _} = made
+    assert runs >= 2
+    error = assert_raise ExMLX.Error, fn -> ExMLX.Call.run(&Native.eval(&1, ref)) end
+    assert error.message == "shape: cannot reshape {16} (16 elements) to {7} (7 elements)"
   end
 
   test "many processes running small work on their own threads each get their own results" do

@@ -86,11 +86,15 @@ fn set_callers_run_for_test(env: Env, mode: rustler::Atom) -> rustler::NifResult
     Ok(rustler::types::atom::ok())
 }
 
-/// `runs_on_caller_for_test()`: how many times a calling thread ran a
-/// worker's work so far.
+/// `runs_on_caller_for_test()`: `{runs, jobs}`: how many times a calling
+/// thread ran a worker's work so far, and how many jobs workers were given
+/// (not counting drops of released arrays).
 #[rustler::nif]
-fn runs_on_caller_for_test() -> usize {
-    ex_mlx_core::worker::runs_on_caller()
+fn runs_on_caller_for_test() -> (usize, usize) {
+    (
+        ex_mlx_core::worker::runs_on_caller(),
+        ex_mlx_core::worker::submitted(),
+    )
 }
 
 fn lock() -> std::sync::MutexGuard<'static, bool> {

@@ -46,8 +46,8 @@ mod tests;
 
 use check::{check_block, Scope};
 use passes::{
-    any_instruction, fold_rearrangements, fuse_block, has_loops, keep_boolean_conditions,
-    read_counts,
+    any_instruction, compile_runs, fold_rearrangements, fuse_block, has_loops,
+    keep_boolean_conditions, read_counts,
 };
 use run::Run;
 
@@ -94,6 +94,11 @@ pub struct Block {
     pub instructions: Vec<Instruction>,
     pub outputs: Vec<usize>,
 }
+
+/// The fewest consecutive ops that [`Program::fuse`] compiles as one
+/// function on a GPU when the program is not straight-line: fewer save
+/// too little to be worth a function of their own.
+pub const COMPILED_RUN: usize = 4;
 
 /// A `while` loop: the state starts as `initial`; while `condition` (one
 /// output, any type, zero is false) holds, `body` (as many outputs as there
@@ -191,6 +196,21 @@ pub enum Instruction {
     /// [`Program::fuse`] or [`Program::group_ready_ops`] in a checked
     /// program, never given from outside (crate::elementwise_fusion).
     Fused(FusedOps),
+    /// A run of ops compiled as one function by MLX's compile: made by
+    /// [`Program::fuse`] on a GPU, never given from outside (crate::fusion).
+    Compiled(CompiledRun),
+}
+
+/// Consecutive ops of a block run as one function compiled by MLX
+/// (crate::fusion): it reads `externals`, the slots its ops read that they
+/// do not write, and gives `outputs`, the slots its ops write that are read
+/// after it.
+#[derive(Clone, Debug)]
+pub struct CompiledRun {
+    pub ops: Vec<OpCall>,
+    externals: Vec<usize>,
+    outputs: Vec<usize>,
+    function: Arc<FusedProgram>,
 }
 
 /// A checked program (see the module documentation).
@@ -313,7 +333,10 @@ impl Program {
     }
 
     /// The whole program through MLX's compile (crate::fusion) for runs on
-    /// `device`, if it is straight-line; returns whether it is.
+    /// `device`, if it is straight-line; otherwise each run of
+    /// [`COMPILED_RUN`] ops or more between loops and branches, in every
+    /// block (a loop's body is one such run or a few: a language model's
+    /// decoding step). Returns whether it compiled anything.
     fn fuse_with_mlx_compile(&mut self, device: Device) -> bool {
         if self.loops
             || self
@@ -322,7 +345,8 @@ impl Program {
                 .iter()
                 .any(|i| !matches!(i, Instruction::Op(_)))
         {
-            return false;
+            let reads = self.reads();
+            return compile_runs(&mut self.main, &reads, self.slots, device) > 0;
         }
         let main = self.main.clone();
         let slots = self.slots;
@@ -346,10 +370,10 @@ impl Program {
     /// [`Program::group_ready_ops`]).
     pub fn fused(&self) -> bool {
         self.fused.is_some()
-            || any_instruction(
-                &self.main,
-                &|ins| matches!(ins, Instruction::Fused(g) if !g.when_ready),
-            )
+            || any_instruction(&self.main, &|ins| {
+                matches!(ins, Instruction::Fused(g) if !g.when_ready)
+                    || matches!(ins, Instruction::Compiled(_))
+            })
     }
 
     /// Runs the program on `inputs` and `constants` (on the worker of the

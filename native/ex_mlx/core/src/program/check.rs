@@ -88,7 +88,7 @@ pub(super) fn check_block(
                 }
                 call.first = scope.define(call.results);
             }
-            Instruction::Fused(_) => {
+            Instruction::Fused(_) | Instruction::Compiled(_) => {
                 return Err(malformed(
                     &within(place, format!("instruction {i}")),
                     "fused groups are made by ExMLX, not given",

@@ -52,7 +52,7 @@ pub(super) fn straight_line_on_host(block: &Block) -> bool {
     block.instructions.iter().all(|ins| match ins {
         Instruction::Op(call) => computed_on_caller(call),
         Instruction::Fused(group) => group.when_ready,
-        Instruction::Loop(_) | Instruction::Branch(_) => false,
+        Instruction::Loop(_) | Instruction::Branch(_) | Instruction::Compiled(_) => false,
     })
 }
 

@@ -1,9 +1,15 @@
 //! The passes over a checked program: each a function of its blocks, run
 //! when the program is made or prepared (crate::program's `Program`).
 
-use mlx_rs::Dtype;
+use std::sync::Arc;
 
-use super::{Block, FusedOps, Instruction, OpCall};
+use mlx_rs::{Array, Dtype};
+
+use super::run::Run;
+use super::{Block, CompiledRun, FusedOps, Instruction, OpCall, COMPILED_RUN};
+use crate::device::Device;
+use crate::error::Result;
+use crate::fusion::FusedProgram;
 use crate::ops::params::Param;
 use crate::ops::table::Op;
 
@@ -31,7 +37,7 @@ pub(super) fn fold_rearrangements(block: &mut Block, reads: &[u32]) -> usize {
                 }
                 dropped += fold_rearrangements(&mut b.otherwise, reads);
             }
-            Instruction::Op(_) | Instruction::Fused(_) => {}
+            Instruction::Op(_) | Instruction::Fused(_) | Instruction::Compiled(_) => {}
         }
     }
     // (the instruction of this block that writes a slot, by slot)
@@ -150,6 +156,11 @@ fn visit_reads(block: &Block, f: &mut impl FnMut(usize, bool)) {
                     each(&call.inputs, f)
                 }
             }
+            Instruction::Compiled(run) => {
+                for call in &run.ops {
+                    each(&call.inputs, f)
+                }
+            }
             Instruction::Loop(l) => {
                 each(&l.initial, f);
                 visit_reads(&l.condition, f);
@@ -188,7 +199,7 @@ pub(super) fn relax_comparisons(block: &mut Block, read_otherwise: &[bool]) {
                 }
                 relax_comparisons(&mut b.otherwise, read_otherwise);
             }
-            Instruction::Fused(_) => {}
+            Instruction::Fused(_) | Instruction::Compiled(_) => {}
         }
     }
 }
@@ -203,7 +214,7 @@ pub(super) fn any_instruction(block: &Block, pred: &dyn Fn(&Instruction) -> bool
     block.instructions.iter().any(|ins| {
         pred(ins)
             || match ins {
-                Instruction::Op(_) | Instruction::Fused(_) => false,
+                Instruction::Op(_) | Instruction::Fused(_) | Instruction::Compiled(_) => false,
                 Instruction::Loop(l) => {
                     any_instruction(&l.condition, pred) || any_instruction(&l.body, pred)
                 }
@@ -249,7 +260,7 @@ pub(super) fn fuse_block(block: &mut Block, reads: &[u32], when_ready: bool) -> 
                 }
                 made += fuse_block(&mut b.otherwise, reads, when_ready);
             }
-            Instruction::Op(_) | Instruction::Fused(_) => {}
+            Instruction::Op(_) | Instruction::Fused(_) | Instruction::Compiled(_) => {}
         }
     }
     // member_of[i]: the group instruction i belongs to, named by the index
@@ -318,4 +329,113 @@ pub(super) fn fuse_block(block: &mut Block, reads: &[u32], when_ready: bool) -> 
     }
     block.instructions = kept;
     made
+}
+
+/// MLX's compile for a program that is not straight-line, on a GPU
+/// ([`Program::fuse`]): replaces, in `block` and the blocks nested in it,
+/// every run of [`COMPILED_RUN`] or more consecutive ops by one
+/// [`Instruction::Compiled`] whose function runs them (crate::fusion: where
+/// MLX cannot trace them, they run one by one). `reads[slot]` counts the
+/// slot's reads over the whole program, of `slots` slots. Returns how many
+/// runs it made.
+///
+/// [`Program::fuse`]: super::Program::fuse
+pub(super) fn compile_runs(
+    block: &mut Block,
+    reads: &[u32],
+    slots: usize,
+    device: Device,
+) -> usize {
+    let mut made = 0;
+    for ins in &mut block.instructions {
+        match ins {
+            Instruction::Loop(l) => {
+                made += compile_runs(&mut l.condition, reads, slots, device);
+                made += compile_runs(&mut l.body, reads, slots, device);
+            }
+            Instruction::Branch(b) => {
+                for (pred, body) in &mut b.clauses {
+                    made += compile_runs(pred, reads, slots, device);
+                    made += compile_runs(body, reads, slots, device);
+                }
+                made += compile_runs(&mut b.otherwise, reads, slots, device);
+            }
+            Instruction::Op(_) | Instruction::Fused(_) | Instruction::Compiled(_) => {}
+        }
+    }
+    let mut kept = Vec::with_capacity(block.instructions.len());
+    let mut run: Vec<OpCall> = Vec::new();
+    let flush = |run: &mut Vec<OpCall>, kept: &mut Vec<Instruction>, made: &mut usize| {
+        if run.len() >= COMPILED_RUN {
+            kept.push(Instruction::Compiled(compiled_run(
+                std::mem::take(run),
+                reads,
+                slots,
+                device,
+            )));
+            *made += 1;
+        } else {
+            kept.extend(run.drain(..).map(Instruction::Op));
+        }
+    };
+    for ins in std::mem::take(&mut block.instructions) {
+        match ins {
+            Instruction::Op(call) => run.push(call),
+            other => {
+                flush(&mut run, &mut kept, &mut made);
+                kept.push(other);
+            }
+        }
+    }
+    flush(&mut run, &mut kept, &mut made);
+    block.instructions = kept;
+    made
+}
+
+/// `ops` as one compiled function: the slots they read and do not write
+/// are its arguments, in order of first read; the slots they write that are
+/// read elsewhere (more often than among `ops`) its results.
+fn compiled_run(ops: Vec<OpCall>, reads: &[u32], slots: usize, device: Device) -> CompiledRun {
+    let written = |slot: usize| {
+        ops.iter()
+            .any(|c| (c.first()..c.first() + c.results).contains(&slot))
+    };
+    let mut externals: Vec<usize> = Vec::new();
+    let mut within = std::collections::HashMap::<usize, u32>::new();
+    for call in &ops {
+        for &s in &call.inputs {
+            *within.entry(s).or_default() += 1;
+            if !written(s) && !externals.contains(&s) {
+                externals.push(s);
+            }
+        }
+    }
+    let outputs: Vec<usize> = ops
+        .iter()
+        .flat_map(|c| c.first()..c.first() + c.results)
+        .filter(|s| reads.get(*s).copied().unwrap_or(0) > within.get(s).copied().unwrap_or(0))
+        .collect();
+    let (body_ops, body_externals, body_outputs) =
+        (ops.clone(), externals.clone(), outputs.clone());
+    let body = move |args: &[Array]| -> Result<Vec<Array>> {
+        let mut run = Run {
+            slots: vec![None; slots],
+            host: vec![None; slots],
+            stop: &|| false,
+            floats: false,
+        };
+        for (&s, a) in body_externals.iter().zip(args) {
+            run.slots[s] = Some(a.clone());
+        }
+        let instructions: Vec<Instruction> =
+            body_ops.iter().cloned().map(Instruction::Op).collect();
+        run.block(&instructions)?;
+        body_outputs.iter().map(|&s| run.read(s)).collect()
+    };
+    CompiledRun {
+        ops,
+        externals,
+        outputs,
+        function: Arc::new(FusedProgram::new(device, Arc::new(body))),
+    }
 }

@@ -5,7 +5,7 @@ use std::ops::Range;
 
 use mlx_rs::Array;
 
-use super::{Branch, FusedOps, Instruction, Loop, OpCall};
+use super::{Branch, CompiledRun, FusedOps, Instruction, Loop, OpCall};
 use crate::error::{Error, Result};
 use crate::host_tensor::{self, HostTensor};
 use crate::item::{self, Number};
@@ -76,6 +76,7 @@ impl Run<'_> {
             match ins {
                 Instruction::Op(call) => self.op(call)?,
                 Instruction::Fused(group) => self.fused(group)?,
+                Instruction::Compiled(run) => self.compiled(run)?,
                 Instruction::Loop(l) => self.run_loop(l)?,
                 Instruction::Branch(b) => self.branch(b)?,
             }
@@ -139,6 +140,20 @@ impl Run<'_> {
                     self.op(call)?;
                 }
             }
+        }
+        Ok(())
+    }
+
+    /// A compiled run's outputs, from its function (crate::fusion).
+    fn compiled(&mut self, run: &CompiledRun) -> Result<()> {
+        let args: Vec<Array> = run
+            .externals
+            .iter()
+            .map(|&s| self.read(s))
+            .collect::<Result<_>>()?;
+        let outputs = run.function.call(&args)?;
+        for (&s, out) in run.outputs.iter().zip(outputs) {
+            self.write(s, Some(out), None);
         }
         Ok(())
     }

@@ -800,8 +800,79 @@ mod fusion_tests {
         assert_eq!(a[0], 2.0 * 0.5f64.exp());
     }
 
+    // while i < 5 { i += 1; x = tanh(x * c + c) * c }: slots 0 (i), 1 (x),
+    // 2 (5), 3 (1), 4 (c); state 5, 6; condition 7; body 8..12; results 13, 14.
+    fn tanh_loop() -> Program {
+        Program::new(
+            2,
+            3,
+            vec![Instruction::Loop(Loop::new(
+                vec![0, 1],
+                Block {
+                    instructions: vec![elementwise(Op::less, &[5, 2])],
+                    outputs: vec![7],
+                },
+                Block {
+                    instructions: vec![
+                        elementwise(Op::add, &[5, 3]),
+                        elementwise(Op::multiply, &[6, 4]),
+                        elementwise(Op::add, &[9, 4]),
+                        elementwise(Op::tanh, &[10]),
+                        elementwise(Op::multiply, &[11, 4]),
+                    ],
+                    outputs: vec![8, 12],
+                },
+            ))],
+            vec![13, 14],
+        )
+        .unwrap()
+    }
+
     #[test]
-    fn programs_with_loops_are_not_compiled_by_mlx() {
+    fn a_loop_s_body_is_compiled_by_mlx_with_the_unfused_results() {
+        let plain = tanh_loop();
+        let mut fused = tanh_loop();
+        assert!(fused.fuse_with_mlx_compile(Device::Cpu));
+        assert!(fused.fused() && !plain.fused());
+        // the body's five ops are one compiled run; the condition's one op
+        // stays as it is
+        let Instruction::Loop(l) = &fused.main.instructions[0] else {
+            panic!("not a loop")
+        };
+        assert!(
+            matches!(&l.body.instructions[..], [Instruction::Compiled(run)] if run.ops.len() == 5)
+        );
+        assert!(matches!(
+            &l.condition.instructions[..],
+            [Instruction::Op(_)]
+        ));
+        let (a, b) = run_blocking(Device::Cpu, move || {
+            let go = |p: &Program| -> Result<(Vec<i32>, Vec<f32>)> {
+                let x: Vec<f32> = (0..1000).map(|i| i as f32 / 1000.0 - 0.5).collect();
+                let inputs = vec![Array::from_int(0), Array::from_slice(&x, &[1000])];
+                let constants = vec![
+                    Array::from_int(5),
+                    Array::from_int(1),
+                    Array::from_f32(0.75),
+                ];
+                let out = p.run(inputs, constants)?;
+                mlx_rs::transforms::eval(out.iter().collect::<Vec<_>>())?;
+                Ok((
+                    out[0].as_slice::<i32>().to_vec(),
+                    out[1].as_slice::<f32>().to_vec(),
+                ))
+            };
+            Ok((go(&plain)?, go(&fused)?))
+        })
+        .unwrap();
+        assert_eq!((a.0.clone(), b.0.clone()), (vec![5], vec![5]));
+        for (x, y) in a.1.iter().zip(&b.1) {
+            assert!((x - y).abs() <= 1e-6, "{x} vs {y}");
+        }
+    }
+
+    #[test]
+    fn runs_of_fewer_ops_than_a_compiled_run_stay_as_they_are() {
         let mut p = Program::new(
             1,
             0,
@@ -820,5 +891,28 @@ mod fusion_tests {
         )
         .unwrap();
         assert!(!p.fuse_with_mlx_compile(Device::Cpu));
+        // a body of two ops: while i < 5 { i += 1; x = x * c }
+        let mut p = Program::new(
+            2,
+            2,
+            vec![Instruction::Loop(Loop::new(
+                vec![0, 1],
+                Block {
+                    instructions: vec![elementwise(Op::less, &[4, 2])],
+                    outputs: vec![6],
+                },
+                Block {
+                    instructions: vec![
+                        elementwise(Op::add, &[4, 3]),
+                        elementwise(Op::multiply, &[5, 3]),
+                    ],
+                    outputs: vec![7, 8],
+                },
+            ))],
+            vec![9, 10],
+        )
+        .unwrap();
+        assert!(!p.fuse_with_mlx_compile(Device::Cpu));
+        assert!(!p.fused());
     }
 }
