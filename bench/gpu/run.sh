@@ -19,7 +19,8 @@
 #   bench/gpu/run.sh llm OUT_DIR SHAPE...  language-model generation
 #                                       (integration/bench/llm.exs --device
 #                                       gpu) beside mlx-lm and PyTorch;
-#                                       OUT_DIR/llm-SHAPE.md
+#                                       OUT_DIR/llm-SHAPE.md (LLM_ARGS: more
+#                                       options, e.g. --fuse)
 #   bench/gpu/run.sh nccl OUT_DIR [N]   NCCL across N GPUs: probe, references
 #                                       (torch.distributed, Python mlx),
 #                                       data-parallel training; OUT_DIR/nccl.txt
@@ -138,7 +139,7 @@ case "$1" in
     for shape in "$@"; do
       EXMLX_INTEGRATION_ROOT="$PWD/integration" INTEGRATION_PYTHON="$(python_with_torch)" \
         PYTHONPATH="$work/pylib:$work/mlx-cuda:$work/mlx-lm" elixir $(code_paths) \
-        integration/bench/llm.exs --device gpu --shape "$shape" \
+        integration/bench/llm.exs --device gpu --shape "$shape" ${LLM_ARGS:-} \
         --out "$out/llm-$(basename "$shape" .json).md" 2>&1 | tee "$out/llm-$(basename "$shape" .json).log"
     done
     ;;

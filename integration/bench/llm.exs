@@ -10,7 +10,10 @@
 #
 #   mix run bench/llm.exs [--shape small|llama-1b|llama-8b|PATH/config.json]
 #                         [--device cpu|gpu] [--new 128] [--quick] [--out FILE]
+#                         [--fuse]
 #
+# `--fuse` compiles with `fuse: true` (ExMLX.Compiler: on a GPU, MLX's
+# compile of the runs of ops in the decoding loop).
 # Defaults: the `small` shape (hidden 512, 8 layers) in float32 on the CPU,
 # written to ../bench/results/llm-cpu.md; `--device gpu` defaults to bf16
 # and ../bench/results/llm-gpu.md. `--quick` (one run each, 16 new tokens)
@@ -21,10 +24,19 @@ alias ExMLX.Integration
 
 {opts, _, _} =
   OptionParser.parse(System.argv(),
-    strict: [shape: :string, device: :string, new: :integer, quick: :boolean, out: :string]
+    strict: [
+      shape: :string,
+      device: :string,
+      new: :integer,
+      quick: :boolean,
+      out: :string,
+      fuse: :boolean
+    ]
   )
 
 quick = Keyword.get(opts, :quick, false)
+fuse = Keyword.get(opts, :fuse, false)
+jit_options = [compiler: ExMLX.Compiler, fuse: fuse]
 device = if Keyword.get(opts, :device, "cpu") == "gpu", do: :gpu, else: :cpu
 shape = Keyword.get(opts, :shape, "small")
 new = Keyword.get(opts, :new, if(quick, do: 16, else: 128))
@@ -94,7 +106,7 @@ median = fn fun ->
   times |> Enum.sort() |> Enum.at(div(reps, 2))
 end
 
-forward = Nx.Defn.jit(&Axon.predict(model.model, &1, &2), compiler: ExMLX.Compiler)
+forward = Nx.Defn.jit(&Axon.predict(model.model, &1, &2), jit_options)
 
 prefill = fn n ->
   inputs = %{
@@ -122,7 +134,7 @@ build = fn n ->
 
   model.model
   |> Bumblebee.Text.Generation.build_generate(model.spec, config)
-  |> Nx.Defn.jit(compiler: ExMLX.Compiler)
+  |> Nx.Defn.jit(jit_options)
 end
 
 run = fn gen ->
@@ -197,7 +209,7 @@ table = """
 # Language models: ExMLX + Bumblebee beside mlx-lm and PyTorch
 
 Measured #{Calendar.strftime(DateTime.utc_now(), "%Y-%m-%d %H:%MZ")}, one run. Shape `#{shape}` (`integration/scripts/llm_reference.py`), random-initialized, #{type}, #{where};
-ExMLX: Bumblebee's `build_generate` under ExMLX.Compiler; mlx-lm #{mlx_lm["version"] || "(not importable)"};
+ExMLX: Bumblebee's `build_generate` under ExMLX.Compiler#{if fuse, do: " (`fuse: true`)", else: ""}; mlx-lm #{mlx_lm["version"] || "(not importable)"};
 PyTorch #{torch["version"] || "—"} `generate`. The same saved weights and prompt ids for all. Greedy
 decoding; decode tokens/s = (new − 1) ÷ (time for `new` tokens − time for 1), best of #{reps};
 prefill: one forward pass, median of #{reps}. Ratio: ExMLX ÷ mlx-lm in speed (above 1: ExMLX faster),

@@ -114,8 +114,6 @@ if Code.ensure_loaded?(Nx) do
                 __STACKTRACE__
     end
 
-    defp on_cpu?(device), do: device == :cpu or match?({:cpu, _}, device)
-
     # The function as a cache key: a closure that captured defn expressions
     # (Nx.Defn.Graph.run jits `fn _ -> expr end`) stands for its code and its
     # captured values, those expressions by their ids. An expression is a
