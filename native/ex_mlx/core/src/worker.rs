@@ -476,6 +476,21 @@ fn bury(worker: &Worker, device: Device, array: mlx_rs::Array) {
     }
 }
 
+/// Queues a job that keeps `device`'s worker busy until something is sent
+/// on the channel returned (for tests).
+#[cfg(test)]
+fn hold(device: Device) -> mpsc::Sender<()> {
+    let (go, wait) = mpsc::channel::<()>();
+    submit(
+        device,
+        Box::new(move || {
+            let _ = wait.recv();
+        }),
+    )
+    .expect("a job queued");
+    go
+}
+
 /// Arrays waiting in `device`'s graveyard (for tests).
 #[cfg(test)]
 fn buried(device: Device) -> usize {
@@ -635,14 +650,7 @@ mod tests {
         let stream = new_stream(Device::Cpu).unwrap();
         let make = || run_blocking(stream, || Ok(mlx_rs::Array::from_f32(1.0))).unwrap();
         // the worker busy until `go` is sent: a released array waits for it
-        let (go, wait) = mpsc::channel::<()>();
-        submit(
-            stream,
-            Box::new(move || {
-                let _ = wait.recv();
-            }),
-        )
-        .unwrap();
+        let go = hold(stream);
         release(stream, make_on_this_thread());
         release(stream, make_on_this_thread());
         assert_eq!(buried(stream), 2);

@@ -269,11 +269,10 @@ pub fn on_caller() -> bool {
 
 #[cfg(test)]
 mod tests {
-    use std::sync::mpsc;
     use std::thread;
 
     use super::*;
-    use crate::worker::{new_stream, run_blocking, submit};
+    use crate::worker::{new_stream, run_blocking};
 
     #[test]
     fn a_caller_runs_work_on_its_own_thread_only_while_the_worker_has_none() {
@@ -313,14 +312,7 @@ mod tests {
         let (thread, values) = ran.expect("ran on the caller").unwrap();
         assert_eq!((thread, values), (here, vec![2.0, 4.0]));
         // a job queued or running: the work is handed back, not run
-        let (go, wait) = mpsc::channel::<()>();
-        submit(
-            stream,
-            Box::new(move || {
-                let _ = wait.recv();
-            }),
-        )
-        .unwrap();
+        let go = crate::worker::hold(stream);
         assert!(run_on_caller(stream, || Ok(())).is_err());
         go.send(()).unwrap();
         run_blocking(stream, || Ok(())).unwrap();
