@@ -38,7 +38,7 @@ defmodule ExMLX.MemoryTest do
     send(pid, :drop)
     receive do: ({:DOWN, ^ref, _, _, _} -> :ok)
 
-    assert abs(settle_to(baseline, @mb) - baseline) <= @mb
+    assert settle_to(baseline, @mb) - baseline <= @mb
   end
 
   test "reset_peak brings the peak down to the current active memory" do
@@ -254,7 +254,7 @@ defmodule ExMLX.MemoryTest do
       end)
 
     assert Task.await(task, :infinity) == :ok
-    assert abs(settle_to(baseline, @mb) - baseline) <= @mb
+    assert settle_to(baseline, @mb) - baseline <= @mb
   end
 
   test "device_info reports the host's memory for :cpu" do

@@ -39,7 +39,9 @@ defmodule ExMLX.Reliability.KillTest do
       "\n  kills: 300 survived; active memory #{baseline} bytes before, #{after_kills} after"
     )
 
-    assert abs(after_kills - baseline) <= 1024 * 1024
+    # (below the baseline is no leak: other tests' garbage, counted in the
+    # baseline, may be freed since)
+    assert after_kills - baseline <= 1024 * 1024
   end
 
   test "a tensor sent to another process works after its creator died" do
