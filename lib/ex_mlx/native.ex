@@ -177,7 +177,7 @@ defmodule ExMLX.Native do
   # feature test-hooks): a deliberate panic (:nif or :worker), a hold
   # on the CPU worker until release_worker_for_test/0, when calling threads
   # run a worker's small work (:when_crowded, :always, :never), and how many
-  # times they did beside how many jobs workers were given.
+  # times they did.
   def panic_for_test(_tag, _where), do: test_hook()
   def hold_worker_for_test(_tag), do: test_hook()
   def release_worker_for_test, do: test_hook()

@@ -86,15 +86,11 @@ fn set_callers_run_for_test(env: Env, mode: rustler::Atom) -> rustler::NifResult
     Ok(rustler::types::atom::ok())
 }
 
-/// `runs_on_caller_for_test()`: `{runs, jobs}`: how many times a calling
-/// thread ran a worker's work so far, and how many jobs workers were given
-/// (not counting drops of released arrays).
+/// `runs_on_caller_for_test()`: how many times a calling thread ran a
+/// worker's work so far.
 #[rustler::nif]
-fn runs_on_caller_for_test() -> (usize, usize) {
-    (
-        ex_mlx_core::worker::runs_on_caller(),
-        ex_mlx_core::worker::submitted(),
-    )
+fn runs_on_caller_for_test() -> usize {
+    ex_mlx_core::worker::runs_on_caller()
 }
 
 fn lock() -> std::sync::MutexGuard<'static, bool> {

@@ -56,12 +56,8 @@ thread_local! {
 /// A new worker's "in MLX" flag, watched by [`stop_workers_at_exit`]; made
 /// on the worker's own thread.
 pub(crate) fn new_worker_flag() -> Arc<AtomicBool> {
-    let flag = Arc::new(AtomicBool::new(false));
+    let flag = new_flag();
     OWN_FLAG.with(|own| own.set(Arc::as_ptr(&flag)));
-    IN_MLX
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner())
-        .push(flag.clone());
     flag
 }
 

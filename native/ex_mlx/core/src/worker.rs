@@ -384,18 +384,9 @@ fn next_extra_poll(waited: std::time::Duration, extra: std::time::Duration) -> s
     }
 }
 
-/// How many jobs [`submit`] was given, on every device (for tests: the
-/// drops of released arrays are not counted).
-pub fn submitted() -> usize {
-    SUBMITTED.load(Ordering::Relaxed)
-}
-
-static SUBMITTED: AtomicUsize = AtomicUsize::new(0);
-
 /// Queues `job` on the worker of `device`; returns how many jobs are now
 /// queued or running there, this one included.
 pub fn submit(device: Device, job: Job) -> Result<usize> {
-    SUBMITTED.fetch_add(1, Ordering::Relaxed);
     if device.stream() == 0 {
         let worker = WORKERS[default_index(device)]
             .get_or_init(|| start(device))

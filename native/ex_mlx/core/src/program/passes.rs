@@ -396,16 +396,16 @@ pub(super) fn compile_runs(
 /// are its arguments, in order of first read; the slots they write that are
 /// read elsewhere (more often than among `ops`) its results.
 fn compiled_run(ops: Vec<OpCall>, reads: &[u32], slots: usize, device: Device) -> CompiledRun {
-    let written = |slot: usize| {
-        ops.iter()
-            .any(|c| (c.first()..c.first() + c.results).contains(&slot))
-    };
+    let written: std::collections::HashSet<usize> = ops
+        .iter()
+        .flat_map(|c| c.first()..c.first() + c.results)
+        .collect();
     let mut externals: Vec<usize> = Vec::new();
     let mut within = std::collections::HashMap::<usize, u32>::new();
     for call in &ops {
         for &s in &call.inputs {
             *within.entry(s).or_default() += 1;
-            if !written(s) && !externals.contains(&s) {
+            if !written.contains(&s) && !externals.contains(&s) {
                 externals.push(s);
             }
         }
@@ -415,8 +415,8 @@ fn compiled_run(ops: Vec<OpCall>, reads: &[u32], slots: usize, device: Device) -
         .flat_map(|c| c.first()..c.first() + c.results)
         .filter(|s| reads.get(*s).copied().unwrap_or(0) > within.get(s).copied().unwrap_or(0))
         .collect();
-    let (body_ops, body_externals, body_outputs) =
-        (ops.clone(), externals.clone(), outputs.clone());
+    let instructions: Vec<Instruction> = ops.iter().cloned().map(Instruction::Op).collect();
+    let (body_externals, body_outputs) = (externals.clone(), outputs.clone());
     let body = move |args: &[Array]| -> Result<Vec<Array>> {
         let mut run = Run {
             slots: vec![None; slots],
@@ -427,8 +427,6 @@ fn compiled_run(ops: Vec<OpCall>, reads: &[u32], slots: usize, device: Device) -
         for (&s, a) in body_externals.iter().zip(args) {
             run.slots[s] = Some(a.clone());
         }
-        let instructions: Vec<Instruction> =
-            body_ops.iter().cloned().map(Instruction::Op).collect();
         run.block(&instructions)?;
         body_outputs.iter().map(|&s| run.read(s)).collect()
     };

@@ -86,13 +86,11 @@ pub(super) fn worker_stream(device: Device) -> mlx_rs::Stream {
         mlx_sys::mlx_stream_free(unbound);
         status == 0 && handle.ctx == stream.as_ptr().ctx
     };
-    if replaced {
-        stream
-    } else {
+    if !replaced {
         // (an ordinary stream: `callers_may_run` is false for it from now)
         UNBOUND_FAILED.store(true, Ordering::Relaxed);
-        stream
     }
+    stream
 }
 
 /// Makes `stream` MLX's default stream of its device on this thread (MLX
