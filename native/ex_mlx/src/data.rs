@@ -7,7 +7,7 @@ use rustler::env::{OwnedEnv, SavedTerm};
 use rustler::{Binary, Encoder, Env, NifResult, Resource, ResourceArc, Term};
 
 use crate::args::{Data, DeviceArg, ShapeArg, Tag, Tensor, TypeArg};
-use crate::reply::{done_at_once, read_on_caller, submit, AsyncResult};
+use crate::reply::{done_at_once, submit, submit_read, AsyncResult};
 use crate::tensor::{NewTensor, TensorRef};
 use crate::term::error_tuple;
 
@@ -189,13 +189,8 @@ where
     T: Encoder + Send + 'static,
     F: FnOnce(&TensorRef, HostBuffer) -> Result<T> + Send + 'static,
 {
-    let (device, target) = (tensor.device, tensor.clone());
-    let work = move || {
+    submit_read(env, tag, tensor, |tensor| {
         let buffer = HostBuffer::new(&tensor.array()?)?;
-        read(&tensor, buffer)
-    };
-    match read_on_caller(env, tag, &target, work) {
-        Ok(done) => Ok(done),
-        Err(work) => submit(env, tag, device, work),
-    }
+        read(tensor, buffer)
+    })
 }

@@ -147,31 +147,32 @@ pub fn computed_at_once(tag: Tag, array: mlx_rs::Array, device: Device) -> Optio
 /// returns well within a millisecond.
 pub const CALLER_WORK: u64 = 1 << 16;
 
-/// A read of `tensor` (`work`, on a reference tag) run on the calling
-/// thread when evaluating `tensor` computes at most [`CALLER_WORK`]
-/// elements (`Tensor::work_to_evaluate`) and
-/// `ex_mlx_core::worker::run_on_caller` allows it: `{:ok, value}` or the
-/// error, as the worker would reply. `Err(work)`, unused, otherwise.
-pub fn read_on_caller<T, F>(
-    env: Env,
-    tag: Tag,
-    tensor: &TensorRef,
-    work: F,
-) -> std::result::Result<Submitted, F>
+/// [`submit`] for a read of `tensor` (`read(&tensor)`, on a reference
+/// tag): on the calling thread when evaluating `tensor` computes at most
+/// [`CALLER_WORK`] elements (`Tensor::work_to_evaluate`) and
+/// `ex_mlx_core::worker::run_on_caller` allows it, replying `{:ok, value}`
+/// or the error as the worker would; otherwise queued.
+pub fn submit_read<T, F>(env: Env, tag: Tag, tensor: TensorRef, read: F) -> AsyncResult
 where
     T: Encoder + Send + 'static,
-    F: FnOnce() -> Result<T>,
+    F: FnOnce(&TensorRef) -> Result<T> + Send + 'static,
 {
+    let device = tensor.device;
     let small = tensor
         .work_to_evaluate()
         .is_some_and(|work| work <= CALLER_WORK);
+    let work = move || read(&tensor);
     if !small || tag.0.get_type() != rustler::TermType::Ref {
-        return Err(work);
+        return submit(env, tag, device, work);
     }
     let started = Instant::now();
-    let result = worker::run_on_caller(tensor.device, work)?;
-    charge_for(env, started);
-    Ok(Submitted::Done(AssertUnwindSafe(Box::new(Reply(result)))))
+    match worker::run_on_caller(device, work) {
+        Ok(result) => {
+            charge_for(env, started);
+            Ok(Submitted::Done(AssertUnwindSafe(Box::new(Reply(result)))))
+        }
+        Err(work) => submit(env, tag, device, work),
+    }
 }
 
 /// A one-result op (`work`, on a deferred tag) built on the calling thread
@@ -204,22 +205,34 @@ where
         return Err(work);
     }
     let started = Instant::now();
-    let result = worker::run_on_caller(device, work)?
+    let result = worker::run_on_caller(device, work)?;
+    charge_for(env, started);
+    let tensor = Tensor::pending(device);
+    fill_deferred(&tensor, result, &expected, Some(input_work));
+    Ok(Submitted::Deferred(tensor))
+}
+
+/// Fills `target`, a deferred op's tensor, with the op's `result` made
+/// what the tag `expected`; a result of an op whose inputs' work was
+/// `input_work` records its work (see [`deferred_on_caller`]).
+fn fill_deferred<T: 'static>(
+    target: &Tensor,
+    result: Result<T>,
+    expected: &Expected,
+    input_work: Option<u64>,
+) {
+    let result = result
         .and_then(into_array)
         .and_then(|array| expected.apply(array));
-    charge_for(env, started);
-    let tensor = match result {
+    let work = match &result {
         Ok(array) => {
-            let work = work_with(input_work, &array);
-            Tensor::built_on_caller(array, device, work)
+            // (on the worker: crate::ahead; elsewhere nothing)
+            ex_mlx_core::ahead::note(array);
+            input_work.and_then(|input| work_with(input, array))
         }
-        Err(e) => {
-            let failed = Tensor::pending(device);
-            failed.fill(Err(e));
-            failed
-        }
+        Err(_) => None,
     };
-    Ok(Submitted::Deferred(tensor))
+    target.fill_with_work(result, work);
 }
 
 /// The work of evaluating `array`, built from inputs whose work is
@@ -435,17 +448,7 @@ where
         worker::submit(
             device,
             Box::new(move || {
-                let result = worker::run_caught(work)
-                    .and_then(into_array)
-                    .and_then(|array| expected.apply(array));
-                let work = match &result {
-                    Ok(array) => {
-                        ex_mlx_core::ahead::note(array);
-                        input_work.and_then(|input| work_with(input, array))
-                    }
-                    Err(_) => None,
-                };
-                target.fill_with_work(result, work);
+                fill_deferred(&target, worker::run_caught(work), &expected, input_work);
                 crate::tensor::release_later([target]);
             }),
         )?;

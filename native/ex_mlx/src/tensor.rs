@@ -158,16 +158,6 @@ impl Tensor {
         })
     }
 
-    /// A tensor whose array a calling thread built
-    /// (`crate::reply::deferred_on_caller`), evaluating which computes at
-    /// most `work` elements (`None`: unknown); recorded as computed if MLX
-    /// already computed it.
-    pub fn built_on_caller(array: Array, device: Device, work: Option<u64>) -> TensorRef {
-        let tensor = Tensor::pending(device);
-        tensor.fill_with_work(Ok(array), work);
-        tensor
-    }
-
     /// At most how many elements MLX computes to evaluate this tensor: 0
     /// when it is known to be computed, the count recorded when an op of
     /// linear cost built it (`crate::reply::submit_op`); `None` when not

@@ -8,7 +8,7 @@ use ex_mlx_core::error::Error;
 use rustler::{Encoder, Env, NifResult, Term};
 
 use crate::args::{AnyTensor, Tag, Tensor};
-use crate::reply::{done_at_once, ok, read_on_caller, submit, AsyncResult};
+use crate::reply::{done_at_once, ok, submit, submit_read, AsyncResult};
 use crate::tensor::NewTensor;
 use crate::term::{error_tuple, shape_term, DeviceTerm, NumberTerm, TypeTerm};
 
@@ -74,17 +74,12 @@ fn eval<'a>(env: Env<'a>, tag: Tag<'a>, tensor: Tensor) -> AsyncResult {
             return Ok(done);
         }
     }
-    let (device, read) = (tensor.device, tensor.clone());
-    let work = move || {
+    submit_read(env, tag, tensor, |tensor| {
         let array = tensor.array()?;
         array.eval()?;
         tensor.mark_evaluated();
         Ok(ok())
-    };
-    match read_on_caller(env, tag, &read, work) {
-        Ok(done) => Ok(done),
-        Err(work) => submit(env, tag, device, work),
-    }
+    })
 }
 
 /// `item(tag, t)`: the only element of `t` as an Elixir number.
@@ -102,10 +97,7 @@ fn item<'a>(env: Env<'a>, tag: Tag<'a>, tensor: Tensor) -> AsyncResult {
             }
         }
     }
-    let (device, read) = (tensor.device, tensor.clone());
-    let work = move || Ok(NumberTerm(ex_mlx_core::item::item(&tensor.array()?)?));
-    match read_on_caller(env, tag, &read, work) {
-        Ok(done) => Ok(done),
-        Err(work) => submit(env, tag, device, work),
-    }
+    submit_read(env, tag, tensor, |tensor| {
+        Ok(NumberTerm(ex_mlx_core::item::item(&tensor.array()?)?))
+    })
 }
