@@ -719,32 +719,52 @@ mod fusion_tests {
         }
     }
 
+    /// A program of `inputs` inputs and `constants` constants that is one
+    /// loop over all the inputs: while `condition` (writing `test`), `body`
+    /// gives `next`; the outputs are the loop's `results`.
+    fn one_loop(
+        (inputs, constants): (usize, usize),
+        (condition, test): (Vec<Instruction>, usize),
+        (body, next): (Vec<Instruction>, &[usize]),
+        results: &[usize],
+    ) -> Program {
+        Program::new(
+            inputs,
+            constants,
+            vec![Instruction::Loop(Loop::new(
+                (0..inputs).collect(),
+                Block {
+                    instructions: condition,
+                    outputs: vec![test],
+                },
+                Block {
+                    instructions: body,
+                    outputs: next.to_vec(),
+                },
+            ))],
+            results.to_vec(),
+        )
+        .unwrap()
+    }
+
     #[test]
     fn groups_inside_loops_are_fused_too() {
         // while i < 3: x = tanh(x * c + c); i = i + 1
         let make = || {
-            Program::new(
-                2,
-                2,
-                vec![Instruction::Loop(Loop::new(
-                    vec![0, 1],
-                    Block {
-                        instructions: vec![elementwise(Op::less, &[5, 3])],
-                        outputs: vec![6],
-                    },
-                    Block {
-                        instructions: vec![
-                            elementwise(Op::multiply, &[4, 2]),
-                            elementwise(Op::add, &[7, 2]),
-                            elementwise(Op::tanh, &[8]),
-                            elementwise(Op::add, &[5, 3]),
-                        ],
-                        outputs: vec![9, 10],
-                    },
-                ))],
-                vec![11],
+            one_loop(
+                (2, 2),
+                (vec![elementwise(Op::less, &[5, 3])], 6),
+                (
+                    vec![
+                        elementwise(Op::multiply, &[4, 2]),
+                        elementwise(Op::add, &[7, 2]),
+                        elementwise(Op::tanh, &[8]),
+                        elementwise(Op::add, &[5, 3]),
+                    ],
+                    &[9, 10],
+                ),
+                &[11],
             )
-            .unwrap()
         };
         // (the loop counts with the constant 3 as its bound and its step:
         // i + 3 reaches 3 after one step; so one step, checked below)
@@ -803,29 +823,21 @@ mod fusion_tests {
     // while i < 5 { i += 1; x = tanh(x * c + c) * c }: slots 0 (i), 1 (x),
     // 2 (5), 3 (1), 4 (c); state 5, 6; condition 7; body 8..12; results 13, 14.
     fn tanh_loop() -> Program {
-        Program::new(
-            2,
-            3,
-            vec![Instruction::Loop(Loop::new(
-                vec![0, 1],
-                Block {
-                    instructions: vec![elementwise(Op::less, &[5, 2])],
-                    outputs: vec![7],
-                },
-                Block {
-                    instructions: vec![
-                        elementwise(Op::add, &[5, 3]),
-                        elementwise(Op::multiply, &[6, 4]),
-                        elementwise(Op::add, &[9, 4]),
-                        elementwise(Op::tanh, &[10]),
-                        elementwise(Op::multiply, &[11, 4]),
-                    ],
-                    outputs: vec![8, 12],
-                },
-            ))],
-            vec![13, 14],
+        one_loop(
+            (2, 3),
+            (vec![elementwise(Op::less, &[5, 2])], 7),
+            (
+                vec![
+                    elementwise(Op::add, &[5, 3]),
+                    elementwise(Op::multiply, &[6, 4]),
+                    elementwise(Op::add, &[9, 4]),
+                    elementwise(Op::tanh, &[10]),
+                    elementwise(Op::multiply, &[11, 4]),
+                ],
+                &[8, 12],
+            ),
+            &[13, 14],
         )
-        .unwrap()
     }
 
     #[test]
@@ -873,45 +885,21 @@ mod fusion_tests {
 
     #[test]
     fn runs_of_fewer_ops_than_a_compiled_run_stay_as_they_are() {
-        let mut p = Program::new(
-            1,
-            0,
-            vec![Instruction::Loop(Loop::new(
-                vec![0],
-                Block {
-                    instructions: vec![],
-                    outputs: vec![1],
-                },
-                Block {
-                    instructions: vec![],
-                    outputs: vec![1],
-                },
-            ))],
-            vec![2],
-        )
-        .unwrap();
+        let mut p = one_loop((1, 0), (vec![], 1), (vec![], &[1]), &[2]);
         assert!(!p.fuse_with_mlx_compile(Device::Cpu));
         // a body of two ops: while i < 5 { i += 1; x = x * c }
-        let mut p = Program::new(
-            2,
-            2,
-            vec![Instruction::Loop(Loop::new(
-                vec![0, 1],
-                Block {
-                    instructions: vec![elementwise(Op::less, &[4, 2])],
-                    outputs: vec![6],
-                },
-                Block {
-                    instructions: vec![
-                        elementwise(Op::add, &[4, 3]),
-                        elementwise(Op::multiply, &[5, 3]),
-                    ],
-                    outputs: vec![7, 8],
-                },
-            ))],
-            vec![9, 10],
-        )
-        .unwrap();
+        let mut p = one_loop(
+            (2, 2),
+            (vec![elementwise(Op::less, &[4, 2])], 6),
+            (
+                vec![
+                    elementwise(Op::add, &[4, 3]),
+                    elementwise(Op::multiply, &[5, 3]),
+                ],
+                &[7, 8],
+            ),
+            &[9, 10],
+        );
         assert!(!p.fuse_with_mlx_compile(Device::Cpu));
         assert!(!p.fused());
     }
