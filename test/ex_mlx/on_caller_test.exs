@@ -5,7 +5,7 @@ defmodule ExMLX.OnCallerTest do
   # tests force the choice (a test hook) and so run alone.
   use ExUnit.Case, async: false
 
-  alias ExMLX.Native
+  alias ExMLX.{Call, Native}
 
   setup do
     on_exit(fn -> Native.set_callers_run_for_test(:when_crowded) end)
@@ -123,6 +123,96 @@ defmodule ExMLX.OnCallerTest do
     assert made >= 2
     error = assert_raise ExMLX.Error, fn -> ExMLX.Call.run(&Native.eval(&1, ref)) end
     assert error.message == "shape: cannot reshape {16} (16 elements) to {7} (7 elements)"
+  end
+
+  # A program computing sum(2 · exp(x)): straight-line ops of linear cost.
+  defp exp_sum do
+    instructions = [
+      {:exp, [0], [], :any, 1},
+      {:add, [1, 1], [], :any, 1},
+      {:sum, [2], [nil, false], :any, 1}
+    ]
+
+    Native.program_new(:cpu, 1, [], instructions, [3], false)
+  end
+
+  # A call's one float32 output, of `shape`.
+  defp start(program, inputs, shape \\ {}) do
+    [out] = Native.program_start(program, Enum.map(inputs, & &1.ref), [{:f, 32}]) |> Call.value()
+    %ExMLX.Tensor{ref: out, shape: shape, type: {:f, 32}, device: :cpu}
+  end
+
+  test "a call of a small program of linear ops runs on the calling thread once its work is known" do
+    program = exp_sum()
+    x = ExMLX.iota({:f, 32}, {16}) |> ExMLX.divide(ExMLX.full(8.0, {:f, 32}, {})) |> ExMLX.eval()
+
+    # the first call measures the program's work, on the worker
+    callers_run(:never)
+    before = runs()
+    on_worker = start(program, [x]) |> ExMLX.to_binary()
+    assert runs() == before
+
+    # the call, and the read of its computed output
+    {on_caller, made} = on_caller(1, fn -> start(program, [x]) |> ExMLX.to_binary() end)
+    assert made >= 1
+    # the same MLX kernels on the same stream: the same bits
+    assert on_caller == on_worker
+
+    <<got::float-32-little>> = on_caller
+    expected = Enum.sum(for i <- 0..15, do: 2 * :math.exp(i / 8))
+    assert_in_delta got, expected, expected * 1.0e-6
+  end
+
+  test "programs of unknown or large work run on the worker" do
+    # a product grows faster than the elements it reads
+    a = ExMLX.iota({:f, 32}, {4, 4}) |> ExMLX.eval()
+    product = Native.program_new(:cpu, 1, [], [{:matmul, [0, 0], [], :any, 1}], [1], false)
+    start(product, [a], {4, 4}) |> ExMLX.to_binary()
+    {got, made} = off_caller(fn -> start(product, [a], {4, 4}) |> ExMLX.to_binary() end)
+    assert made == 0
+    # (a·a)[0][0] = 0·0 + 1·4 + 2·8 + 3·12
+    <<first::float-32-little, _::binary>> = got
+    assert first == 56.0
+
+    # 100,000 inputs and as many of each op's results: past a caller's share
+    large = ExMLX.full(0.0, {:f, 32}, {100_000}) |> ExMLX.eval()
+    program = exp_sum()
+    start(program, [large]) |> ExMLX.to_binary()
+    {total, made} = off_caller(fn -> start(program, [large]) |> ExMLX.item() end)
+    assert made == 0
+    assert total == 200_000.0
+
+    # a call on inputs of other shapes than the measured run's is not known
+    small = ExMLX.iota({:f, 32}, {3}) |> ExMLX.eval()
+    {total, made} = off_caller(fn -> start(program, [small]) |> ExMLX.item() end)
+    assert made == 0
+    assert_in_delta total, 2 * (1 + :math.exp(1) + :math.exp(2)), 1.0e-4
+  end
+
+  test "an error of a program run on the calling thread is raised where its outputs are read" do
+    program = exp_sum()
+    x = ExMLX.iota({:f, 32}, {16}) |> ExMLX.eval()
+    callers_run(:never)
+    start(program, [x]) |> ExMLX.to_binary()
+    held = ExMLX.iota({:s, 32}, {100_000}) |> ExMLX.eval()
+
+    # (the limit is set after `on_caller` readied the worker, which makes a tensor)
+    {out, made} =
+      on_caller(1, fn ->
+        old = ExMLX.Memory.set_memory_limit(1024)
+
+        try do
+          start(program, [x])
+        after
+          ExMLX.Memory.set_memory_limit(old)
+        end
+      end)
+
+    assert made >= 1
+    error = assert_raise ExMLX.Error, fn -> ExMLX.to_binary(out) end
+    assert error.kind == :out_of_memory
+    assert error.message =~ "memory limit of 1024 bytes"
+    assert ExMLX.to_binary(held) |> byte_size() == 400_000
   end
 
   test "many processes running small work on their own threads each get their own results" do

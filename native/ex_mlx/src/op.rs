@@ -67,13 +67,7 @@ fn op<'a>(
 /// computes (`crate::reply::submit_op` adds its result's); `None` for any
 /// other op, or an input whose work is not known.
 fn work_on_caller(op: Op, inputs: &[TensorRef]) -> Option<u64> {
-    let linear = match op.family() {
-        "unary" | "binary" | "creation" | "shape" => true,
-        // (a window reduction reads each element once per window)
-        "reduce" => !op.name().starts_with("window_"),
-        _ => false,
-    };
-    if !linear {
+    if !ex_mlx_core::ops::linear_cost(op) {
         return None;
     }
     inputs.iter().try_fold(0u64, |total, t| {

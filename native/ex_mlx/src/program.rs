@@ -108,7 +108,8 @@ fn program_new<'a>(
     let mut built =
         build(device.0, inputs, constants, instructions, outputs).map_err(error_tuple)?;
     built.program.prepare(built.device, fuse);
-    if built.program.runs_on_caller() {
+    let cpu = built.device.kind() == Kind::Cpu;
+    if built.program.runs_on_caller() || (cpu && built.program.measures_work()) {
         compute_constants(&built);
     }
     Ok(ResourceArc::new(built))
@@ -336,38 +337,110 @@ fn program_start<'a>(
     if let Some(outputs) = run_on_caller(&program, &inputs, &types) {
         return Ok(outputs);
     }
+    let (program, inputs, types) = match mlx_on_caller(env, program, inputs, types) {
+        Ok(outputs) => return Ok(outputs),
+        Err(call) => call,
+    };
     let device = program.device;
     let count = types.len();
     let watch = watch_caller(env, &program);
     reply::pending(device, count, move || {
-        let outputs = program
-            .run(&inputs, watch.as_deref())?
-            .into_iter()
-            .zip(&types)
-            .map(|(a, &dtype)| {
-                let a = if a.dtype() == dtype {
-                    a
-                } else {
-                    a.as_dtype(dtype)?
-                };
-                memory::check_allocation(a.nbytes())?;
-                Ok(a)
-            })
-            .collect::<Result<Vec<_>>>()?;
-        // All outputs at once, here on the worker: reading them then costs
-        // no further evaluation (one per output otherwise), and a loop of
-        // compiled calls (a training loop feeding each step's parameters to
-        // the next) does not grow one graph across its calls.
-        mlx_rs::transforms::eval(&outputs)?;
-        // (an input computed on the way, such as a lazy slice, is computed
-        // for the next call too, which may then run on its caller's thread)
-        for t in &inputs {
-            t.mark_if_computed();
-        }
+        let outputs = computed_outputs(&program, &inputs, &types, watch.as_deref())?;
         crate::tensor::release_later(inputs);
         Ok(outputs)
     })
     .map_err(error_tuple)
+}
+
+/// A call's inputs and the types of its outputs.
+type Call = (ResourceArc<ProgramResource>, Vec<TensorRef>, Vec<Dtype>);
+
+/// A call of `program` on `inputs`, its outputs computed and of `types`.
+fn computed_outputs(
+    program: &ProgramResource,
+    inputs: &[TensorRef],
+    types: &[Dtype],
+    watch: Option<&CallerWatch>,
+) -> Result<Vec<Array>> {
+    let outputs = program
+        .run(inputs, watch)?
+        .into_iter()
+        .zip(types)
+        .map(|(a, &dtype)| {
+            let a = if a.dtype() == dtype {
+                a
+            } else {
+                a.as_dtype(dtype)?
+            };
+            memory::check_allocation(a.nbytes())?;
+            Ok(a)
+        })
+        .collect::<Result<Vec<_>>>()?;
+    // All outputs at once: reading them then costs no further evaluation
+    // (one per output otherwise), and a loop of compiled calls (a training
+    // loop feeding each step's parameters to the next) does not grow one
+    // graph across its calls.
+    mlx_rs::transforms::eval(&outputs)?;
+    // (an input computed on the way, such as a lazy slice, is computed
+    // for the next call too, which may then run on its caller's thread)
+    for t in inputs {
+        t.mark_if_computed();
+    }
+    Ok(outputs)
+}
+
+/// The call run by MLX on the calling thread
+/// (`ex_mlx_core::worker::run_on_caller`), when the program's work on
+/// inputs of these shapes is known (`Program::work_for`: straight-line ops
+/// of linear cost, measured by an earlier run) and, with what evaluating
+/// its inputs and constants computes, at most `reply::CALLER_WORK`
+/// elements: its outputs, computed, or each holding the run's error, as
+/// the worker would give them. The call back otherwise, for the worker.
+fn mlx_on_caller(
+    env: Env,
+    program: ResourceArc<ProgramResource>,
+    inputs: Vec<TensorRef>,
+    types: Vec<Dtype>,
+) -> std::result::Result<Vec<TensorRef>, Call> {
+    let small = || {
+        let shapes = inputs
+            .iter()
+            .map(|t| Some(t.info().ok()??.0))
+            .collect::<Option<Vec<_>>>()?;
+        let shapes: Vec<&[i64]> = shapes.iter().map(Vec::as_slice).collect();
+        let own = program.program.work_for(&shapes)?;
+        inputs
+            .iter()
+            .chain(&program.constants)
+            .try_fold(own, |total, t| total.checked_add(t.work_to_evaluate()?))
+            .filter(|&work| work <= reply::CALLER_WORK)
+    };
+    if small().is_none() {
+        return Err((program, inputs, types));
+    }
+    let device = program.device;
+    let started = std::time::Instant::now();
+    let call = || computed_outputs(&program, &inputs, &types, None);
+    match ex_mlx_core::worker::run_on_caller(device, call) {
+        Ok(Ok(outputs)) => {
+            reply::charge_for(env, started);
+            Ok(outputs
+                .into_iter()
+                .map(|a| crate::tensor::Tensor::wrap(a, device, true))
+                .collect())
+        }
+        Ok(Err(e)) => {
+            reply::charge_for(env, started);
+            Ok((0..types.len())
+                .map(|_| {
+                    let failed = crate::tensor::Tensor::pending(device);
+                    failed.fill(Err(e.clone()));
+                    failed
+                })
+                .collect())
+        }
+        Err(_) => Err((program, inputs, types)),
+    }
 }
 
 /// The program run on the calling thread (`Program::run_on_caller`): its

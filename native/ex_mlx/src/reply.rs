@@ -247,7 +247,7 @@ fn work_with(input_work: u64, array: &mlx_rs::Array) -> Option<u64> {
 /// Charges the calling process for the time since `started` that its NIF
 /// held the scheduler (a timeslice is about 1 ms), as a NIF that waited in
 /// vain for the worker is charged (see `queue`).
-fn charge_for(env: Env, started: Instant) {
+pub fn charge_for(env: Env, started: Instant) {
     let percent = (started.elapsed().as_micros() / 10).min(100) as i32;
     if percent > 0 {
         rustler::schedule::consume_timeslice(env, percent);

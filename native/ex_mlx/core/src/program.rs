@@ -31,7 +31,7 @@ use crate::fusion::FusedProgram;
 use crate::host_tensor::HostTensor;
 use crate::ops::params::Param;
 use crate::ops::table::Op;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 /// How deeply loops and branches nest (programs from outside are checked
 /// against it; running and checking recurse this deep).
@@ -43,6 +43,7 @@ mod passes;
 mod run;
 #[cfg(test)]
 mod tests;
+mod work;
 
 use check::{check_block, Scope};
 use passes::{
@@ -225,6 +226,11 @@ pub struct Program {
     /// Whether calls may run on the calling thread (`run_on_caller`, crate's
     /// `program::on_caller`).
     on_caller: AtomicBool,
+    /// Whether the program is straight-line ops of linear cost, whose work
+    /// a run measures (crate's `program::work`).
+    linear: bool,
+    /// That work, measured by the first run.
+    work: OnceLock<work::Measured>,
 }
 
 impl Program {
@@ -250,6 +256,7 @@ impl Program {
         let reads = read_counts(&main, scope.next());
         fold_rearrangements(&mut main, &reads);
         let loops = has_loops(&main);
+        let linear = work::linear_straight_line(&main);
         Ok(Program {
             inputs,
             constants,
@@ -258,6 +265,8 @@ impl Program {
             loops,
             fused: None,
             on_caller: AtomicBool::new(false),
+            linear,
+            work: OnceLock::new(),
         })
     }
 
@@ -443,6 +452,7 @@ impl Program {
             floats,
         };
         run.block(&self.main.instructions)?;
+        self.record_work(&run);
         self.main.outputs.iter().map(|&s| run.read(s)).collect()
     }
 }

@@ -25,6 +25,20 @@ pub mod table;
 pub mod window;
 
 use crate::error::{Error, Result};
+use table::Op;
+
+/// Whether MLX's cost for `op` grows with the elements it reads and writes
+/// and no faster: element-wise ops, creations, rearrangements and
+/// reductions that are not over windows (a window reduction reads each
+/// element once per window; products, sorts, convolutions and the like
+/// grow faster).
+pub fn linear_cost(op: Op) -> bool {
+    match op.family() {
+        "unary" | "binary" | "creation" | "shape" => true,
+        "reduce" => !op.name().starts_with("window_"),
+        _ => false,
+    }
+}
 
 /// Checks that each named list has `expected` entries (`what` says what
 /// they are for, in the error).

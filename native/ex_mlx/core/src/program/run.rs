@@ -46,6 +46,22 @@ impl Run<'_> {
         }
     }
 
+    /// The shape of the value in `slot`, if written.
+    pub(super) fn shape(&self, slot: usize) -> Option<Vec<i32>> {
+        match (self.slots.get(slot)?, self.host.get(slot)?) {
+            (Some(a), _) => Some(a.shape().to_vec()),
+            (None, Some(h)) => Some(h.shape.clone()),
+            (None, None) => None,
+        }
+    }
+
+    /// The number of elements of the value in `slot`, if written.
+    pub(super) fn elements(&self, slot: usize) -> Option<u64> {
+        self.shape(slot)?
+            .iter()
+            .try_fold(1u64, |n, &d| n.checked_mul(u64::try_from(d).ok()?))
+    }
+
     /// Writes `slot`: an MLX array, or values known here (whose array is
     /// made when it is read).
     fn write(&mut self, slot: usize, a: Option<Array>, host: Option<HostTensor>) {
