@@ -38,6 +38,8 @@ use std::sync::{Arc, OnceLock};
 pub const MAX_DEPTH: usize = 64;
 
 mod check;
+#[cfg(test)]
+mod loop_tests;
 mod on_caller;
 mod passes;
 mod run;
@@ -50,6 +52,7 @@ use passes::{
     any_instruction, compile_runs, fold_rearrangements, fuse_block, has_loops,
     keep_boolean_conditions, read_counts,
 };
+pub use run::loop_times;
 use run::Run;
 
 /// One op: its input slots, parameters, the type each result is cast to (if
@@ -365,6 +368,7 @@ impl Program {
                 host: vec![None; slots],
                 stop: &|| false,
                 floats: false,
+                pipelined: false,
             };
             run.slots.resize(slots, None);
             run.block(&main.instructions)?;
@@ -398,6 +402,20 @@ impl Program {
         inputs: Vec<Array>,
         constants: Vec<Array>,
         stop: &dyn Fn() -> bool,
+    ) -> Result<Vec<Array>> {
+        // (a GPU computes while the worker builds: its loops are pipelined)
+        let pipelined = !crate::device::Device::current_is_cpu();
+        self.run_with(inputs, constants, stop, pipelined)
+    }
+
+    /// [`Program::run_until`], its loops pipelined or not (crate's
+    /// `program::run`: `Run::pipelined_steps`).
+    fn run_with(
+        &self,
+        inputs: Vec<Array>,
+        constants: Vec<Array>,
+        stop: &dyn Fn() -> bool,
+        pipelined: bool,
     ) -> Result<Vec<Array>> {
         if inputs.len() != self.inputs || constants.len() != self.constants {
             return Err(Error::arg(
@@ -450,6 +468,7 @@ impl Program {
             host,
             stop,
             floats,
+            pipelined,
         };
         run.block(&self.main.instructions)?;
         self.record_work(&run);

@@ -423,6 +423,7 @@ fn compiled_run(ops: Vec<OpCall>, reads: &[u32], slots: usize, device: Device) -
             host: vec![None; slots],
             stop: &|| false,
             floats: false,
+            pipelined: false,
         };
         for (&s, a) in body_externals.iter().zip(args) {
             run.slots[s] = Some(a.clone());

@@ -2,6 +2,8 @@
 //! calling worker (crate::program's `Program::run_until`).
 
 use std::ops::Range;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Instant;
 
 use mlx_rs::Array;
 
@@ -22,7 +24,42 @@ pub(super) struct Run<'a> {
     pub(super) stop: &'a dyn Fn() -> bool,
     /// Whether float32 tensors may be computed here (a CPU run).
     pub(super) floats: bool,
+    /// Whether a loop whose condition the device computes builds each
+    /// step while the device still computes the one before (a GPU run:
+    /// [`Run::pipelined_steps`]).
+    pub(super) pipelined: bool,
 }
+
+/// Where loops' time went, over every program run in this process: steps
+/// run, time building them (the interpreter and MLX's graph: conditions and
+/// bodies), and time waiting for the device to compute a condition or a
+/// state (evaluations the loop itself asks for). A profile for benchmarks;
+/// [`loop_times`] reads it.
+static LOOP_STEPS: AtomicU64 = AtomicU64::new(0);
+static LOOP_BUILDING_NS: AtomicU64 = AtomicU64::new(0);
+static LOOP_WAITING_NS: AtomicU64 = AtomicU64::new(0);
+
+/// Loops' steps, and nanoseconds building and waiting (see [`LOOP_STEPS`]),
+/// since the process started.
+pub fn loop_times() -> (u64, u64, u64) {
+    (
+        LOOP_STEPS.load(Ordering::Relaxed),
+        LOOP_BUILDING_NS.load(Ordering::Relaxed),
+        LOOP_WAITING_NS.load(Ordering::Relaxed),
+    )
+}
+
+/// Adds the time since `since` to `total`; now.
+fn charge(total: &AtomicU64, since: Instant) -> Instant {
+    let now = Instant::now();
+    total.fetch_add((now - since).as_nanos() as u64, Ordering::Relaxed);
+    now
+}
+
+/// A loop whose condition the device computes is pipelined
+/// ([`Run::pipelined_steps`]) once it has run this many steps: a loop that
+/// ends sooner computes no step it does not need.
+pub(super) const PIPELINE_AFTER: usize = 4;
 
 /// A loop evaluates its state every this many steps when its condition
 /// is known without evaluating anything, so that the state's graph stays
@@ -210,6 +247,7 @@ impl Run<'_> {
             self.write(l.state + k, v, host);
         }
         let mut step = 0usize;
+        let mut since = Instant::now();
         loop {
             if (self.stop)() {
                 return Err(Error::Cancelled(
@@ -223,6 +261,12 @@ impl Run<'_> {
             // stays shallow, and a value a step replaced has no reference
             // left (MLX may reuse its buffer).
             step += 1;
+            if self.pipelined && self.host[pred].is_none() && step > PIPELINE_AFTER {
+                charge(&LOOP_BUILDING_NS, since);
+                self.pipelined_steps(l, state.clone())?;
+                break;
+            }
+            since = charge(&LOOP_BUILDING_NS, since);
             if self.host[pred].is_none() || step.is_multiple_of(EVAL_STATE_EVERY) {
                 let p = if self.host[pred].is_none() {
                     Some(self.read(pred)?)
@@ -234,32 +278,13 @@ impl Run<'_> {
                 mlx_rs::transforms::eval(now)?;
             }
             let go = self.truthy(pred)?;
+            since = charge(&LOOP_WAITING_NS, since);
             if !go {
                 self.clear(state.end..l.results);
                 break;
             }
-            self.block(&l.body.instructions)?;
-            let next: Vec<(Option<Array>, Option<HostTensor>)> = l
-                .body
-                .outputs
-                .iter()
-                .map(|&s| (self.slots[s].clone(), self.host[s].clone()))
-                .collect();
-            // The step's new values are checked against the memory limit
-            // as every new tensor is (crate::memory::check_allocation).
-            let fresh: usize = l
-                .body
-                .outputs
-                .iter()
-                .zip(&next)
-                .filter(|(&s, _)| s >= state.end)
-                .map(|(_, (a, _))| a.as_ref().map_or(0, |a| a.nbytes()))
-                .sum();
-            memory::check_allocation(fresh)?;
-            self.clear(l.state..l.results);
-            for (k, (v, h)) in next.into_iter().enumerate() {
-                self.write(l.state + k, v, h);
-            }
+            self.step(l, &state)?;
+            LOOP_STEPS.fetch_add(1, Ordering::Relaxed);
         }
         for k in 0..n {
             let v = self.slots[l.state + k].take();
@@ -267,6 +292,86 @@ impl Run<'_> {
             self.host[l.results + k] = self.host[l.state + k].take();
         }
         Ok(())
+    }
+
+    /// One step of `l`: its body on the state in `state`, whose slots then
+    /// hold the next state.
+    fn step(&mut self, l: &Loop, state: &Range<usize>) -> Result<()> {
+        self.block(&l.body.instructions)?;
+        let next: Vec<(Option<Array>, Option<HostTensor>)> = l
+            .body
+            .outputs
+            .iter()
+            .map(|&s| (self.slots[s].clone(), self.host[s].clone()))
+            .collect();
+        // The step's new values are checked against the memory limit
+        // as every new tensor is (crate::memory::check_allocation).
+        let fresh: usize = l
+            .body
+            .outputs
+            .iter()
+            .zip(&next)
+            .filter(|(&s, _)| s >= state.end)
+            .map(|(_, (a, _))| a.as_ref().map_or(0, |a| a.nbytes()))
+            .sum();
+        memory::check_allocation(fresh)?;
+        self.clear(l.state..l.results);
+        for (k, (v, h)) in next.into_iter().enumerate() {
+            self.write(l.state + k, v, h);
+        }
+        Ok(())
+    }
+
+    /// The rest of loop `l`, whose state is in `state` and whose condition
+    /// on it was just built and is not known here: while the device
+    /// computes a step and its condition, the next step and its condition
+    /// are built and queued (MLX's `async_eval`), then the condition is
+    /// read. When it is false the state is the loop's result and the step
+    /// built ahead is dropped unread (the device may have computed it: one
+    /// step of work, once a loop ends); an error building that step is
+    /// raised only when the step is needed. A loop's body has no effect
+    /// but its values (ExMLX.Compiler runs a loop with a hook on
+    /// Nx.Defn.Evaluator), so the results are those of a loop that builds
+    /// a step only once its condition is read.
+    fn pipelined_steps(&mut self, l: &Loop, state: Range<usize>) -> Result<()> {
+        let pred = l.condition.outputs[0];
+        let mut condition = self.read(pred)?;
+        let queue = |run: &Self, condition: &Array| {
+            let mut now: Vec<&Array> = run.slots[state.clone()].iter().flatten().collect();
+            now.push(condition);
+            mlx_rs::transforms::async_eval(now)
+        };
+        let mut since = Instant::now();
+        queue(self, &condition)?;
+        loop {
+            if (self.stop)() {
+                return Err(Error::Cancelled(
+                    "the program's caller is gone; its while loop was stopped".into(),
+                ));
+            }
+            let kept: Vec<(Option<Array>, Option<HostTensor>)> = state
+                .clone()
+                .map(|s| (self.slots[s].clone(), self.host[s].clone()))
+                .collect();
+            let ahead = self.step(l, &state).and_then(|()| {
+                self.block(&l.condition.instructions)?;
+                let next = self.read(pred)?;
+                queue(self, &next)?;
+                Ok(next)
+            });
+            since = charge(&LOOP_BUILDING_NS, since);
+            let go = truthy(item::item(&condition)?);
+            since = charge(&LOOP_WAITING_NS, since);
+            if !go {
+                self.clear(l.state..l.results);
+                for (k, (v, h)) in kept.into_iter().enumerate() {
+                    self.write(l.state + k, v, h);
+                }
+                return Ok(());
+            }
+            condition = ahead?;
+            LOOP_STEPS.fetch_add(1, Ordering::Relaxed);
+        }
     }
 
     fn branch(&mut self, b: &Branch) -> Result<()> {

@@ -1,0 +1,113 @@
+//! Tests of loops whose steps are pipelined (crate's `program::run`:
+//! `Run::pipelined_steps`, on a GPU run), here forced on the CPU.
+
+use mlx_rs::Array;
+
+use super::{Block, Instruction, Loop, OpCall, Program};
+use crate::device::Device;
+use crate::ops::params::Param;
+use crate::ops::table::Op;
+use crate::worker::run_blocking;
+
+fn op(op: Op, inputs: &[usize], params: Vec<Param>) -> Instruction {
+    Instruction::Op(OpCall::new(op, inputs.to_vec(), params, None, 1))
+}
+
+/// While sum(x) < limit: x = x · 2, k = k + 1. Slots: 0 x (float32),
+/// 1 k, constants 2 (2.0), 3 (1.0), 4 (the limit); the loop's state 5, 6;
+/// its condition 7, 8; its body 9, 10; its results 11, 12.
+fn doubling() -> Program {
+    let sum_all = vec![Param::OptInts(None), Param::Bool(false)];
+    let condition = Block {
+        instructions: vec![op(Op::sum, &[5], sum_all), op(Op::less, &[7, 4], vec![])],
+        outputs: vec![8],
+    };
+    let body = Block {
+        instructions: vec![
+            op(Op::multiply, &[5, 2], vec![]),
+            op(Op::add, &[6, 3], vec![]),
+        ],
+        outputs: vec![9, 10],
+    };
+    Program::new(
+        2,
+        3,
+        vec![Instruction::Loop(Loop::new(vec![0, 1], condition, body))],
+        vec![11, 12],
+    )
+    .unwrap()
+}
+
+/// As many ones as x starts with: more than a CPU run reads into its
+/// host values (crate::host_tensor), so that the condition is MLX's.
+const X: usize = 4096;
+
+/// The loop's results from x = [1; X], k = 0, pipelined or not.
+fn run(limit: f32, pipelined: bool) -> (Vec<f32>, f32) {
+    run_blocking(Device::Cpu, move || {
+        let out = doubling().run_with(
+            vec![
+                Array::from_slice(&[1.0f32; X], &[X as i32]),
+                Array::from_f32(0.0),
+            ],
+            vec![
+                Array::from_f32(2.0),
+                Array::from_f32(1.0),
+                Array::from_f32(limit),
+            ],
+            &|| false,
+            pipelined,
+        )?;
+        Ok((out[0].as_slice::<f32>().to_vec(), out[1].item::<f32>()))
+    })
+    .unwrap()
+}
+
+#[test]
+fn a_pipelined_loop_gives_the_results_of_one_built_step_by_step() {
+    // m steps double sum(x) = X to X · 2^m: the loop stops at the first m
+    // with X · 2^m >= limit; below, m = 0, 1, the pipeline's threshold
+    // (super::run::PIPELINE_AFTER = 4) and its next step, and far past it
+    let x = X as f32;
+    for (limit, m) in [
+        (x / 2.0, 0),
+        (x * 1.5, 1),
+        (x * 16.0, 4),
+        (x * 20.0, 5),
+        (x * 500.0, 9),
+        (x * 2500.0, 12),
+    ] {
+        let want = (vec![2f32.powi(m); X], m as f32);
+        assert_eq!(run(limit, true), want, "limit {limit}, pipelined");
+        assert_eq!(run(limit, false), want, "limit {limit}");
+    }
+}
+
+#[test]
+fn a_pipelined_loop_stops_when_its_caller_is_gone() {
+    let result = run_blocking(Device::Cpu, || {
+        let steps = std::sync::atomic::AtomicUsize::new(0);
+        // the stop check runs once before each step: gone after 8
+        let stop = || steps.fetch_add(1, std::sync::atomic::Ordering::Relaxed) >= 8;
+        doubling().run_with(
+            vec![
+                Array::from_slice(&[1.0f32; X], &[X as i32]),
+                Array::from_f32(0.0),
+            ],
+            vec![
+                Array::from_f32(2.0),
+                Array::from_f32(1.0),
+                Array::from_f32(f32::INFINITY),
+            ],
+            &stop,
+            true,
+        )
+    });
+    match result {
+        Err(crate::error::Error::Cancelled(message)) => assert_eq!(
+            message,
+            "the program's caller is gone; its while loop was stopped"
+        ),
+        other => panic!("expected the loop to be cancelled, got {other:?}"),
+    }
+}
