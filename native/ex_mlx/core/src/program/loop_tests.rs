@@ -58,7 +58,10 @@ fn run(limit: f32, pipelined: bool) -> (Vec<f32>, f32) {
             &|| false,
             pipelined,
         )?;
-        Ok((out[0].as_slice::<f32>().to_vec(), out[1].item::<f32>()))
+        Ok((
+            out[0].as_slice::<f32>().to_vec(),
+            out[1].as_slice::<f32>()[0],
+        ))
     })
     .unwrap()
 }
