@@ -926,8 +926,8 @@ if Code.ensure_loaded?(Nx) do
         # [batch, free_a, contract] · [batch, contract, free_b] as batched matmuls.
         free_a = free_axes(a, contract_a ++ batch_a)
         free_b = free_axes(b, contract_b ++ batch_b)
-        lhs = op(:transpose, [ra], [batch_a ++ free_a ++ contract_a])
-        rhs = op(:transpose, [rb], [batch_b ++ contract_b ++ free_b])
+        lhs = transposed(ra, batch_a ++ free_a ++ contract_a)
+        rhs = transposed(rb, batch_b ++ contract_b ++ free_b)
 
         # One free and one contracted axis each: matmul takes the transposed
         # views as they are, its result already [batch.., free_a, free_b]
@@ -947,6 +947,13 @@ if Code.ensure_loaded?(Nx) do
         product = op(:matmul, [lhs, rhs], [])
         defer(out, :reshape, [product], [out_shape])
       end
+    end
+
+    # `ref` with its axes in the order `axes`: itself when that is their order
+    defp transposed(ref, axes) do
+      if axes == Enum.to_list(0..(length(axes) - 1)//1),
+        do: ref,
+        else: op(:transpose, [ref], [axes])
     end
 
     defp free_axes(%T{shape: shape}, used),

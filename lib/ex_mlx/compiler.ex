@@ -22,7 +22,12 @@ if Code.ensure_loaded?(Nx) do
         at the first call); in one with them, each run of 4 or more ops
         between them does (a `while` body of ops: a language model's
         decoding step), and what MLX cannot trace runs unfused. Fused
-        GPU results are close to, not bit-equal with, unfused ones.
+        GPU results are close to, not bit-equal with, unfused ones. On
+        every device, the composed forms of RMS normalization (over the
+        last axis, scaled by a weight: Bumblebee's `rms_norm` layers) and
+        of softmax (Axon's) run as MLX's `rms_norm` and `softmax` kernels
+        (`ExMLX.rms_norm/3`, `ExMLX.softmax/2`): one op each instead of five
+        to nine, with MLX's rounding (docs/numerics.md).
       * `:hooks` - a map of hook names to functions, replacing named hooks'
         functions (see below).
       * `:batch_keys` - set by `Nx.Serving`; it changes nothing here.
@@ -205,7 +210,7 @@ if Code.ensure_loaded?(Nx) do
               fn -> %{t | data: %ExMLX.Backend{ref: ref, device: device}} end
             end)
 
-          Lowering.lower(expr, params, device, hooked)
+          Lowering.lower(expr, params, device, hooked, fuse)
         end)
 
       outputs = Composite.flatten_list([result])

@@ -29,15 +29,18 @@ if Code.ensure_loaded?(Nx) do
     Evaluates `expr` on `params` (functions returning the input tensors,
     as Nx.Defn.Evaluator takes them) on `device`: `{result, hooks}`, the
     hooks being `[{callback_spec, value}]` in the order the graph runs them.
-    `hooked` names the hooks the call gives functions for (its `:hooks`).
+    `hooked` names the hooks the call gives functions for (its `:hooks`);
+    with `fuse`, the composed forms of RMS normalization and softmax are
+    recorded as MLX's fused kernels (ExMLX.Compiler.FusedKernels).
     """
-    def lower(expr, params, device, hooked \\ []) do
+    def lower(expr, params, device, hooked \\ [], fuse \\ false) do
       state = %{
         params: params,
         device: device,
         scope: lazy_scope(expr),
         nested: false,
-        hooked: MapSet.new(hooked)
+        hooked: MapSet.new(hooked),
+        fuse: fuse
       }
 
       previous = Process.put(@hooks, [])
@@ -268,7 +271,23 @@ if Code.ensure_loaded?(Nx) do
       end
     end
 
+    defp eval_apply(op, ans, %{fuse: true} = state, cache) when op in [:multiply, :divide] do
+      case ExMLX.Compiler.FusedKernels.match(ans) do
+        {:rms_norm, x, w, eps} -> fused(:rms_norm, ans, [x, w], [eps], state, cache)
+        {:softmax, x, axes} -> fused(:softmax, ans, [x], [axes], state, cache)
+        nil -> generic(op, ans, state, cache)
+      end
+    end
+
     defp eval_apply(op, ans, state, cache), do: generic(op, ans, state, cache)
+
+    # `ans` as one op of the op table on `inputs` (expressions), with `params`
+    defp fused(name, ans, inputs, params, state, cache) do
+      {values, cache} = Enum.map_reduce(inputs, cache, &eval(&1, state, &2))
+      refs = Enum.map(values, &typed_ref(&1, nil, state.device))
+      {ref, device} = Op.defer(name, refs, params, ExMLX.Backend.storage_type(ans.type))
+      {put_ref(ans, ref, device), cache}
+    end
 
     defp generic(op, ans, state, cache) do
       {args, cache} = Tree.apply_args(ans, cache, &eval(&1, state, &2))

@@ -9,6 +9,7 @@ pub mod convert;
 pub mod creation;
 pub mod cumulative;
 pub mod elementwise;
+pub mod fast;
 pub mod fft;
 pub mod gemv;
 mod householder;

@@ -41,8 +41,8 @@ use mlx_rs::{ops, Array, Dtype};
 
 use super::params::{all_axes, dim, ones, FromParam, Param, ParamKind};
 use super::{
-    bitwise, conv, convert, creation, cumulative, elementwise, fft, indexing, linalg, nx_linalg,
-    precise, reduce, shape, sort, window,
+    bitwise, conv, convert, creation, cumulative, elementwise, fast, fft, indexing, linalg,
+    nx_linalg, precise, reduce, shape, sort, window,
 };
 use crate::error::{Error, Result};
 
@@ -1157,6 +1157,30 @@ op_table! {
         irfftn(tensor; s: OptInts, axes: OptInts) -> real [nx] => fft::fftn(fft::Kind::Irfft, fft::Dims::Any, tensor, s.as_deref(), axes.as_deref());
         fftshift(tensor; axes: OptInts) -> same [nx] => fft::shift(false, tensor, axes.as_deref());
         ifftshift(tensor; axes: OptInts) -> same [nx] => fft::shift(true, tensor, axes.as_deref());
+    }
+
+    // -------------------------------------------------------------------------
+    // MLX's fused kernels (ExMLX.Compiler with `fuse: true` uses them for
+    // the composed forms: docs/numerics.md)
+    // -------------------------------------------------------------------------
+    fast {
+        /// Root-mean-square normalization over the last axis, scaled:
+        /// `x / sqrt(mean(x², last axis) + eps) · weight`, `weight` having the
+        /// last axis' size, in one MLX kernel (half-precision inputs are
+        /// normalized in float32, then rounded, then scaled).
+        ///
+        ///     iex> x = ExMLX.from_binary(<<3.0::float-32-native, 4.0::float-32-native>>, {:f, 32}, {1, 2})
+        ///     iex> ExMLX.rms_norm(x, ExMLX.full(2.0, {:f, 32}, {2}), eps: 0.0) |> ExMLX.to_list() |> Enum.map(&Float.round(&1, 4))
+        ///     [1.6971, 2.2627]
+        rms_norm(tensor, weight; eps: Float = "1.0e-5") -> same => fast::rms_norm(tensor, weight, eps);
+        /// `exp(x - max) / sum(exp(x - max))` over `:axes` (the last by
+        /// default), in one MLX kernel (half-precision inputs are computed
+        /// in float32).
+        ///
+        ///     iex> x = ExMLX.from_binary(<<0.0::float-32-native, 1.0986123::float-32-native>>, {:f, 32}, {2})
+        ///     iex> ExMLX.softmax(x) |> ExMLX.to_list() |> Enum.map(&Float.round(&1, 4))
+        ///     [0.25, 0.75]
+        softmax(tensor; axes: Ints = "[-1]") -> same => fast::softmax(tensor, &axes);
     }
 }
 

@@ -1,0 +1,147 @@
+if Code.ensure_loaded?(Nx) do
+  defmodule ExMLX.Compiler.FusedKernels do
+    @moduledoc false
+    # The composed forms of RMS normalization and softmax in an
+    # `Nx.Defn.Expr` graph, which ExMLX.Compiler with `fuse: true` records
+    # as MLX's fused kernels (the op table's `rms_norm` and `softmax`)
+    # instead of their five to nine ops (docs/numerics.md says how the
+    # results differ). The forms are those Nx gives the usual definitions
+    # (Bumblebee's `rms_norm` layers, Axon's `softmax` activation):
+    #
+    #   * RMS normalization: `normalized * w`, `normalized` being
+    #     `x * rsqrt(mean(x ** 2, last axis, keep) + eps)`, either in `x`'s
+    #     type or computed on `as_type(x, :f32)` and cast back to `x`'s type;
+    #     `w` of shape `{d}` (`x`'s last dimension), `x`, `w` and the result
+    #     of one floating type;
+    #   * softmax: `e * (1 / sum(e, axes, keep))` or `e / sum(e, axes, keep)`,
+    #     `e` being `exp(x - reduce_max(x, axes, keep))` (the maximum possibly
+    #     under `stop_grad`), `x` and the result of one floating type.
+    #
+    # The operands of `add` and `multiply` are matched in either order (Nx
+    # puts constants first). Any other form is left to the ops it is made of.
+
+    alias Nx.Defn.Expr
+    alias Nx.Tensor, as: T
+
+    @doc """
+    What `expr` (a `multiply` or `divide` node) computes, if one of the forms
+    above: `{:rms_norm, x, w, eps}` or `{:softmax, x, axes}` (`x` and `w`
+    expressions); `nil` otherwise.
+    """
+    def match(%T{data: %Expr{op: :multiply, args: [a, b]}} = expr) do
+      rms_norm(expr, a, b) || rms_norm(expr, b, a) || softmax_product(expr, a, b) ||
+        softmax_product(expr, b, a)
+    end
+
+    def match(%T{data: %Expr{op: :divide, args: [e, total]}} = expr),
+      do: softmax(expr, e, total)
+
+    def match(_expr), do: nil
+
+    # ---------------------------------------------------------------------
+    # RMS normalization
+    # ---------------------------------------------------------------------
+
+    defp rms_norm(%T{type: type} = expr, normalized, %T{type: type, shape: {d}} = w) do
+      with {:ok, %T{type: ^type, shape: shape} = x, eps} <- normalized(normalized),
+           true <-
+             floating?(type) and elem(shape, tuple_size(shape) - 1) == d and expr.shape == shape do
+        {:rms_norm, x, w, eps}
+      else
+        _ -> nil
+      end
+    end
+
+    defp rms_norm(_expr, _normalized, _w), do: nil
+
+    # `x * rsqrt(mean(x ** 2) + eps)`: `{:ok, x, eps}`, `x` being the input
+    # before an upcast to float32 that is cast back
+    defp normalized(%T{data: %Expr{op: :as_type, args: [inner]}, type: type}) do
+      with {:ok, %T{data: %Expr{op: :as_type, args: [x]}, type: {:f, 32}}, eps} <- scaled(inner),
+           %T{type: ^type} <- x do
+        {:ok, x, eps}
+      else
+        _ -> nil
+      end
+    end
+
+    defp normalized(expr), do: scaled(expr)
+
+    defp scaled(%T{data: %Expr{op: :multiply, args: [a, b]}}),
+      do: scaled(a, b) || scaled(b, a)
+
+    defp scaled(_expr), do: nil
+
+    defp scaled(x, %T{data: %Expr{op: :rsqrt, args: [variance]}}) do
+      case variance do
+        %T{data: %Expr{op: :add, args: [p, q]}} ->
+          mean_square_plus_eps(x, p, q) || mean_square_plus_eps(x, q, p)
+
+        _ ->
+          nil
+      end
+    end
+
+    defp scaled(_x, _other), do: nil
+
+    defp mean_square_plus_eps(x, eps, mean) do
+      with eps when is_float(eps) or is_integer(eps) <- constant(eps),
+           %T{data: %Expr{op: :divide, args: [total, n]}} <- mean,
+           %T{data: %Expr{op: :sum, args: [square, opts]}} <- total,
+           %T{data: %Expr{op: :pow, args: [base, two]}} <- square,
+           true <- same?(base, x) and constant(two) == 2,
+           last = tuple_size(x.shape) - 1,
+           true <- last >= 0 and opts[:axes] == [last] and opts[:keep_axes] == true,
+           true <- constant(n) == elem(x.shape, last) do
+        {:ok, x, eps * 1.0}
+      else
+        _ -> nil
+      end
+    end
+
+    # ---------------------------------------------------------------------
+    # Softmax
+    # ---------------------------------------------------------------------
+
+    # e * (1 / sum(e))
+    defp softmax_product(expr, e, %T{data: %Expr{op: :divide, args: [one, total]}}) do
+      if constant(one) == 1, do: softmax(expr, e, total)
+    end
+
+    defp softmax_product(_expr, _e, _other), do: nil
+
+    defp softmax(%T{type: type} = expr, e, total) do
+      with %T{data: %Expr{op: :sum, args: [summed, opts]}} <- total,
+           true <- same?(summed, e) and opts[:keep_axes] == true,
+           axes = opts[:axes],
+           %T{data: %Expr{op: :exp, args: [shifted]}} <- e,
+           %T{data: %Expr{op: :subtract, args: [x, max]}} <- shifted,
+           %T{data: %Expr{op: :reduce_max, args: [maxed, max_opts]}} <- without_metadata(max),
+           true <- same?(maxed, x) and max_opts[:axes] == axes and max_opts[:keep_axes] == true,
+           %T{type: ^type, shape: shape} <- x,
+           true <- floating?(type) and is_list(axes) and axes != [] and shape == expr.shape do
+        {:softmax, x, axes}
+      else
+        _ -> nil
+      end
+    end
+
+    # ---------------------------------------------------------------------
+    # Helpers
+    # ---------------------------------------------------------------------
+
+    defp without_metadata(%T{data: %Expr{op: :metadata, args: [expr, _meta]}}),
+      do: without_metadata(expr)
+
+    defp without_metadata(expr), do: expr
+
+    defp constant(%T{data: %Expr{op: :constant, args: [c]}}) when is_number(c), do: c
+    defp constant(_expr), do: nil
+
+    defp same?(%T{data: %Expr{id: id}}, %T{data: %Expr{id: id}}), do: true
+    defp same?(_a, _b), do: false
+
+    defp floating?({kind, _}), do: kind in [:f, :bf]
+    defp floating?(_type), do: false
+  end
+end
