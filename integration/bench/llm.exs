@@ -119,6 +119,35 @@ prefill = fn n ->
   end)
 end
 
+# the last prompt position's logits beside PyTorch's and mlx-lm's (files
+# scripts/llm_reference.py wrote): the largest difference over the largest
+# logit's magnitude
+our_logits =
+  forward.(model.params, %{
+    "input_ids" => ids.(prompt),
+    "attention_mask" => Nx.broadcast(Nx.tensor(1, type: :s64), {1, prompt})
+  }).logits[[0, -1, ..]]
+  |> Nx.as_type(:f32)
+  |> Nx.backend_transfer(Nx.BinaryBackend)
+
+# a runtime's logits file, as a tensor
+logits_of = fn
+  %{"logits" => path} when is_binary(path) -> path |> File.read!() |> Nx.from_binary(:f32)
+  _ -> nil
+end
+
+relative_gap = fn
+  nil, _ ->
+    nil
+
+  _, nil ->
+    nil
+
+  a, b ->
+    Nx.to_number(Nx.reduce_max(Nx.abs(Nx.subtract(a, b)))) /
+      Nx.to_number(Nx.reduce_max(Nx.abs(b)))
+end
+
 prefill_32 = prefill.(32)
 prefill_512 = prefill.(512)
 
@@ -153,12 +182,15 @@ full = Enum.min(for _ <- 1..reps, do: elem(run.(generate_new), 0))
 # where a decoding step's time goes: one more run, read from the counters
 # of programs' loops (ExMLX.Native.program_loop_times/0): time building
 # steps (the interpreter and MLX's graph) and waiting for the device
-{steps_before, building_before, waiting_before} = ExMLX.Native.program_loop_times()
+{steps_before, building_before, waiting_before, reads_before} =
+  ExMLX.Native.program_loop_times()
+
 {profiled_s, _} = run.(generate_new)
-{steps_after, building_after, waiting_after} = ExMLX.Native.program_loop_times()
+{steps_after, building_after, waiting_after, reads_after} = ExMLX.Native.program_loop_times()
 steps = max(steps_after - steps_before, 1)
 step_building = (building_after - building_before) / steps / 1.0e9
 step_waiting = (waiting_after - waiting_before) / steps / 1.0e9
+step_reads = (reads_after - reads_before) / steps
 generate_one = build.(1)
 run.(generate_one)
 one = Enum.min(for _ <- 1..reps, do: elem(run.(generate_one), 0))
@@ -189,6 +221,11 @@ gb = fn
   gigabytes -> :erlang.float_to_binary(gigabytes / 1.0, decimals: 2)
 end
 
+gap = fn
+  nil -> "—"
+  x -> :erlang.float_to_binary(x, [{:scientific, 1}])
+end
+
 ratio = fn
   _, nil -> "—"
   ours, theirs -> :erlang.float_to_binary(ours / theirs, decimals: 2) <> "×"
@@ -201,8 +238,9 @@ rows = [
   "| peak memory during generation (GB) | #{gb.(stats.peak)} | #{gb.(mlx_lm["peak_gb"])} | #{ratio.(stats.peak / 1.0e9, mlx_lm["peak_gb"])} | #{gb.(torch["peak_gb"])} | — |",
   "| steady memory after load / after generation (GB) | #{gb.(steady_after_load)} / #{gb.(stats.active)} | #{gb.(mlx_lm["active_gb"])} | — | — | — |",
   "| load (s) | #{num.(load_us / 1.0e6)} | #{num.(mlx_lm["load_s"])} | — | #{num.(torch["load_s"])} | — |",
-  "| a decoding step of one more run (#{steps_after - steps_before} steps, #{ms.(profiled_s)} ms): building / waiting for the device (ms) | #{ms.(step_building)} / #{ms.(step_waiting)} | — | — | — | — |",
+  "| a decoding step of one more run (#{steps_after - steps_before} steps, #{ms.(profiled_s)} ms): building / waiting for the device (ms), device reads | #{ms.(step_building)} / #{ms.(step_waiting)}, #{num.(step_reads)} | — | — | — | — |",
   "| first generation call: trace, compile, run (s) | #{num.(first_s)} | — | — | — | — |",
+  "| prompt's last logits against PyTorch's: largest difference ÷ largest logit | #{gap.(relative_gap.(our_logits, logits_of.(torch)))} | #{gap.(relative_gap.(logits_of.(mlx_lm), logits_of.(torch)))} | — | — | — |",
   "| leading greedy tokens equal to PyTorch's, of #{new} | #{num.(agree.(tokens, torch["tokens"]))} | #{num.(agree.(mlx_lm["tokens"], torch["tokens"]))} | — | #{new} | — |"
 ]
 

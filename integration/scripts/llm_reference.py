@@ -36,6 +36,14 @@ def emit(**fields):
     print(json.dumps(fields), flush=True)
 
 
+def save_logits(directory, runtime, logits):
+    """The last prompt position's logits as little-endian float32 in a file
+    beside the model; its path."""
+    path = os.path.join(directory, f"logits-{runtime}.f32")
+    logits.astype("<f4").tofile(path)
+    return path
+
+
 def make(directory, shape, dtype):
     if os.path.exists(os.path.join(directory, "config.json")):
         return
@@ -126,7 +134,10 @@ def run_torch(directory, device, prompt, new, reps):
             rows[cache] = None
             emit(runtime="torch", cache=cache, error=str(e)[:200])
     peak = torch.cuda.max_memory_allocated() / 1e9 if device == "cuda" else None
+    with torch.no_grad():
+        logits = model(ids).logits[0, -1].float().cpu().numpy()
     emit(runtime="torch", version=torch.__version__, threads=torch.get_num_threads(),
+         logits=save_logits(directory, "torch", logits),
          decode_dynamic=rows.get("dynamic"), decode_static=rows.get("static"),
          prefill_32_s=prefill(32), prefill_512_s=prefill(512), load_s=load_s,
          peak_gb=peak, tokens=tokens)
@@ -171,7 +182,10 @@ def run_mlx_lm(directory, device, prompt, new, reps):
 
     rate, _ = decode_rate(generate, new, reps)
     tokens = generate(new)[1]
+    logits = model(mx.array([prompt_ids(vocab, prompt)]))[0, -1].astype(mx.float32)
+    mx.eval(logits)
     emit(runtime="mlx-lm", version=__import__("mlx_lm").__version__, decode=round(rate, 1),
+         logits=save_logits(directory, "mlx-lm", __import__("numpy").array(logits)),
          prefill_32_s=prefill(32), prefill_512_s=prefill(512), load_s=load_s,
          peak_gb=mx.get_peak_memory() / 1e9, active_gb=mx.get_active_memory() / 1e9,
          tokens=tokens)

@@ -363,13 +363,13 @@ impl Program {
         let main = self.main.clone();
         let slots = self.slots;
         let body = move |args: &[Array]| -> Result<Vec<Array>> {
-            let mut run = Run {
-                slots: args.iter().cloned().map(Some).collect(),
-                host: vec![None; slots],
-                stop: &|| false,
-                floats: false,
-                pipelined: false,
-            };
+            let mut run = Run::new(
+                args.iter().cloned().map(Some).collect(),
+                vec![None; slots],
+                &|| false,
+                false,
+                false,
+            );
             run.slots.resize(slots, None);
             run.block(&main.instructions)?;
             main.outputs.iter().map(|&s| run.read(s)).collect()
@@ -463,13 +463,7 @@ impl Program {
         slots.extend(inputs.into_iter().map(Some));
         slots.extend(constants.into_iter().map(Some));
         slots.resize(self.slots, None);
-        let mut run = Run {
-            slots,
-            host,
-            stop,
-            floats,
-            pipelined,
-        };
+        let mut run = Run::new(slots, host, stop, floats, pipelined);
         run.block(&self.main.instructions)?;
         self.record_work(&run);
         self.main.outputs.iter().map(|&s| run.read(s)).collect()

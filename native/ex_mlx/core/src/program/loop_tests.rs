@@ -114,3 +114,58 @@ fn a_pipelined_loop_stops_when_its_caller_is_gone() {
         other => panic!("expected the loop to be cancelled, got {other:?}"),
     }
 }
+
+#[test]
+fn a_small_integer_state_is_read_once_when_its_loop_starts() {
+    // i = sum(ones(100)) (computed by MLX: 100 values are more than a run
+    // reads into its host values), then while i < 110: i = i + 1. Slots:
+    // 0 the ones (int32), constants 1 (1), 2 (110); 3 the sum; the loop's
+    // state 4, its condition 5, its body 6, its result 7.
+    if !crate::cpu_kernels::in_programs() {
+        return;
+    }
+    let sum_all = vec![Param::OptInts(None), Param::Bool(false)];
+    let program = Program::new(
+        1,
+        2,
+        vec![
+            op(Op::sum, &[0], sum_all),
+            Instruction::Loop(Loop::new(
+                vec![3],
+                Block {
+                    instructions: vec![op(Op::less, &[4, 2], vec![])],
+                    outputs: vec![5],
+                },
+                Block {
+                    instructions: vec![op(Op::add, &[4, 1], vec![])],
+                    outputs: vec![6],
+                },
+            )),
+        ],
+        vec![7],
+    )
+    .unwrap();
+    let (result, reads) = run_blocking(Device::Cpu, move || {
+        let mut run = super::run::Run::new(
+            vec![None; program.slots],
+            vec![None; program.slots],
+            &|| false,
+            true,
+            false,
+        );
+        run.slots[0] = Some(Array::from_slice(&[1i32; 100], &[100]));
+        // (constants are known here, as `Program::run` reads them)
+        for (slot, value) in [(1, 1), (2, 110)] {
+            let a = Array::from_int(value);
+            run.host[slot] = crate::host_tensor::HostTensor::read_integers(&a);
+            run.slots[slot] = Some(a);
+        }
+        run.block(&program.main.instructions)?;
+        let out = run.read(7)?;
+        Ok((out.as_slice::<i32>()[0], run.reads))
+    })
+    .unwrap();
+    assert_eq!(result, 110);
+    // the condition is known here at every step: no read of the device
+    assert_eq!(reads, 0);
+}

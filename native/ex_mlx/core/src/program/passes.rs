@@ -418,13 +418,13 @@ fn compiled_run(ops: Vec<OpCall>, reads: &[u32], slots: usize, device: Device) -
     let instructions: Vec<Instruction> = ops.iter().cloned().map(Instruction::Op).collect();
     let (body_externals, body_outputs) = (externals.clone(), outputs.clone());
     let body = move |args: &[Array]| -> Result<Vec<Array>> {
-        let mut run = Run {
-            slots: vec![None; slots],
-            host: vec![None; slots],
-            stop: &|| false,
-            floats: false,
-            pipelined: false,
-        };
+        let mut run = Run::new(
+            vec![None; slots],
+            vec![None; slots],
+            &|| false,
+            false,
+            false,
+        );
         for (&s, a) in body_externals.iter().zip(args) {
             run.slots[s] = Some(a.clone());
         }

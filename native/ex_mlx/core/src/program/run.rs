@@ -28,32 +28,34 @@ pub(super) struct Run<'a> {
     /// step while the device still computes the one before (a GPU run:
     /// [`Run::pipelined_steps`]).
     pub(super) pipelined: bool,
+    /// How many loops the run is inside, and the nanoseconds it waited for
+    /// the device in them and how many values it read from the device
+    /// there ([`Run::wait_for_device`]).
+    pub(super) loops: usize,
+    pub(super) waited: u64,
+    pub(super) reads: u64,
 }
 
 /// Where loops' time went, over every program run in this process: steps
-/// run, time building them (the interpreter and MLX's graph: conditions and
-/// bodies), and time waiting for the device to compute a condition or a
-/// state (evaluations the loop itself asks for). A profile for benchmarks;
-/// [`loop_times`] reads it.
+/// run, time building them (the interpreter, MLX's graph, queueing the
+/// device's work), time waiting for the device to compute a value the
+/// loop's control flow reads (its condition, a branch's predicate, a state
+/// it evaluates), and how many such reads. Outermost loops only. A profile
+/// for benchmarks; [`loop_times`] reads it.
 static LOOP_STEPS: AtomicU64 = AtomicU64::new(0);
 static LOOP_BUILDING_NS: AtomicU64 = AtomicU64::new(0);
 static LOOP_WAITING_NS: AtomicU64 = AtomicU64::new(0);
+static LOOP_READS: AtomicU64 = AtomicU64::new(0);
 
-/// Loops' steps, and nanoseconds building and waiting (see [`LOOP_STEPS`]),
-/// since the process started.
-pub fn loop_times() -> (u64, u64, u64) {
+/// Loops' steps, nanoseconds building and waiting, and reads of the
+/// device (see [`LOOP_STEPS`]), since the process started.
+pub fn loop_times() -> (u64, u64, u64, u64) {
     (
         LOOP_STEPS.load(Ordering::Relaxed),
         LOOP_BUILDING_NS.load(Ordering::Relaxed),
         LOOP_WAITING_NS.load(Ordering::Relaxed),
+        LOOP_READS.load(Ordering::Relaxed),
     )
-}
-
-/// Adds the time since `since` to `total`; now.
-fn charge(total: &AtomicU64, since: Instant) -> Instant {
-    let now = Instant::now();
-    total.fetch_add((now - since).as_nanos() as u64, Ordering::Relaxed);
-    now
 }
 
 /// A loop whose condition the device computes is pipelined
@@ -66,7 +68,27 @@ pub(super) const PIPELINE_AFTER: usize = 4;
 /// shallow.
 pub(super) const EVAL_STATE_EVERY: usize = 64;
 
-impl Run<'_> {
+impl<'a> Run<'a> {
+    /// A run over `slots` (and the values of them known here, `host`).
+    pub(super) fn new(
+        slots: Vec<Option<Array>>,
+        host: Vec<Option<HostTensor>>,
+        stop: &'a dyn Fn() -> bool,
+        floats: bool,
+        pipelined: bool,
+    ) -> Run<'a> {
+        Run {
+            slots,
+            host,
+            stop,
+            floats,
+            pipelined,
+            loops: 0,
+            waited: 0,
+            reads: 0,
+        }
+    }
+
     pub(super) fn read(&mut self, slot: usize) -> Result<Array> {
         if let Some(Some(a)) = self.slots.get(slot) {
             return Ok(a.clone());
@@ -120,8 +142,30 @@ impl Run<'_> {
     fn truthy(&mut self, slot: usize) -> Result<bool> {
         match self.host.get(slot).and_then(|h| h.as_ref()?.truthy()) {
             Some(b) => Ok(b),
-            None => Ok(truthy(item::item(&self.read(slot)?)?)),
+            None => {
+                let a = self.read(slot)?;
+                Ok(truthy(self.wait_for_device(true, || item::item(&a))?))
+            }
         }
+    }
+
+    /// `wait()`, which waits for the device to compute what control flow
+    /// reads (a read of one value when `read`), counted in a loop's
+    /// profile (see [`LOOP_STEPS`]).
+    fn wait_for_device<T>(&mut self, read: bool, wait: impl FnOnce() -> Result<T>) -> Result<T> {
+        if self.loops == 0 {
+            return wait();
+        }
+        let started = Instant::now();
+        let result = wait();
+        let waited = started.elapsed().as_nanos() as u64;
+        self.waited += waited;
+        LOOP_WAITING_NS.fetch_add(waited, Ordering::Relaxed);
+        if read {
+            self.reads += 1;
+            LOOP_READS.fetch_add(1, Ordering::Relaxed);
+        }
+        result
     }
 
     pub(super) fn block(&mut self, instructions: &[Instruction]) -> Result<()> {
@@ -238,16 +282,44 @@ impl Run<'_> {
         let n = l.initial.len();
         let state = l.state..l.state + n;
         for (k, &s) in l.initial.iter().enumerate() {
-            let host = self.host[s].clone();
+            let mut host = self.host[s].clone();
             let v = if host.is_some() {
                 self.slots[s].clone()
             } else {
-                Some(self.read(s)?)
+                let a = self.read(s)?;
+                // (a small integer state, such as a position or a length,
+                // is read once here, so that the loop's arithmetic on it
+                // and the conditions and branches it decides need no
+                // evaluation at each step: integers are exact anywhere)
+                if crate::cpu_kernels::in_programs() {
+                    host = HostTensor::read_integers(&a);
+                }
+                Some(a)
             };
             self.write(l.state + k, v, host);
         }
+        let (started, waited) = (Instant::now(), self.waited);
+        self.loops += 1;
+        let result = self.loop_steps(l, state.clone());
+        self.loops -= 1;
+        if self.loops == 0 {
+            let all = started.elapsed().as_nanos() as u64;
+            let building = all.saturating_sub(self.waited - waited);
+            LOOP_BUILDING_NS.fetch_add(building, Ordering::Relaxed);
+        }
+        result?;
+        for k in 0..n {
+            let v = self.slots[l.state + k].take();
+            self.slots[l.results + k] = v;
+            self.host[l.results + k] = self.host[l.state + k].take();
+        }
+        Ok(())
+    }
+
+    /// The steps of loop `l`, whose state is in `state`, until its
+    /// condition is false.
+    fn loop_steps(&mut self, l: &Loop, state: Range<usize>) -> Result<()> {
         let mut step = 0usize;
-        let mut since = Instant::now();
         loop {
             if (self.stop)() {
                 return Err(Error::Cancelled(
@@ -262,36 +334,31 @@ impl Run<'_> {
             // left (MLX may reuse its buffer).
             step += 1;
             if self.pipelined && self.host[pred].is_none() && step > PIPELINE_AFTER {
-                charge(&LOOP_BUILDING_NS, since);
-                self.pipelined_steps(l, state.clone())?;
-                break;
+                return self.pipelined_steps(l, state);
             }
-            since = charge(&LOOP_BUILDING_NS, since);
             if self.host[pred].is_none() || step.is_multiple_of(EVAL_STATE_EVERY) {
                 let p = if self.host[pred].is_none() {
                     Some(self.read(pred)?)
                 } else {
                     None
                 };
-                let mut now: Vec<&Array> = self.slots[state.clone()].iter().flatten().collect();
-                now.extend(p.as_ref());
-                mlx_rs::transforms::eval(now)?;
+                let mut now: Vec<Array> = self.slots[state.clone()]
+                    .iter()
+                    .flatten()
+                    .cloned()
+                    .collect();
+                now.extend(p);
+                self.wait_for_device(false, || Ok(mlx_rs::transforms::eval(&now)?))?;
             }
-            let go = self.truthy(pred)?;
-            since = charge(&LOOP_WAITING_NS, since);
-            if !go {
+            if !self.truthy(pred)? {
                 self.clear(state.end..l.results);
-                break;
+                return Ok(());
             }
             self.step(l, &state)?;
-            LOOP_STEPS.fetch_add(1, Ordering::Relaxed);
+            if self.loops == 1 {
+                LOOP_STEPS.fetch_add(1, Ordering::Relaxed);
+            }
         }
-        for k in 0..n {
-            let v = self.slots[l.state + k].take();
-            self.slots[l.results + k] = v;
-            self.host[l.results + k] = self.host[l.state + k].take();
-        }
-        Ok(())
     }
 
     /// One step of `l`: its body on the state in `state`, whose slots then
@@ -341,7 +408,6 @@ impl Run<'_> {
             now.push(condition);
             mlx_rs::transforms::async_eval(now)
         };
-        let mut since = Instant::now();
         queue(self, &condition)?;
         loop {
             if (self.stop)() {
@@ -359,9 +425,7 @@ impl Run<'_> {
                 queue(self, &next)?;
                 Ok(next)
             });
-            since = charge(&LOOP_BUILDING_NS, since);
-            let go = truthy(item::item(&condition)?);
-            since = charge(&LOOP_WAITING_NS, since);
+            let go = truthy(self.wait_for_device(true, || item::item(&condition))?);
             if !go {
                 self.clear(l.state..l.results);
                 for (k, (v, h)) in kept.into_iter().enumerate() {
@@ -370,7 +434,9 @@ impl Run<'_> {
                 return Ok(());
             }
             condition = ahead?;
-            LOOP_STEPS.fetch_add(1, Ordering::Relaxed);
+            if self.loops == 1 {
+                LOOP_STEPS.fetch_add(1, Ordering::Relaxed);
+            }
         }
     }
 
