@@ -182,15 +182,20 @@ full = Enum.min(for _ <- 1..reps, do: elem(run.(generate_new), 0))
 # where a decoding step's time goes: one more run, read from the counters
 # of programs' loops (ExMLX.Native.program_loop_times/0): time building
 # steps (the interpreter and MLX's graph) and waiting for the device
-{steps_before, building_before, waiting_before, reads_before} =
+[steps_before, building_before, waiting_before, reads_before, queueing_before, compiled_before] =
   ExMLX.Native.program_loop_times()
 
 {profiled_s, _} = run.(generate_new)
-{steps_after, building_after, waiting_after, reads_after} = ExMLX.Native.program_loop_times()
+
+[steps_after, building_after, waiting_after, reads_after, queueing_after, compiled_after] =
+  ExMLX.Native.program_loop_times()
+
 steps = max(steps_after - steps_before, 1)
 step_building = (building_after - building_before) / steps / 1.0e9
 step_waiting = (waiting_after - waiting_before) / steps / 1.0e9
 step_reads = (reads_after - reads_before) / steps
+step_queueing = (queueing_after - queueing_before) / steps / 1.0e9
+step_compiled = (compiled_after - compiled_before) / steps / 1.0e9
 generate_one = build.(1)
 run.(generate_one)
 one = Enum.min(for _ <- 1..reps, do: elem(run.(generate_one), 0))
@@ -238,7 +243,7 @@ rows = [
   "| peak memory during generation (GB) | #{gb.(stats.peak)} | #{gb.(mlx_lm["peak_gb"])} | #{ratio.(stats.peak / 1.0e9, mlx_lm["peak_gb"])} | #{gb.(torch["peak_gb"])} | — |",
   "| steady memory after load / after generation (GB) | #{gb.(steady_after_load)} / #{gb.(stats.active)} | #{gb.(mlx_lm["active_gb"])} | — | — | — |",
   "| load (s) | #{num.(load_us / 1.0e6)} | #{num.(mlx_lm["load_s"])} | — | #{num.(torch["load_s"])} | — |",
-  "| a decoding step of one more run (#{steps_after - steps_before} steps, #{ms.(profiled_s)} ms): building / waiting for the device (ms), device reads | #{ms.(step_building)} / #{ms.(step_waiting)}, #{num.(step_reads)} | — | — | — | — |",
+  "| a decoding step of one more run (#{steps_after - steps_before} steps, #{ms.(profiled_s)} ms): building (of which compiled runs, MLX's async_eval) / waiting for the device (ms), device reads | #{ms.(step_building)} (#{ms.(step_compiled)}, #{ms.(step_queueing)}) / #{ms.(step_waiting)}, #{num.(step_reads)} | — | — | — | — |",
   "| first generation call: trace, compile, run (s) | #{num.(first_s)} | — | — | — | — |",
   "| prompt's last logits against PyTorch's: largest difference ÷ largest logit | #{gap.(relative_gap.(our_logits, logits_of.(torch)))} | #{gap.(relative_gap.(logits_of.(mlx_lm), logits_of.(torch)))} | — | — | — |",
   "| leading greedy tokens equal to PyTorch's, of #{new} | #{num.(agree.(tokens, torch["tokens"]))} | #{num.(agree.(mlx_lm["tokens"], torch["tokens"]))} | — | #{new} | — |"

@@ -172,7 +172,8 @@ defmodule ExMLX.Native do
   def program_start(_program, _inputs, _types), do: not_loaded()
   # A program read from its bytes (docs/program-format.md; dirty scheduler).
   def program_load(_tag, _bytes), do: not_loaded()
-  # `{steps, building_ns, waiting_ns, reads}` of programs' loops so far: a profile.
+  # `[steps, building_ns, waiting_ns, reads, queueing_ns, compiled_ns]` of
+  # programs' loops so far: a profile (ex_mlx_core::program::loop_times).
   def program_loop_times, do: not_loaded()
 
   # For ExMLX's own tests, in the test environment's build only (the cargo

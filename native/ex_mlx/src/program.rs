@@ -508,12 +508,12 @@ fn checked_inputs(program: &ProgramResource, args: Term) -> Result<Vec<TensorRef
     Ok(inputs)
 }
 
-/// `program_loop_times()`: `{steps, building_ns, waiting_ns, reads}` of
-/// every program loop run in this process so far
-/// (`ex_mlx_core::program::loop_times`).
+/// `program_loop_times()`: `[steps, building_ns, waiting_ns, reads,
+/// queueing_ns, compiled_ns]` of every program loop run in this process so
+/// far (`ex_mlx_core::program::loop_times`).
 #[rustler::nif]
-fn program_loop_times() -> (u64, u64, u64, u64) {
-    ex_mlx_core::program::loop_times()
+fn program_loop_times() -> Vec<u64> {
+    ex_mlx_core::program::loop_times().to_vec()
 }
 
 /// `program_load(tag, bytes)`: a program read from its bytes

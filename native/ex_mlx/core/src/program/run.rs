@@ -46,16 +46,26 @@ static LOOP_STEPS: AtomicU64 = AtomicU64::new(0);
 static LOOP_BUILDING_NS: AtomicU64 = AtomicU64::new(0);
 static LOOP_WAITING_NS: AtomicU64 = AtomicU64::new(0);
 static LOOP_READS: AtomicU64 = AtomicU64::new(0);
+/// Of the building time, that spent in MLX's `async_eval` of pipelined
+/// steps (MLX walking the step's graph and queueing its kernels).
+static LOOP_QUEUEING_NS: AtomicU64 = AtomicU64::new(0);
 
-/// Loops' steps, nanoseconds building and waiting, and reads of the
-/// device (see [`LOOP_STEPS`]), since the process started.
-pub fn loop_times() -> (u64, u64, u64, u64) {
-    (
+/// Of the building time, that spent in calls of MLX-compiled runs of ops
+/// (MLX replaying the traced graph).
+static LOOP_COMPILED_NS: AtomicU64 = AtomicU64::new(0);
+
+/// Loops' steps, nanoseconds building and waiting, reads of the device,
+/// and nanoseconds queueing and in compiled runs (see [`LOOP_STEPS`],
+/// [`LOOP_QUEUEING_NS`], [`LOOP_COMPILED_NS`]), since the process started.
+pub fn loop_times() -> [u64; 6] {
+    [
         LOOP_STEPS.load(Ordering::Relaxed),
         LOOP_BUILDING_NS.load(Ordering::Relaxed),
         LOOP_WAITING_NS.load(Ordering::Relaxed),
         LOOP_READS.load(Ordering::Relaxed),
-    )
+        LOOP_QUEUEING_NS.load(Ordering::Relaxed),
+        LOOP_COMPILED_NS.load(Ordering::Relaxed),
+    ]
 }
 
 /// A loop whose condition the device computes is pipelined
@@ -248,7 +258,12 @@ impl<'a> Run<'a> {
             .iter()
             .map(|&s| self.read(s))
             .collect::<Result<_>>()?;
+        let started = Instant::now();
         let outputs = run.function.call(&args)?;
+        if self.loops > 0 {
+            let took = started.elapsed().as_nanos() as u64;
+            LOOP_COMPILED_NS.fetch_add(took, Ordering::Relaxed);
+        }
         for (&s, out) in run.outputs.iter().zip(outputs) {
             self.write(s, Some(out), None);
         }
@@ -406,7 +421,11 @@ impl<'a> Run<'a> {
         let queue = |run: &Self, condition: &Array| {
             let mut now: Vec<&Array> = run.slots[state.clone()].iter().flatten().collect();
             now.push(condition);
-            mlx_rs::transforms::async_eval(now)
+            let started = Instant::now();
+            let queued = mlx_rs::transforms::async_eval(now);
+            let took = started.elapsed().as_nanos() as u64;
+            LOOP_QUEUEING_NS.fetch_add(took, Ordering::Relaxed);
+            queued
         };
         queue(self, &condition)?;
         loop {
