@@ -34,13 +34,17 @@ if Code.ensure_loaded?(Nx) do
     end
 
     # `fun` on `args` compiled with `opts`: the result, and the names of
-    # the ops of the program it ran (`fun` a closure of its own: the
-    # compiler's cache keys a function's programs by it)
+    # the ops of the program it ran (`fun` a closure of its own for each
+    # output type and `:fuse`: the compiler's cache keys programs by it)
     defp run(fun, args, opts) do
       result = apply(Nx.Defn.jit(fun, [compiler: ExMLX.Compiler, device: :cpu] ++ opts), args)
 
+      fuse = Keyword.get(opts, :fuse, false)
+      types = [ExMLX.Backend.storage_type(result.type)]
+
       [program] =
-        for {{^fun, _device, _fuse, _templates, _hooked}, {:program, %{program: p}}} <-
+        for {{^fun, _device, ^fuse, _templates, _hooked},
+             {:program, %{program: p, types: ^types}}} <-
               ExMLX.ProgramCache.entries(),
             do: p
 
@@ -68,42 +72,33 @@ if Code.ensure_loaded?(Nx) do
       end
     end
 
-    test "RMS normalization in float32 is one rms_norm op with fuse: true" do
-      rows = Enum.chunk_every(values(6 * 16, 3.0), 16)
-      w = values(16, 1.5)
-      x = Nx.tensor(rows, type: :f32, backend: ExMLX.Backend)
-      wt = Nx.tensor(w, type: :f32, backend: ExMLX.Backend)
+    # Funs.rms_norm on `count` rows of `width` values of `type`: with
+    # `fuse: true` one rms_norm op, within `rtol` of the formula on the
+    # values as stored and of the unfused program
+    defp check_rms_norm(type, count, width, rtol) do
+      x = Nx.tensor(Enum.chunk_every(values(count * width, 3.0), width), type: type)
+      w = Nx.tensor(values(width, 1.5), type: type)
+      [x, w] = Enum.map([x, w], &Nx.backend_transfer(&1, ExMLX.Backend))
+      stored = Enum.chunk_every(Nx.to_flat_list(x), width)
+      expected = rms_norm_rows(stored, Nx.to_flat_list(w))
 
-      fused = fn x, w -> Funs.rms_norm(x, w) end
-      {got, ops} = run(fused, [x, wt], fuse: true)
+      {got, ops} = run(fn x, w -> Funs.rms_norm(x, w) end, [x, w], fuse: true)
       assert ops == [:rms_norm]
-      assert_close(got, rms_norm_rows(rows, w), 1.0e-6)
+      assert got.type == type
+      assert_close(got, expected, rtol)
 
-      plain = fn x, w -> Funs.rms_norm(x, w) end
-      {unfused, plain_ops} = run(plain, [x, wt], [])
+      {unfused, plain_ops} = run(fn x, w -> Funs.rms_norm(x, w) end, [x, w], [])
       assert :rms_norm not in plain_ops and :rsqrt in plain_ops
-      assert_close(got, Nx.to_flat_list(unfused), 1.0e-6)
+      assert_close(got, Nx.to_flat_list(unfused), rtol)
+    end
+
+    test "RMS normalization in float32 is one rms_norm op with fuse: true" do
+      check_rms_norm({:f, 32}, 6, 16, 1.0e-6)
     end
 
     test "RMS normalization of bfloat16 computed in float32 is one rms_norm op" do
-      rows = Enum.chunk_every(values(4 * 64, 2.0), 64)
-      w = values(64, 1.0)
-      x = Nx.tensor(rows, type: :bf16, backend: ExMLX.Backend)
-      wt = Nx.tensor(w, type: :bf16, backend: ExMLX.Backend)
-      # the formula on the bfloat16 values
-      as_bf16 = fn t -> t |> Nx.to_flat_list() end
-      expected = rms_norm_rows(Enum.chunk_every(as_bf16.(x), 64), as_bf16.(wt))
-
-      fused = fn x, w -> Funs.rms_norm(x, w) end
-      {got, ops} = run(fused, [x, wt], fuse: true)
-      assert ops == [:rms_norm]
-      assert got.type == {:bf, 16}
       # normalized in float32, rounded to bfloat16, scaled and rounded again
-      assert_close(got, expected, 2 * 2 ** -8)
-
-      plain = fn x, w -> Funs.rms_norm(x, w) end
-      {unfused, _ops} = run(plain, [x, wt], [])
-      assert_close(got, Nx.to_flat_list(unfused), 2 * 2 ** -8)
+      check_rms_norm({:bf, 16}, 4, 64, 2 * 2 ** -8)
     end
 
     test "softmax is one softmax op with fuse: true" do

@@ -42,22 +42,32 @@ fn doubling() -> Program {
 /// host values (crate::host_tensor), so that the condition is MLX's.
 const X: usize = 4096;
 
-/// The loop's results from x = [1; X], k = 0, pipelined or not.
+/// The loop's outputs from x = [1; X], k = 0, pipelined or not, checking
+/// `stop` before each step.
+fn doubling_until(
+    limit: f32,
+    stop: &dyn Fn() -> bool,
+    pipelined: bool,
+) -> crate::error::Result<Vec<Array>> {
+    doubling().run_with(
+        vec![
+            Array::from_slice(&[1.0f32; X], &[X as i32]),
+            Array::from_f32(0.0),
+        ],
+        vec![
+            Array::from_f32(2.0),
+            Array::from_f32(1.0),
+            Array::from_f32(limit),
+        ],
+        stop,
+        pipelined,
+    )
+}
+
+/// The loop's results, pipelined or not.
 fn run(limit: f32, pipelined: bool) -> (Vec<f32>, f32) {
     run_blocking(Device::Cpu, move || {
-        let out = doubling().run_with(
-            vec![
-                Array::from_slice(&[1.0f32; X], &[X as i32]),
-                Array::from_f32(0.0),
-            ],
-            vec![
-                Array::from_f32(2.0),
-                Array::from_f32(1.0),
-                Array::from_f32(limit),
-            ],
-            &|| false,
-            pipelined,
-        )?;
+        let out = doubling_until(limit, &|| false, pipelined)?;
         Ok((
             out[0].as_slice::<f32>().to_vec(),
             out[1].as_slice::<f32>()[0],
@@ -92,19 +102,7 @@ fn a_pipelined_loop_stops_when_its_caller_is_gone() {
         let steps = std::sync::atomic::AtomicUsize::new(0);
         // the stop check runs once before each step: gone after 8
         let stop = || steps.fetch_add(1, std::sync::atomic::Ordering::Relaxed) >= 8;
-        doubling().run_with(
-            vec![
-                Array::from_slice(&[1.0f32; X], &[X as i32]),
-                Array::from_f32(0.0),
-            ],
-            vec![
-                Array::from_f32(2.0),
-                Array::from_f32(1.0),
-                Array::from_f32(f32::INFINITY),
-            ],
-            &stop,
-            true,
-        )
+        doubling_until(f32::INFINITY, &stop, true)
     });
     match result {
         Err(crate::error::Error::Cancelled(message)) => assert_eq!(
