@@ -74,6 +74,24 @@ if Code.ensure_loaded?(Nx) do
         cache
       end
 
+      # 40 tensors of x's size made before a loop that reads only a 4 × 4
+      # corner of them (its condition needs the device's values)
+      defn made_before_a_loop(x) do
+        y = chain_sin(x, 20)
+        y = Nx.slice(y, [0, 0], [4, 4])
+
+        {y, i} =
+          while {y, i = 0}, i < 50 and Nx.sum(Nx.abs(y)) > 0 do
+            {y * 0.5, i + 1}
+          end
+
+        i + Nx.sum(y)
+      end
+
+      deftransformp(chain_sin(x, n),
+        do: Enum.reduce(1..n, x, fn k, acc -> Nx.add(Nx.sin(acc), k) end)
+      )
+
       # Collatz steps of each element: a cond inside a while, reading a value
       # from outside the loop (one) through the state
       defn collatz_steps(n) do
@@ -562,6 +580,22 @@ if Code.ensure_loaded?(Nx) do
       row = fn i -> for j <- 0..511, do: 512.0 * rem(i, 8) + j + i end
       assert first == row.(0) ++ row.(1)
       assert last == row.(998) ++ row.(999) ++ List.duplicate(0.0, 512)
+    end
+
+    test "what a program made before a loop is freed while the loop runs" do
+      # without that, the 40 intermediate tensors of 4 MiB the loop does not
+      # read would stay allocated until the program ends
+      x = Nx.iota({1024, 1024}, type: :f32, backend: ExMLX.Backend)
+      f = Nx.Defn.jit(&Funs.made_before_a_loop/1, compiler: ExMLX.Compiler)
+      f.(x)
+      :erlang.garbage_collect()
+      base = ExMLX.Memory.stats().active
+      ExMLX.Memory.reset_peak()
+      result = f.(x) |> Nx.to_number()
+      peak = (ExMLX.Memory.stats().peak - base) / (1024 * 1024 * 4)
+      assert peak <= 4
+      # 50 halvings of values near 20: 50 + sum(y) / 2 ** 50 rounds to 50
+      assert result == 50.0
     end
 
     test "fuse: true runs a small program unfused or fused, same results" do

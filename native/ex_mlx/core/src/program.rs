@@ -234,6 +234,9 @@ pub struct Program {
     linear: bool,
     /// That work, measured by the first run.
     work: OnceLock<work::Measured>,
+    /// For a program with loops, the slots each top-level instruction is
+    /// the last to read ([`Program::last_reads`]), made at the first run.
+    last_reads: OnceLock<Vec<Vec<usize>>>,
 }
 
 impl Program {
@@ -270,6 +273,7 @@ impl Program {
             on_caller: AtomicBool::new(false),
             linear,
             work: OnceLock::new(),
+            last_reads: OnceLock::new(),
         })
     }
 
@@ -295,6 +299,8 @@ impl Program {
     /// program through MLX's compile (crate::fusion), if it is straight-line
     /// (no loop, no branch).
     pub fn fuse(&mut self, device: Device) -> bool {
+        // (the instructions change: their last reads are found again)
+        self.last_reads = OnceLock::new();
         if device.kind() == Kind::Cpu {
             if !crate::cpu_kernels::in_programs() {
                 return false;
@@ -315,11 +321,32 @@ impl Program {
     /// batch-1 MLP's bias `add` and ReLU `max` after each product). Returns
     /// how many groups it made.
     pub fn group_ready_ops(&mut self) -> usize {
+        self.last_reads = OnceLock::new();
         if self.fused.is_some() || !crate::cpu_kernels::in_programs() {
             return 0;
         }
         let reads = self.reads();
         fuse_block(&mut self.main, &reads, true)
+    }
+
+    /// For each top-level instruction, the slots no later top-level
+    /// instruction reads (nor the program's outputs) that it, or a block
+    /// nested in it, reads: a run drops them once it has run.
+    fn last_reads(&self) -> Vec<Vec<usize>> {
+        let mut last: Vec<Option<usize>> = vec![None; self.slots];
+        for (k, ins) in self.main.instructions.iter().enumerate() {
+            passes::visit_instruction_reads(ins, &mut |s, _| last[s] = Some(k));
+        }
+        for &s in &self.main.outputs {
+            last[s] = None;
+        }
+        let mut frees = vec![Vec::new(); self.main.instructions.len()];
+        for (s, k) in last.into_iter().enumerate() {
+            if let Some(k) = k {
+                frees[k].push(s);
+            }
+        }
+        frees
     }
 
     /// How many times each slot is read (instructions' inputs and blocks'
@@ -464,7 +491,19 @@ impl Program {
         slots.extend(constants.into_iter().map(Some));
         slots.resize(self.slots, None);
         let mut run = Run::new(slots, host, stop, floats, pipelined);
-        run.block(&self.main.instructions)?;
+        if self.loops {
+            // (a loop may run long: what the instructions before it made is
+            // dropped once nothing after reads it, so that MLX frees it)
+            let last_reads = self.last_reads.get_or_init(|| self.last_reads());
+            if last_reads.len() != self.main.instructions.len() {
+                return Err(Error::Internal(
+                    "a program's last reads do not match its instructions".into(),
+                ));
+            }
+            run.main_block(&self.main.instructions, last_reads)?;
+        } else {
+            run.block(&self.main.instructions)?;
+        }
         self.record_work(&run);
         self.main.outputs.iter().map(|&s| run.read(s)).collect()
     }

@@ -138,41 +138,48 @@ pub(super) fn read_counts(block: &Block, slots: usize) -> Vec<u32> {
 /// Calls `f(slot, as_select_condition)` for every read of a slot in `block`
 /// and the blocks nested in it (an instruction's inputs, a block's outputs).
 fn visit_reads(block: &Block, f: &mut impl FnMut(usize, bool)) {
+    for &s in &block.outputs {
+        f(s, false)
+    }
+    for ins in &block.instructions {
+        visit_instruction_reads(ins, f);
+    }
+}
+
+/// [`visit_reads`] for one instruction and the blocks nested in it.
+pub(super) fn visit_instruction_reads(ins: &Instruction, f: &mut impl FnMut(usize, bool)) {
     let each = |slots: &[usize], f: &mut dyn FnMut(usize, bool)| {
         for &s in slots {
             f(s, false)
         }
     };
-    each(&block.outputs, f);
-    for ins in &block.instructions {
-        match ins {
-            Instruction::Op(call) if call.op == Op::select && !call.inputs.is_empty() => {
-                f(call.inputs[0], true);
-                each(&call.inputs[1..], f);
+    match ins {
+        Instruction::Op(call) if call.op == Op::select && !call.inputs.is_empty() => {
+            f(call.inputs[0], true);
+            each(&call.inputs[1..], f);
+        }
+        Instruction::Op(call) => each(&call.inputs, f),
+        Instruction::Fused(group) => {
+            for call in &group.ops {
+                each(&call.inputs, f)
             }
-            Instruction::Op(call) => each(&call.inputs, f),
-            Instruction::Fused(group) => {
-                for call in &group.ops {
-                    each(&call.inputs, f)
-                }
+        }
+        Instruction::Compiled(run) => {
+            for call in &run.ops {
+                each(&call.inputs, f)
             }
-            Instruction::Compiled(run) => {
-                for call in &run.ops {
-                    each(&call.inputs, f)
-                }
+        }
+        Instruction::Loop(l) => {
+            each(&l.initial, f);
+            visit_reads(&l.condition, f);
+            visit_reads(&l.body, f);
+        }
+        Instruction::Branch(b) => {
+            for (pred, body) in &b.clauses {
+                visit_reads(pred, f);
+                visit_reads(body, f);
             }
-            Instruction::Loop(l) => {
-                each(&l.initial, f);
-                visit_reads(&l.condition, f);
-                visit_reads(&l.body, f);
-            }
-            Instruction::Branch(b) => {
-                for (pred, body) in &b.clauses {
-                    visit_reads(pred, f);
-                    visit_reads(body, f);
-                }
-                visit_reads(&b.otherwise, f);
-            }
+            visit_reads(&b.otherwise, f);
         }
     }
 }

@@ -178,6 +178,24 @@ impl<'a> Run<'a> {
         result
     }
 
+    /// [`Run::block`] for the program's top-level block, dropping after
+    /// each instruction the slots `last_reads` names for it (nothing later
+    /// reads them: MLX frees their buffers once no graph needs them).
+    pub(super) fn main_block(
+        &mut self,
+        instructions: &[Instruction],
+        last_reads: &[Vec<usize>],
+    ) -> Result<()> {
+        for (ins, done) in instructions.iter().zip(last_reads) {
+            self.block(std::slice::from_ref(ins))?;
+            for &s in done {
+                self.slots[s] = None;
+                self.host[s] = None;
+            }
+        }
+        Ok(())
+    }
+
     pub(super) fn block(&mut self, instructions: &[Instruction]) -> Result<()> {
         for ins in instructions {
             match ins {
