@@ -402,6 +402,11 @@ fn mlx_on_caller(
     inputs: Vec<TensorRef>,
     types: Vec<Dtype>,
 ) -> std::result::Result<Vec<TensorRef>, Call> {
+    // (GPU programs, and programs whose work a run does not measure, are
+    // never the caller's: no input is looked at)
+    if program.device.kind() != Kind::Cpu || !program.program.measures_work() {
+        return Err((program, inputs, types));
+    }
     let small = || {
         let shapes = inputs
             .iter()
@@ -421,26 +426,24 @@ fn mlx_on_caller(
     let device = program.device;
     let started = std::time::Instant::now();
     let call = || computed_outputs(&program, &inputs, &types, None);
-    match ex_mlx_core::worker::run_on_caller(device, call) {
-        Ok(Ok(outputs)) => {
-            reply::charge_for(env, started);
-            Ok(outputs
-                .into_iter()
-                .map(|a| crate::tensor::Tensor::wrap(a, device, true))
-                .collect())
-        }
-        Ok(Err(e)) => {
-            reply::charge_for(env, started);
-            Ok((0..types.len())
-                .map(|_| {
-                    let failed = crate::tensor::Tensor::pending(device);
-                    failed.fill(Err(e.clone()));
-                    failed
-                })
-                .collect())
-        }
-        Err(_) => Err((program, inputs, types)),
-    }
+    let result = match ex_mlx_core::worker::run_on_caller(device, call) {
+        Ok(result) => result,
+        Err(_) => return Err((program, inputs, types)),
+    };
+    reply::charge_for(env, started);
+    Ok(match result {
+        Ok(outputs) => outputs
+            .into_iter()
+            .map(|a| crate::tensor::Tensor::wrap(a, device, true))
+            .collect(),
+        Err(e) => (0..types.len())
+            .map(|_| {
+                let failed = crate::tensor::Tensor::pending(device);
+                failed.fill(Err(e.clone()));
+                failed
+            })
+            .collect(),
+    })
 }
 
 /// The program run on the calling thread (`Program::run_on_caller`): its

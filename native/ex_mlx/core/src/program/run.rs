@@ -73,6 +73,9 @@ pub fn loop_times() -> [u64; 6] {
 /// ends sooner computes no step it does not need.
 pub(super) const PIPELINE_AFTER: usize = 4;
 
+/// A slot's value: its MLX array and the values known here, either or both.
+type Value = (Option<Array>, Option<HostTensor>);
+
 /// A loop evaluates its state every this many steps when its condition
 /// is known without evaluating anything, so that the state's graph stays
 /// shallow.
@@ -136,6 +139,33 @@ impl<'a> Run<'a> {
     fn write(&mut self, slot: usize, a: Option<Array>, host: Option<HostTensor>) {
         self.slots[slot] = a;
         self.host[slot] = host;
+    }
+
+    /// The values in `slots` (arrays, and values known here).
+    fn values_of(&self, slots: impl IntoIterator<Item = usize>) -> Vec<Value> {
+        slots
+            .into_iter()
+            .map(|s| (self.slots[s].clone(), self.host[s].clone()))
+            .collect()
+    }
+
+    /// Clears `cleared`, then writes `values` to the slots from `first`.
+    fn replace(&mut self, cleared: Range<usize>, first: usize, values: Vec<Value>) {
+        self.clear(cleared);
+        for (k, (v, h)) in values.into_iter().enumerate() {
+            self.write(first + k, v, h);
+        }
+    }
+
+    /// `Err(Cancelled)` once the program's caller is gone (checked before
+    /// every loop step).
+    fn check_stop(&self) -> Result<()> {
+        if (self.stop)() {
+            return Err(Error::Cancelled(
+                "the program's caller is gone; its while loop was stopped".into(),
+            ));
+        }
+        Ok(())
     }
 
     fn clear(&mut self, slots: Range<usize>) {
@@ -276,9 +306,10 @@ impl<'a> Run<'a> {
             .iter()
             .map(|&s| self.read(s))
             .collect::<Result<_>>()?;
-        let started = Instant::now();
+        // (timed for the loop profile only inside loops)
+        let started = (self.loops > 0).then(Instant::now);
         let outputs = run.function.call(&args)?;
-        if self.loops > 0 {
+        if let Some(started) = started {
             let took = started.elapsed().as_nanos() as u64;
             LOOP_COMPILED_NS.fetch_add(took, Ordering::Relaxed);
         }
@@ -354,11 +385,7 @@ impl<'a> Run<'a> {
     fn loop_steps(&mut self, l: &Loop, state: Range<usize>) -> Result<()> {
         let mut step = 0usize;
         loop {
-            if (self.stop)() {
-                return Err(Error::Cancelled(
-                    "the program's caller is gone; its while loop was stopped".into(),
-                ));
-            }
+            self.check_stop()?;
             self.block(&l.condition.instructions)?;
             let pred = l.condition.outputs[0];
             // The state is evaluated with the predicate when that needs an
@@ -398,12 +425,7 @@ impl<'a> Run<'a> {
     /// hold the next state.
     fn step(&mut self, l: &Loop, state: &Range<usize>) -> Result<()> {
         self.block(&l.body.instructions)?;
-        let next: Vec<(Option<Array>, Option<HostTensor>)> = l
-            .body
-            .outputs
-            .iter()
-            .map(|&s| (self.slots[s].clone(), self.host[s].clone()))
-            .collect();
+        let next = self.values_of(l.body.outputs.iter().copied());
         // The step's new values are checked against the memory limit
         // as every new tensor is (crate::memory::check_allocation).
         let fresh: usize = l
@@ -415,10 +437,7 @@ impl<'a> Run<'a> {
             .map(|(_, (a, _))| a.as_ref().map_or(0, |a| a.nbytes()))
             .sum();
         memory::check_allocation(fresh)?;
-        self.clear(l.state..l.results);
-        for (k, (v, h)) in next.into_iter().enumerate() {
-            self.write(l.state + k, v, h);
-        }
+        self.replace(l.state..l.results, l.state, next);
         Ok(())
     }
 
@@ -447,15 +466,8 @@ impl<'a> Run<'a> {
         };
         queue(self, &condition)?;
         loop {
-            if (self.stop)() {
-                return Err(Error::Cancelled(
-                    "the program's caller is gone; its while loop was stopped".into(),
-                ));
-            }
-            let kept: Vec<(Option<Array>, Option<HostTensor>)> = state
-                .clone()
-                .map(|s| (self.slots[s].clone(), self.host[s].clone()))
-                .collect();
+            self.check_stop()?;
+            let kept = self.values_of(state.clone());
             let ahead = self.step(l, &state).and_then(|()| {
                 self.block(&l.condition.instructions)?;
                 let next = self.read(pred)?;
@@ -464,10 +476,7 @@ impl<'a> Run<'a> {
             });
             let go = truthy(self.wait_for_device(true, || item::item(&condition))?);
             if !go {
-                self.clear(l.state..l.results);
-                for (k, (v, h)) in kept.into_iter().enumerate() {
-                    self.write(l.state + k, v, h);
-                }
+                self.replace(l.state..l.results, l.state, kept);
                 return Ok(());
             }
             condition = ahead?;
@@ -487,15 +496,8 @@ impl<'a> Run<'a> {
             }
         }
         self.block(&chosen.instructions)?;
-        let results: Vec<(Option<Array>, Option<HostTensor>)> = chosen
-            .outputs
-            .iter()
-            .map(|&s| (self.slots[s].clone(), self.host[s].clone()))
-            .collect();
-        self.clear(b.inner.clone());
-        for (k, (v, h)) in results.into_iter().enumerate() {
-            self.write(b.inner.end + k, v, h);
-        }
+        let results = self.values_of(chosen.outputs.iter().copied());
+        self.replace(b.inner.clone(), b.inner.end, results);
         Ok(())
     }
 }
