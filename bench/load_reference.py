@@ -36,13 +36,17 @@ def main():
     a = mx.arange(16, dtype=mx.float32)
     b = mx.arange(16, dtype=mx.float32)
     mx.eval(one, base, a, b)
-    compiled = mx.compile(lambda x: (mx.exp(x) * 2).sum())
+    uncompiled = lambda x: (mx.exp(x) * 2).sum()  # noqa: E731
+    compiled = mx.compile(uncompiled)
 
     cases = {
         "add_item": lambda i: (one + one).item(),
         "loop": lambda i: mx.eval(base + mx.full((), i + 1, dtype=mx.int32)),
         "add_sum_item": lambda i: (a + b).sum().item(),
         "compiled_call": lambda i: compiled(a).item(),
+        # the same function without mx.compile: MLX's three kernels, as an
+        # unfused ExMLX.Compiler program runs them
+        "compiled_call_uncompiled": lambda i: uncompiled(a).item(),
     }
     result = {name: phases(step, iterations, count) for name, step in cases.items()}
     result["mlx_version"] = mx.__version__

@@ -440,6 +440,11 @@ defmodule Bench.Suite do
           {"add_sum_item", "Nx add + sum + to_number (16 f32)",
            fn _ -> a |> nx.add(b) |> nx.sum() |> nx.to_number() end},
           {"compiled_call", "compiled sum(exp(x) · 2) + to_number (16 f32)",
+           fn _ -> compiled.(a) |> nx.to_number() end},
+          # the same call beside Python mlx without `mx.compile` (its exp and
+          # multiply unfused, as in this program: `:fuse` is off)
+          {"compiled_call_uncompiled",
+           "the same, beside Python mlx without mx.compile",
            fn _ -> compiled.(a) |> nx.to_number() end}
         ]
     else
