@@ -443,8 +443,7 @@ defmodule Bench.Suite do
            fn _ -> compiled.(a) |> nx.to_number() end},
           # the same call beside Python mlx without `mx.compile` (its exp and
           # multiply unfused, as in this program: `:fuse` is off)
-          {"compiled_call_uncompiled",
-           "the same, beside Python mlx without mx.compile",
+          {"compiled_call_uncompiled", "the same, beside Python mlx without mx.compile",
            fn _ -> compiled.(a) |> nx.to_number() end}
         ]
     else

@@ -24,9 +24,12 @@ if Code.ensure_loaded?(Nx) do
         decoding step), and what MLX cannot trace runs unfused. Fused
         GPU results are close to, not bit-equal with, unfused ones. On
         every device, the composed forms of RMS normalization (over the
-        last axis, scaled by a weight: Bumblebee's `rms_norm` layers) and
-        of softmax (Axon's) run as MLX's `rms_norm` and `softmax` kernels
-        (`ExMLX.rms_norm/3`, `ExMLX.softmax/2`): one op each instead of five
+        last axis, scaled by a weight: Bumblebee's `rms_norm` layers), of
+        softmax (Axon's) and of attention (Bumblebee's weights and output:
+        scaled scores plus a mask, softmax, product with the values) run as
+        MLX's `rms_norm`, `softmax` and `scaled_dot_product_attention`
+        kernels (`ExMLX.rms_norm/3`, `ExMLX.softmax/2`,
+        `ExMLX.scaled_dot_product_attention/5`): one op each instead of five
         to nine, with MLX's rounding (docs/numerics.md).
       * `:hooks` - a map of hook names to functions, replacing named hooks'
         functions (see below).

@@ -1,7 +1,7 @@
 if Code.ensure_loaded?(Nx) do
   defmodule ExMLX.FusedKernelsTest do
     # ExMLX.Compiler with `fuse: true` records the composed forms of RMS
-    # normalization and softmax as MLX's fused kernels
+    # normalization, softmax and attention as MLX's fused kernels
     # (ExMLX.Compiler.FusedKernels): the programs' ops, and their values
     # against the formulas computed here and against the unfused programs.
     use ExUnit.Case, async: true
@@ -24,6 +24,26 @@ if Code.ensure_loaded?(Nx) do
         max = stop_grad(Nx.reduce_max(x, axes: [-1], keep_axes: true))
         e = Nx.exp(x - max)
         Nx.multiply(1 / Nx.sum(e, axes: [-1], keep_axes: true), e)
+      end
+
+      # Bumblebee's attention weights and output (layers.ex), with the
+      # softmax over `softmax_axis` (3 in Bumblebee)
+      defn attention(q, k, v, mask, opts \\ []) do
+        opts = keyword!(opts, softmax_axis: 3)
+        qt = Nx.transpose(q, axes: [0, 2, 1, 3])
+        kt = Nx.transpose(k, axes: [0, 2, 1, 3])
+        weights = Nx.dot(qt, [3], [0, 1], kt, [3], [0, 1])
+        weights = weights * (1 / Nx.as_type(Nx.sqrt(Nx.axis_size(q, -1)), Nx.type(q)))
+        min = Nx.Constants.min_finite(Nx.type(q))
+        bias = Nx.select(mask, Nx.tensor(0.0, type: Nx.type(q)), min)
+
+        weights = weights + bias
+        axes = [opts[:softmax_axis]]
+        max = stop_grad(Nx.reduce_max(weights, axes: axes, keep_axes: true))
+        e = Nx.exp(weights - max)
+        p = Nx.multiply(1 / Nx.sum(e, axes: axes, keep_axes: true), e)
+        vt = Nx.transpose(v, axes: [0, 2, 1, 3])
+        Nx.dot(p, [3], [0, 1], vt, [2], [0, 1]) |> Nx.transpose(axes: [0, 2, 1, 3])
       end
 
       # the mean over the first axis: not RMS normalization
@@ -121,6 +141,133 @@ if Code.ensure_loaded?(Nx) do
       {unfused, plain_ops} = run(plain, [x], [])
       assert :softmax not in plain_ops and :exp in plain_ops
       assert_close(got, Nx.to_flat_list(unfused), 1.0e-6)
+    end
+
+    # Attention computed here: for batch b, query i and head h,
+    # softmax_j(q·k_j / sqrt(d) + bias) · v_j, bias 0 where `allowed.(i, j)`
+    # and -∞ elsewhere; q, k, v as lists `[b][position][head][depth]`.
+    defp attention_formula(q, k, v, allowed) do
+      for {qb, kb, vb} <- Enum.zip([q, k, v]) do
+        for {qi, i} <- Enum.with_index(qb) do
+          for h <- 0..(length(qi) - 1) do
+            qh = Enum.at(qi, h)
+            scale = 1 / :math.sqrt(length(qh))
+
+            scores =
+              for {kj, j} <- Enum.with_index(kb), allowed.(i, j) do
+                {j, scale * Enum.sum(Enum.zip_with(qh, Enum.at(kj, h), &(&1 * &2)))}
+              end
+
+            m = scores |> Enum.map(&elem(&1, 1)) |> Enum.max()
+            e = Enum.map(scores, fn {j, s} -> {j, :math.exp(s - m)} end)
+            total = e |> Enum.map(&elem(&1, 1)) |> Enum.sum()
+
+            for d <- 0..(length(qh) - 1) do
+              Enum.sum(for {j, w} <- e, do: w / total * Enum.at(Enum.at(Enum.at(vb, j), h), d))
+            end
+          end
+        end
+      end
+    end
+
+    defp to_lists(t), do: t |> Nx.as_type(:f32) |> Nx.to_list()
+
+    # Funs.attention on queries of 5 positions and keys of 7, 4 heads of
+    # depth 8, each query i seeing keys j <= i + 2: with `fuse: true` one
+    # scaled_dot_product_attention op, within `rtol` of the formula on the
+    # values as stored and of the unfused program
+    defp check_attention(type, rtol) do
+      shape = fn t -> {2, t, 4, 8} end
+
+      [q, k, v] =
+        for {t, scale} <- [{5, 1.0}, {7, 1.5}, {7, 2.0}] do
+          n = 2 * t * 4 * 8
+          values(n, scale) |> Nx.tensor(type: type) |> Nx.reshape(shape.(t))
+        end
+
+      allowed = fn i, j -> j <= i + 2 end
+
+      mask =
+        Nx.tensor(for(i <- 0..4, do: for(j <- 0..6, do: (allowed.(i, j) && 1) || 0)), type: :u8)
+
+      mask = Nx.reshape(mask, {1, 1, 5, 7})
+      args = Enum.map([q, k, v, mask], &Nx.backend_transfer(&1, ExMLX.Backend))
+      expected = attention_formula(to_lists(q), to_lists(k), to_lists(v), allowed)
+
+      fused = fn q, k, v, mask -> Funs.attention(q, k, v, mask) end
+      {got, ops} = run(fused, args, fuse: true)
+      assert Enum.count(ops, &(&1 == :scaled_dot_product_attention)) == 1
+      assert :exp not in ops and :matmul not in ops
+      assert got.type == type and got.shape == {2, 5, 4, 8}
+      assert_close(got, expected, rtol)
+
+      plain = fn q, k, v, mask -> Funs.attention(q, k, v, mask) end
+      {unfused, plain_ops} = run(plain, args, [])
+      assert :scaled_dot_product_attention not in plain_ops and :exp in plain_ops
+      assert_close(got, Nx.to_flat_list(unfused), rtol)
+    end
+
+    test "Bumblebee's attention is one scaled_dot_product_attention op with fuse: true" do
+      check_attention({:f, 32}, 1.0e-5)
+    end
+
+    test "Bumblebee's attention in bfloat16 is one scaled_dot_product_attention op" do
+      # the unfused program rounds the scores, scaled scores and weights to
+      # bfloat16; MLX's kernel rounds the product only
+      check_attention({:bf, 16}, 4 * 2 ** -8)
+    end
+
+    test "an attention whose softmax is over another axis keeps its ops" do
+      q = Nx.tensor(values(2 * 3 * 2 * 4, 1.0), type: :f32) |> Nx.reshape({2, 3, 2, 4})
+      k = Nx.tensor(values(2 * 3 * 2 * 4, 2.0), type: :f32) |> Nx.reshape({2, 3, 2, 4})
+      mask = Nx.broadcast(Nx.tensor(1, type: :u8), {1, 1, 3, 3})
+      args = Enum.map([q, k, k, mask], &Nx.backend_transfer(&1, ExMLX.Backend))
+      fused = fn q, k, v, mask -> Funs.attention(q, k, v, mask, softmax_axis: 2) end
+      {got, ops} = run(fused, args, fuse: true)
+      # (the softmax alone is MLX's kernel)
+      assert :scaled_dot_product_attention not in ops and :softmax in ops
+      assert Enum.count(ops, &(&1 == :matmul)) == 2
+      plain = fn q, k, v, mask -> Funs.attention(q, k, v, mask, softmax_axis: 2) end
+      {unfused, _ops} = run(plain, args, [])
+      assert_close(got, Nx.to_flat_list(unfused), 1.0e-6)
+    end
+
+    test "scaled_dot_product_attention names what its inputs lack" do
+      t = fn shape, type -> ExMLX.full(0.0, type, shape) end
+      q = t.({1, 4, 2, 8}, {:f, 32})
+      kv = t.({1, 2, 3, 8}, {:f, 32})
+      mask = t.({1, 1, 2, 3}, {:f, 32})
+
+      assert ExMLX.scaled_dot_product_attention(q, kv, kv, mask).shape == {1, 4, 2, 8}
+
+      assert_raise ExMLX.Error,
+                   "queries: scaled_dot_product_attention needs tensors of rank 4 " <>
+                     "({batch, heads, sequence, depth}), got shape {4, 2, 8}",
+                   fn ->
+                     ExMLX.scaled_dot_product_attention(t.({4, 2, 8}, {:f, 32}), kv, kv, mask)
+                   end
+
+      assert_raise ExMLX.Error,
+                   "keys: scaled_dot_product_attention needs the queries' head count to be " <>
+                     "a multiple of the keys' and values'; got queries {1, 3, 2, 8}, " <>
+                     "keys {1, 2, 3, 8}, values {1, 2, 3, 8}",
+                   fn ->
+                     ExMLX.scaled_dot_product_attention(t.({1, 3, 2, 8}, {:f, 32}), kv, kv, mask)
+                   end
+
+      assert_raise ExMLX.Error,
+                   "mask: scaled_dot_product_attention needs a mask broadcastable to the " <>
+                     "scores' shape {1, 4, 2, 3}, got {1, 1, 2, 2}",
+                   fn ->
+                     ExMLX.scaled_dot_product_attention(q, kv, kv, t.({1, 1, 2, 2}, {:f, 32}))
+                   end
+
+      assert_raise ExMLX.Error,
+                   "values: scaled_dot_product_attention needs queries, keys and values of " <>
+                     "one type, got {:f, 32} and {:bf, 16}",
+                   fn ->
+                     ExMLX.scaled_dot_product_attention(q, kv, t.({1, 2, 3, 8}, {:bf, 16}), mask)
+                   end
     end
 
     test "a normalization over another axis keeps its ops" do

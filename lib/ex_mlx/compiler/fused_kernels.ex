@@ -16,6 +16,13 @@ if Code.ensure_loaded?(Nx) do
     #   * softmax: `e * (1 / sum(e, axes, keep))` or `e / sum(e, axes, keep)`,
     #     `e` being `exp(x - reduce_max(x, axes, keep))` (the maximum possibly
     #     under `stop_grad`), `x` and the result of one floating type.
+    #   * attention: `dot(p, [3], [0, 1], v, [2], [0, 1])`, `p` being the
+    #     softmax above over axis 3 (under Axon's layer metadata or not) of
+    #     `dot(q, [3], [0, 1], k, [3], [0, 1]) * scale + mask`: Bumblebee's
+    #     attention weights and output, `q`, `k`, `v` of rank 4
+    #     (`{batch, heads, sequence, depth}`), `scale` a constant, `mask` (any
+    #     additive bias: Bumblebee's `select(mask, 0, min_finite)`) of rank 4
+    #     or less broadcasting to the scores, all of one floating type.
     #
     # The operands of `add` and `multiply` are matched in either order (Nx
     # puts constants first). Any other form is left to the ops it is made of.
@@ -24,9 +31,10 @@ if Code.ensure_loaded?(Nx) do
     alias Nx.Tensor, as: T
 
     @doc """
-    What `expr` (a `multiply` or `divide` node) computes, if one of the forms
-    above: `{:rms_norm, x, w, eps}` or `{:softmax, x, axes}` (`x` and `w`
-    expressions); `nil` otherwise.
+    What `expr` (a `multiply`, `divide` or `dot` node) computes, if one of the forms
+    above: `{:rms_norm, x, w, eps}`, `{:softmax, x, axes}` or
+    `{:attention, q, k, v, mask, scale}` (the tensors expressions); `nil`
+    otherwise.
     """
     def match(%T{data: %Expr{op: :multiply, args: [a, b]}} = expr) do
       rms_norm(expr, a, b) || rms_norm(expr, b, a) || softmax_product(expr, a, b) ||
@@ -35,6 +43,9 @@ if Code.ensure_loaded?(Nx) do
 
     def match(%T{data: %Expr{op: :divide, args: [e, total]}} = expr),
       do: softmax(expr, e, total)
+
+    def match(%T{data: %Expr{op: :dot, args: [p, [3], [0, 1], v, [2], [0, 1]]}} = expr),
+      do: attention(expr, without_metadata(p), v)
 
     def match(_expr), do: nil
 
@@ -124,6 +135,57 @@ if Code.ensure_loaded?(Nx) do
       else
         _ -> nil
       end
+    end
+
+    # ---------------------------------------------------------------------
+    # Attention
+    # ---------------------------------------------------------------------
+
+    defp attention(%T{type: type, shape: {_, _, _, _}}, p, %T{type: type} = v) do
+      with {:softmax, x, [3]} <- match_softmax(p),
+           %T{data: %Expr{op: :add, args: [a, b]}, type: ^type, shape: scores} <- x,
+           {:ok, q, k, scale, mask} <- scaled_scores(a, b) || scaled_scores(b, a),
+           true <-
+             floating?(type) and q.type == type and k.type == type and mask.type == type and
+               tuple_size(mask.shape) <= 4 and broadcasts?(mask.shape, scores) do
+        {:attention, q, k, v, mask, scale}
+      else
+        _ -> nil
+      end
+    end
+
+    defp attention(_expr, _p, _v), do: nil
+
+    defp match_softmax(%T{data: %Expr{op: :multiply, args: [a, b]}} = p),
+      do: softmax_product(p, a, b) || softmax_product(p, b, a)
+
+    defp match_softmax(%T{data: %Expr{op: :divide, args: [e, total]}} = p),
+      do: softmax(p, e, total)
+
+    defp match_softmax(_p), do: nil
+
+    # `dot(q, k) * scale` and the mask added to it: `{:ok, q, k, scale, mask}`
+    defp scaled_scores(%T{data: %Expr{op: :multiply, args: [c, d]}}, mask),
+      do: scaled_product(c, d, mask) || scaled_product(d, c, mask)
+
+    defp scaled_scores(_scaled, _mask), do: nil
+
+    defp scaled_product(scale, product, mask) do
+      with scale when is_number(scale) <- constant(scale),
+           %T{data: %Expr{op: :dot, args: [q, [3], [0, 1], k, [3], [0, 1]]}} <- product,
+           %T{shape: {_, _, _, _}} <- q do
+        {:ok, q, k, scale * 1.0, mask}
+      else
+        _ -> nil
+      end
+    end
+
+    defp broadcasts?(shape, target) do
+      shape
+      |> Tuple.to_list()
+      |> Enum.reverse()
+      |> Enum.zip(target |> Tuple.to_list() |> Enum.reverse())
+      |> Enum.all?(fn {a, b} -> a == 1 or a == b end)
     end
 
     # ---------------------------------------------------------------------

@@ -279,6 +279,16 @@ if Code.ensure_loaded?(Nx) do
       end
     end
 
+    defp eval_apply(:dot, ans, %{fuse: true} = state, cache) do
+      case ExMLX.Compiler.FusedKernels.match(ans) do
+        {:attention, q, k, v, mask, scale} ->
+          fused(:scaled_dot_product_attention, ans, [q, k, v, mask], [scale], state, cache)
+
+        nil ->
+          generic(:dot, ans, state, cache)
+      end
+    end
+
     defp eval_apply(op, ans, state, cache), do: generic(op, ans, state, cache)
 
     # `ans` as one op of the op table on `inputs` (expressions), with `params`

@@ -3,7 +3,7 @@
 //! composed forms under `fuse: true`: docs/numerics.md says how their
 //! results differ).
 
-use mlx_rs::{ops, Array};
+use mlx_rs::{ops, Array, Dtype};
 
 use super::check_axis;
 use crate::dtype::{display, display_shape};
@@ -46,6 +46,109 @@ pub fn softmax(x: &Array, axes: &[i64]) -> Result<Array> {
         .map(|&a| check_axis("axes", a, x.ndim()))
         .collect::<Result<Vec<i32>>>()?;
     Ok(ops::softmax_axes(x, &axes, true)?)
+}
+
+/// `softmax(scale · queries · keysᵀ + mask) · values` per batch and head
+/// (MLX's `fast::scaled_dot_product_attention`): `queries` of shape
+/// `{b, h, t_q, d}`, `keys` `{b, h_kv, t_kv, d}`, `values`
+/// `{b, h_kv, t_kv, d_v}`, of one floating type, `h` a multiple of `h_kv`
+/// (grouped-query attention: each key and value head serves `h / h_kv`
+/// query heads); `mask` added to the scores, of that type (or boolean:
+/// `false` excludes a key), broadcastable to `{b, h, t_q, t_kv}`. The
+/// softmax is computed in float32. The result is `{b, h, t_q, d_v}`.
+pub fn scaled_dot_product_attention(
+    queries: &Array,
+    keys: &Array,
+    values: &Array,
+    mask: &Array,
+    scale: f64,
+) -> Result<Array> {
+    let named = [("queries", queries), ("keys", keys), ("values", values)];
+    for (name, a) in named {
+        check_floating(name, a)?;
+        if a.ndim() != 4 {
+            return Err(Error::arg(
+                name,
+                format!(
+                    "scaled_dot_product_attention needs tensors of rank 4 \
+                     ({{batch, heads, sequence, depth}}), got shape {}",
+                    display_shape(a.shape())
+                ),
+            ));
+        }
+        if a.dtype() != queries.dtype() {
+            return Err(Error::Type(format!(
+                "{name}: scaled_dot_product_attention needs queries, keys and values of one \
+                 type, got {} and {}",
+                display(queries.dtype()),
+                display(a.dtype())
+            )));
+        }
+    }
+    let (q, k, v) = (queries.shape(), keys.shape(), values.shape());
+    let shapes = || {
+        format!(
+            "queries {}, keys {}, values {}",
+            display_shape(q),
+            display_shape(k),
+            display_shape(v)
+        )
+    };
+    if q[0] != k[0] || k[0] != v[0] || k[1] != v[1] || k[2] != v[2] || q[3] != k[3] {
+        return Err(Error::arg(
+            "keys",
+            format!(
+                "scaled_dot_product_attention needs one batch size, keys and values with \
+                 one head count and sequence length, and queries and keys of one depth; \
+                 got {}",
+                shapes()
+            ),
+        ));
+    }
+    if k[1] == 0 || q[1] % k[1] != 0 {
+        return Err(Error::arg(
+            "keys",
+            format!(
+                "scaled_dot_product_attention needs the queries' head count to be a \
+                 multiple of the keys' and values'; got {}",
+                shapes()
+            ),
+        ));
+    }
+    if mask.dtype() != Dtype::Bool && mask.dtype() != queries.dtype() {
+        return Err(Error::Type(format!(
+            "mask: scaled_dot_product_attention needs a boolean mask or one of the \
+             queries' type ({}), got {}",
+            display(queries.dtype()),
+            display(mask.dtype())
+        )));
+    }
+    let scores = [q[0], q[1], q[2], k[2]];
+    let m = mask.shape();
+    let broadcastable = m.len() <= 4
+        && m.iter()
+            .rev()
+            .zip(scores.iter().rev())
+            .all(|(&a, &b)| a == 1 || a == b);
+    if !broadcastable {
+        return Err(Error::arg(
+            "mask",
+            format!(
+                "scaled_dot_product_attention needs a mask broadcastable to the scores' \
+                 shape {}, got {}",
+                display_shape(&scores),
+                display_shape(m)
+            ),
+        ));
+    }
+    Ok(mlx_rs::fast::scaled_dot_product_attention(
+        queries,
+        keys,
+        values,
+        scale as f32,
+        mask,
+        None,
+    )?)
 }
 
 fn check_floating(name: &'static str, a: &Array) -> Result<()> {

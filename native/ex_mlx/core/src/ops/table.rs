@@ -1181,6 +1181,20 @@ op_table! {
         ///     iex> ExMLX.softmax(x) |> ExMLX.to_list() |> Enum.map(&Float.round(&1, 4))
         ///     [0.25, 0.75]
         softmax(tensor; axes: Ints = "[-1]") -> same => fast::softmax(tensor, &axes);
+        /// Attention in one MLX kernel: `softmax(scale · q · kᵀ + mask) · v`
+        /// per batch and head, for `queries` `{b, h, t_q, d}`, `keys`
+        /// `{b, h_kv, t_kv, d}`, `values` `{b, h_kv, t_kv, d_v}` (`h` a
+        /// multiple of `h_kv`) and a `mask` added to the scores (or boolean,
+        /// `false` excluding a key) broadcastable to `{b, h, t_q, t_kv}`;
+        /// the softmax in float32.
+        ///
+        ///     iex> q = ExMLX.from_binary(<<1.0::float-32-native, 0.0::float-32-native>>, {:f, 32}, {1, 1, 1, 2})
+        ///     iex> k = ExMLX.from_binary(<<1.0::float-32-native, 0.0::float-32-native, 0.0::float-32-native, 1.0::float-32-native>>, {:f, 32}, {1, 1, 2, 2})
+        ///     iex> v = ExMLX.from_binary(<<2.0::float-32-native, 4.0::float-32-native>>, {:f, 32}, {1, 1, 2, 1})
+        ///     iex> mask = ExMLX.full(0.0, {:f, 32}, {1, 1, 1, 2})
+        ///     iex> ExMLX.scaled_dot_product_attention(q, k, v, mask, scale: :math.log(3)) |> ExMLX.to_list() |> List.flatten() |> Enum.map(&Float.round(&1, 4))
+        ///     [2.5]
+        scaled_dot_product_attention(queries, keys, values, mask; scale: Float = "1.0") -> same => fast::scaled_dot_product_attention(queries, keys, values, mask, scale);
     }
 }
 
