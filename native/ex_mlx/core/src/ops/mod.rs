@@ -18,6 +18,7 @@ pub mod linalg;
 pub mod nx_linalg;
 pub mod params;
 pub mod precise;
+pub mod quantization;
 pub mod raw;
 pub mod reduce;
 pub mod shape;

@@ -42,7 +42,7 @@ use mlx_rs::{ops, Array, Dtype};
 use super::params::{all_axes, dim, ones, FromParam, Param, ParamKind};
 use super::{
     bitwise, conv, convert, creation, cumulative, elementwise, fast, fft, indexing, linalg,
-    nx_linalg, precise, reduce, shape, sort, window,
+    nx_linalg, precise, quantization, reduce, shape, sort, window,
 };
 use crate::error::{Error, Result};
 
@@ -68,6 +68,8 @@ pub enum DtypeRule {
     /// What MLX's reduction gives for the first input's type (sums of
     /// booleans and small integers widen).
     Accumulate,
+    /// The second input's type (dequantized values take their scales').
+    Second,
 }
 
 impl DtypeRule {
@@ -82,6 +84,7 @@ impl DtypeRule {
             DtypeRule::Complex => "complex",
             DtypeRule::Typed => "typed",
             DtypeRule::Accumulate => "accumulate",
+            DtypeRule::Second => "second",
         }
     }
 
@@ -112,6 +115,7 @@ impl DtypeRule {
                 Param::Type(d) => Some(*d),
                 _ => None,
             }),
+            DtypeRule::Second => inputs.get(1).copied(),
             DtypeRule::Promote | DtypeRule::Accumulate => None,
         }
     }
@@ -292,6 +296,7 @@ macro_rules! op_table {
     (@rule complex) => { DtypeRule::Complex };
     (@rule typed) => { DtypeRule::Typed };
     (@rule accumulate) => { DtypeRule::Accumulate };
+    (@rule second) => { DtypeRule::Second };
 }
 
 fn missing(name: &'static str) -> Error {
@@ -1192,9 +1197,45 @@ op_table! {
         ///     iex> k = ExMLX.from_binary(<<1.0::float-32-native, 0.0::float-32-native, 0.0::float-32-native, 1.0::float-32-native>>, {:f, 32}, {1, 1, 2, 2})
         ///     iex> v = ExMLX.from_binary(<<2.0::float-32-native, 4.0::float-32-native>>, {:f, 32}, {1, 1, 2, 1})
         ///     iex> mask = ExMLX.full(0.0, {:f, 32}, {1, 1, 1, 2})
-        ///     iex> ExMLX.scaled_dot_product_attention(q, k, v, mask, scale: :math.log(3)) |> ExMLX.to_list() |> List.flatten() |> Enum.map(&Float.round(&1, 4))
+        ///     iex> ExMLX.scaled_dot_product_attention(q, k, v, mask, scale: :math.log(3)) |> ExMLX.to_list() |> Enum.map(&Float.round(&1, 4))
         ///     [2.5]
         scaled_dot_product_attention(queries, keys, values, mask; scale: Float = "1.0") -> same => fast::scaled_dot_product_attention(queries, keys, values, mask, scale);
+    }
+
+    // -------------------------------------------------------------------------
+    // MLX's affine quantization (crate::ops::quantization)
+    // -------------------------------------------------------------------------
+    quantization {
+        /// `{packed, scales, biases}`: each row of the tensor cut into groups
+        /// of `group_size` values, each stored as `bits`-bit integers `q`
+        /// (packed into `{:u, 32}` words, lowest bits first) with a scale and
+        /// a bias in the tensor's type, standing for `scale · q + bias`.
+        ///
+        ///     iex> w = ExMLX.from_binary(for(i <- 0..31, into: <<>>, do: <<i * 1.0::float-32-native>>), {:f, 32}, {1, 32})
+        ///     iex> {packed, scales, biases} = ExMLX.quantize(w, group_size: 32, bits: 5)
+        ///     iex> {packed.shape, ExMLX.to_list(scales), ExMLX.to_list(biases)}
+        ///     {{1, 5}, [-1.0], [31.0]}
+        quantize(tensor; group_size: Int = "64", bits: Int = "4") -> [index, same, same] => quantization::quantize(tensor, group_size, bits);
+        /// `scales · q + biases` for the integers `q` that `packed` holds (see
+        /// `quantize`), in the scales' type.
+        ///
+        ///     iex> words = <<0x76543210::32-native, 0xFEDCBA98::32-native>>
+        ///     iex> packed = ExMLX.from_binary(words <> words, {:u, 32}, {1, 4})
+        ///     iex> scales = ExMLX.full(0.5, {:f, 32}, {1, 1})
+        ///     iex> biases = ExMLX.full(-1.0, {:f, 32}, {1, 1})
+        ///     iex> ExMLX.dequantize(packed, scales, biases, group_size: 32, bits: 4) |> ExMLX.to_list() |> Enum.take(5)
+        ///     [-1.0, -0.5, 0.0, 0.5, 1.0]
+        dequantize(packed, scales, biases; group_size: Int = "64", bits: Int = "4") -> second => quantization::dequantize(packed, scales, biases, group_size, bits);
+        /// `tensor · wᵀ` (`transpose: true`, a linear layer's `{out, in}`
+        /// weight) or `tensor · w`, `w` the matrix `packed`, `scales` and
+        /// `biases` stand for (see `quantize`), computed without making `w`.
+        ///
+        ///     iex> w = ExMLX.from_binary(for(i <- 0..31, into: <<>>, do: <<i * 1.0::float-32-native>>), {:f, 32}, {1, 32})
+        ///     iex> {packed, scales, biases} = ExMLX.quantize(w, group_size: 32, bits: 5)
+        ///     iex> x = ExMLX.full(1.0, {:f, 32}, {1, 32})
+        ///     iex> ExMLX.quantized_matmul(x, packed, scales, biases, group_size: 32, bits: 5) |> ExMLX.to_list()
+        ///     [496.0]
+        quantized_matmul(tensor, packed, scales, biases; transpose: Bool = "true", group_size: Int = "64", bits: Int = "4") -> same => quantization::quantized_matmul(tensor, packed, scales, biases, transpose, group_size, bits);
     }
 }
 
