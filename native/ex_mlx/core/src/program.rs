@@ -50,7 +50,7 @@ mod work;
 use check::{check_block, Scope};
 use passes::{
     any_instruction, compile_runs, fold_rearrangements, fuse_block, has_loops,
-    keep_boolean_conditions, read_counts,
+    keep_boolean_conditions, merge_equal_ops, read_counts,
 };
 pub use run::loop_times;
 use run::Run;
@@ -258,6 +258,7 @@ impl Program {
             visible: vec![true; inputs + constants],
         };
         check_block(&mut main, &mut scope, "", 0)?;
+        merge_equal_ops(&mut main);
         keep_boolean_conditions(&mut main, scope.next());
         let reads = read_counts(&main, scope.next());
         fold_rearrangements(&mut main, &reads);

@@ -79,6 +79,91 @@ pub(super) fn fold_rearrangements(block: &mut Block, reads: &[u32]) -> usize {
     dropped
 }
 
+/// Merges an op equal to an earlier op of its block (the same op, input
+/// slots, parameters, cast and number of results) into that earlier one:
+/// later reads of its results read the earlier op's, and it is dropped (its
+/// slots are never written). Every op of the op table is a function of its
+/// inputs and parameters, so the values are the same with fewer MLX nodes;
+/// a Bumblebee decoder computes its attention mask and its rotary
+/// embedding's table lookups again in every layer, from the same slots.
+/// Ops of a nested block merge with earlier ops of that block; reads in
+/// nested blocks of an outer op's results follow the outer merge. Inputs
+/// are compared after earlier merges, so chains of equal ops merge whole.
+/// Returns how many ops it dropped.
+/// Groups of fused or compiled ops, which passes make later, leave the
+/// block unchanged.
+pub(super) fn merge_equal_ops(block: &mut Block) -> usize {
+    let grouped =
+        |ins: &Instruction| matches!(ins, Instruction::Fused(_) | Instruction::Compiled(_));
+    if any_instruction(block, &grouped) {
+        return 0;
+    }
+    merge_in(block, &mut std::collections::HashMap::new())
+}
+
+/// [`merge_equal_ops`] in `block`, `renamed` mapping each dropped op's
+/// result slots to the kept op's.
+fn merge_in(block: &mut Block, renamed: &mut std::collections::HashMap<usize, usize>) -> usize {
+    let rename = |slots: &mut Vec<usize>, renamed: &std::collections::HashMap<usize, usize>| {
+        for s in slots.iter_mut() {
+            if let Some(&t) = renamed.get(s) {
+                *s = t;
+            }
+        }
+    };
+    let mut dropped = 0;
+    // (the kept ops of this block by op and inputs: their index in `kept`)
+    let mut seen: std::collections::HashMap<(Op, Vec<usize>), Vec<usize>> =
+        std::collections::HashMap::new();
+    let mut kept: Vec<Instruction> = Vec::with_capacity(block.instructions.len());
+    for mut ins in std::mem::take(&mut block.instructions) {
+        match &mut ins {
+            Instruction::Op(call) => {
+                rename(&mut call.inputs, renamed);
+                let key = (call.op, call.inputs.clone());
+                let earlier = seen.get(&key).and_then(|indices| {
+                    indices.iter().find_map(|&k| match &kept[k] {
+                        Instruction::Op(e)
+                            if e.params == call.params
+                                && e.cast == call.cast
+                                && e.results == call.results =>
+                        {
+                            Some(e.first)
+                        }
+                        _ => None,
+                    })
+                });
+                if let Some(first) = earlier {
+                    for r in 0..call.results {
+                        renamed.insert(call.first + r, first + r);
+                    }
+                    dropped += 1;
+                    continue;
+                }
+                seen.entry(key).or_default().push(kept.len());
+            }
+            Instruction::Loop(l) => {
+                rename(&mut l.initial, renamed);
+                dropped += merge_in(&mut l.condition, renamed);
+                dropped += merge_in(&mut l.body, renamed);
+            }
+            Instruction::Branch(b) => {
+                for (pred, body) in &mut b.clauses {
+                    dropped += merge_in(pred, renamed);
+                    dropped += merge_in(body, renamed);
+                }
+                dropped += merge_in(&mut b.otherwise, renamed);
+            }
+            // (not in a program being made: see merge_equal_ops)
+            Instruction::Fused(_) | Instruction::Compiled(_) => {}
+        }
+        kept.push(ins);
+    }
+    block.instructions = kept;
+    rename(&mut block.outputs, renamed);
+    dropped
+}
+
 /// The parameters of `outer` applied straight to `inner`'s input, when the
 /// two fold into one op (see [`fold_rearrangements`]).
 fn folded(inner: &OpCall, outer: &OpCall) -> Option<Vec<Param>> {

@@ -142,6 +142,58 @@ mod programs {
         assert_eq!(out[4], (vec![4, 6], (0..24).collect()));
     }
 
+    #[test]
+    fn equal_ops_merge_into_the_first() {
+        // slots 0 (x), 1 (c = 10), 2 (limit = 100); 3 = x + c, 4 = x + c
+        // (merged into 3), 5 = -3, 6 = -4 (merged into 5 once 4 is 3),
+        // 7 = 5 · 6; a loop from 4 (state 8) while sum(8) (9) < limit (10):
+        // 11 = 8 + 4, 12 = 8 + 3 (merged: 4 is 3), 13 = max(11, 12); its
+        // result 14; 15 = c + x, the inputs in another order: kept
+        let condition = block(
+            vec![
+                op(Op::sum, &[8], sum_all(), None),
+                op(Op::less, &[9, 2], vec![], None),
+            ],
+            &[10],
+        );
+        let body = block(
+            vec![
+                op(Op::add, &[8, 4], vec![], None),
+                op(Op::add, &[8, 3], vec![], None),
+                op(Op::max, &[11, 12], vec![], None),
+            ],
+            &[13],
+        );
+        let program = Program::new(
+            1,
+            2,
+            vec![
+                op(Op::add, &[0, 1], vec![], None),
+                op(Op::add, &[0, 1], vec![], None),
+                op(Op::negate, &[3], vec![], None),
+                op(Op::negate, &[4], vec![], None),
+                op(Op::multiply, &[5, 6], vec![], None),
+                Instruction::Loop(Loop::new(vec![4], condition, body)),
+                op(Op::add, &[1, 0], vec![], None),
+            ],
+            vec![7, 6, 14, 4, 15],
+        )
+        .unwrap();
+        assert_eq!(count_ops(&program.main), 4);
+        let body_ops = program.main.instructions.iter().find_map(|i| match i {
+            Instruction::Loop(l) => Some(count_ops(&l.body)),
+            _ => None,
+        });
+        assert_eq!(body_ops, Some(2));
+        let out = run_i32(program, vec![vec![1, 2, 3]], vec![10, 100]);
+        assert_eq!(out[0], vec![121, 144, 169]);
+        assert_eq!(out[1], vec![-11, -12, -13]);
+        // [11, 12, 13] (sum 36), + itself: 72, then 108
+        assert_eq!(out[2], vec![33, 36, 39]);
+        assert_eq!(out[3], vec![11, 12, 13]);
+        assert_eq!(out[4], vec![11, 12, 13]);
+    }
+
     // slots 0 (x), 1 (0), 2 (10), 3 (-10); 4 = x > 0 and 5 = x < 0 (u8),
     // 6 = select(4, 10, -10), 7 = select(5, 10, -10)
     fn signs(outputs: &[usize]) -> Program {
