@@ -1,10 +1,14 @@
 defmodule ExMLX.QuantizationMLXTest do
   # quantize, dequantize and quantized_matmul give Python mlx's bits on the
-  # same inputs, on the CPU, for every bit width, group size and floating
+  # same inputs, on the CPU (also where the default device is a GPU), for every bit width, group size and floating
   # type MLX quantizes: Python mlx of ExMLX's MLX version (installed once
   # into _build/bench-python, as bin/bench's references are) runs
   # test/support/mlx_quantization.py on the bytes this test writes.
   use ExUnit.Case, async: true
+
+  # (:mix_project: Python mlx comes from the project's build support, which
+  # installs it with pip; the staged GPU run has neither)
+  @moduletag :mix_project
 
   @script Path.expand("../support/mlx_quantization.py", __DIR__)
   @types [{{:f, 32}, "f32"}, {{:f, 16}, "f16"}, {{:bf, 16}, "bf16"}]
@@ -24,7 +28,7 @@ defmodule ExMLX.QuantizationMLXTest do
 
   defp tensor(values, type, shape) do
     floats = for v <- values, into: <<>>, do: <<v::float-32-native>>
-    floats |> ExMLX.from_binary({:f, 32}, shape) |> ExMLX.as_type(type)
+    floats |> ExMLX.from_binary({:f, 32}, shape, device: :cpu) |> ExMLX.as_type(type)
   end
 
   @tag :tmp_dir
