@@ -41,9 +41,15 @@ if Code.ensure_loaded?(Nx) do
     @behaviour Nx.Backend
 
     @enforce_keys [:ref, :device]
-    defstruct [:ref, :device]
+    defstruct [:ref, :device, quantization: nil]
 
-    @type t :: %__MODULE__{ref: reference(), device: :cpu | :gpu}
+    # (a quantized tensor, ExMLX.Quantization, has no `ref` of its own: any
+    # path that reads `ref` without going through `ref/1` fails loudly)
+    @type t :: %__MODULE__{
+            ref: reference() | nil,
+            device: :cpu | :gpu,
+            quantization: ExMLX.Quantization.t() | nil
+          }
 
     alias Nx.Tensor, as: T
     alias ExMLX.Op
@@ -78,6 +84,10 @@ if Code.ensure_loaded?(Nx) do
 
     # The native reference of a tensor, transferring it here if it lives on
     # another backend.
+    # A quantized tensor reads as its dequantized values (ExMLX.Quantization).
+    defp ref(%T{data: %__MODULE__{quantization: %ExMLX.Quantization{} = q}}),
+      do: ExMLX.Quantization.dequantized(q).ref
+
     defp ref(%T{data: %__MODULE__{ref: ref}}), do: ref
 
     defp ref(%T{} = t),
@@ -267,6 +277,9 @@ if Code.ensure_loaded?(Nx) do
     def from_nx(other),
       do: raise(ArgumentError, "tensor: expected an Nx.Tensor, got: #{inspect(other)}")
 
+    defp to_ex_mlx_backend(%T{data: %__MODULE__{quantization: %ExMLX.Quantization{}}} = t),
+      do: ExMLX.Quantization.dequantize(t)
+
     defp to_ex_mlx_backend(%T{data: %__MODULE__{}} = t), do: t
     defp to_ex_mlx_backend(t), do: Nx.backend_copy(t, {__MODULE__, device: default_device()})
 
@@ -299,6 +312,11 @@ if Code.ensure_loaded?(Nx) do
     # -------------------------------------------------------------------------
 
     @impl true
+    def backend_deallocate(%T{data: %__MODULE__{quantization: %ExMLX.Quantization{} = q}}) do
+      freed = for t <- [q.packed, q.scales, q.biases], do: Op.deallocate(t.ref)
+      if Enum.any?(freed), do: :ok, else: :already_deallocated
+    end
+
     def backend_deallocate(%T{data: %__MODULE__{ref: ref}}) do
       if Op.deallocate(ref), do: :ok, else: :already_deallocated
     end
@@ -393,8 +411,13 @@ if Code.ensure_loaded?(Nx) do
       doc = Nx.Backend.inspect(tensor, binary, inspect_opts)
 
       if Application.get_env(:ex_mlx, :add_backend_on_inspect, true) do
+        quantized =
+          if ExMLX.Quantization.quantized?(tensor),
+            do: ", " <> ExMLX.Quantization.describe(tensor),
+            else: ""
+
         Inspect.Algebra.concat([
-          "ExMLX.Backend<#{device_of(tensor)}>",
+          "ExMLX.Backend<#{device_of(tensor)}#{quantized}>",
           Inspect.Algebra.line(),
           doc
         ])
@@ -908,6 +931,27 @@ if Code.ensure_loaded?(Nx) do
     # -------------------------------------------------------------------------
 
     @impl true
+    # A quantized right operand contracted over one axis, no batch axes:
+    # MLX's quantized_matmul on its packed values (ExMLX.Quantization).
+    def dot(
+          %T{type: type} = out,
+          %T{type: type} = a,
+          [axis_a],
+          [],
+          %T{type: type, data: %__MODULE__{quantization: %ExMLX.Quantization{} = q}},
+          [axis_b],
+          []
+        ) do
+      last = tuple_size(a.shape) - 1
+      x = if axis_a == last, do: ref(a), else: transposed(ref(a), moved_last(last, axis_a))
+      # the stored matrix P is the operand itself, or its transpose: x · P
+      # contracts P's first axis, x · Pᵀ its second
+      transpose = q.transposed == (axis_b == 0)
+
+      params = [transpose, q.group_size, q.bits]
+      defer(out, :quantized_matmul, [x, q.packed.ref, q.scales.ref, q.biases.ref], params)
+    end
+
     def dot(
           %T{type: type, shape: out_shape} = out,
           a,
@@ -955,6 +999,9 @@ if Code.ensure_loaded?(Nx) do
         do: ref,
         else: op(:transpose, [ref], [axes])
     end
+
+    # the axes 0..last with `axis` moved to the end
+    defp moved_last(last, axis), do: Enum.reject(0..last, &(&1 == axis)) ++ [axis]
 
     defp free_axes(%T{shape: shape}, used),
       do: Enum.reject(0..(tuple_size(shape) - 1)//1, &(&1 in used))

@@ -391,6 +391,14 @@ if Code.ensure_loaded?(Nx) do
 
     # The native reference of `t` on `device`, copied there if it lives on
     # another backend or device.
+    defp device_ref(%Nx.Tensor{data: %ExMLX.Backend{quantization: %ExMLX.Quantization{}}} = t, _) do
+      raise ArgumentError,
+            "ExMLX.Compiler does not take quantized tensors as inputs yet " <>
+              "(#{ExMLX.Quantization.describe(t)}, shape #{inspect(t.shape)}): " <>
+              "a program would dequantize them at every call; " <>
+              "ExMLX.Quantization.dequantize/1 gives a plain tensor"
+    end
+
     defp device_ref(%Nx.Tensor{data: %ExMLX.Backend{ref: ref, device: device}}, device), do: ref
 
     defp device_ref(%Nx.Tensor{} = t, device) do

@@ -1,0 +1,177 @@
+if Code.ensure_loaded?(Nx) do
+  defmodule ExMLX.Quantization do
+    @moduledoc """
+    Quantized Nx tensors on `ExMLX.Backend`: a matrix stored as MLX's affine
+    quantization (`ExMLX.quantize/2`: each group of `:group_size` values of a
+    row kept as `:bits`-bit integers with a scale and a bias), keeping its
+    logical shape and type.
+
+        iex> w = Nx.iota({4, 64}, axis: 1, type: :f32, backend: ExMLX.Backend)
+        iex> wq = ExMLX.Quantization.quantize(w, bits: 6, group_size: 64)
+        iex> {wq.shape, wq.type, ExMLX.Quantization.quantized?(wq)}
+        {{4, 64}, {:f, 32}, true}
+        iex> x = Nx.broadcast(Nx.tensor(1.0, backend: ExMLX.Backend), {1, 4})
+        iex> Nx.dot(x, wq) |> Nx.sum() |> Nx.to_number()
+        8064.0
+
+    What the backend does with a quantized tensor:
+
+      * `Nx.dot/6` with a quantized matrix as its right operand, contracted
+        over one of its axes with no batch axes (a dense layer's kernel, as
+        Axon and Bumblebee apply it), runs MLX's `quantized_matmul` on the
+        packed values: the matrix is never dequantized;
+      * every other op, a quantized left operand of `Nx.dot/6` included,
+        reads the dequantized matrix (`dequantize/1`): a new tensor of the
+        logical type, made at each use, counted by `ExMLX.Memory` like any
+        other;
+      * `ExMLX.Compiler` does not take quantized inputs yet: a call given
+        one raises `ArgumentError` (a program would dequantize them at every
+        call).
+
+    `Nx.byte_size/1` gives the logical size (Nx computes it from the shape
+    and type); `stored_bytes/1` gives what the packed values, scales and
+    biases hold.
+    """
+
+    @enforce_keys [:packed, :scales, :biases, :bits, :group_size, :transposed]
+    defstruct @enforce_keys
+
+    @typedoc """
+    The packed values, scales and biases (`ExMLX.Tensor`s) of a matrix
+    quantized along its last axis, and whether the logical tensor is that
+    matrix transposed (a `{in, out}` kernel stored as its `{out, in}`
+    transpose, grouped along `in`, as checkpoints store linear layers).
+    """
+    @type t :: %__MODULE__{
+            packed: ExMLX.Tensor.t(),
+            scales: ExMLX.Tensor.t(),
+            biases: ExMLX.Tensor.t(),
+            bits: pos_integer(),
+            group_size: pos_integer(),
+            transposed: boolean()
+          }
+
+    alias Nx.Tensor, as: T
+
+    @doc """
+    Quantizes the matrix `tensor` (`{:f, 32}`, `{:f, 16}` or `{:bf, 16}`,
+    rank 2) into a quantized tensor of the same shape and type.
+
+    Options:
+
+      * `:bits` - 2, 3, 4, 5, 6 or 8 (default 4);
+      * `:group_size` - 32, 64 or 128 values share a scale and a bias
+        (default 64);
+      * `:transpose` - `true` to group along the first axis instead of the
+        last (the contracted axis of a `{in, out}` kernel in `Nx.dot(x, w)`):
+        the transpose is what is stored (default `false`).
+
+    Errors name what MLX refuses (`ExMLX.quantize/2`).
+
+        iex> w = Nx.iota({2, 32}, type: :f32, backend: ExMLX.Backend)
+        iex> ExMLX.Quantization.quantize(w, bits: 5, group_size: 32) |> ExMLX.Quantization.dequantize() |> Nx.to_flat_list() |> Enum.take(4)
+        [0.0, 1.0, 2.0, 3.0]
+    """
+    @spec quantize(Nx.Tensor.t(), keyword()) :: Nx.Tensor.t()
+    def quantize(%T{} = tensor, opts \\ []) do
+      opts = Keyword.validate!(opts, bits: 4, group_size: 64, transpose: false)
+
+      if quantized?(tensor),
+        do: raise(ArgumentError, "tensor: already quantized (#{describe(tensor)})")
+
+      if tuple_size(tensor.shape) != 2,
+        do:
+          raise(
+            ArgumentError,
+            "tensor: quantize takes a matrix (rank 2), got shape #{inspect(tensor.shape)}"
+          )
+
+      transpose = opts[:transpose]
+
+      unless is_boolean(transpose),
+        do: raise(ArgumentError, ":transpose must be a boolean, got: #{inspect(transpose)}")
+
+      matrix = ExMLX.Backend.from_nx(tensor)
+      matrix = if transpose, do: ExMLX.transpose(matrix, [1, 0]), else: matrix
+
+      {packed, scales, biases} =
+        ExMLX.quantize(matrix, bits: opts[:bits], group_size: opts[:group_size])
+
+      quantization = %__MODULE__{
+        packed: packed,
+        scales: scales,
+        biases: biases,
+        bits: opts[:bits],
+        group_size: opts[:group_size],
+        transposed: transpose
+      }
+
+      %{
+        tensor
+        | data: %ExMLX.Backend{ref: nil, device: packed.device, quantization: quantization}
+      }
+    end
+
+    @doc """
+    The dequantized values of a quantized tensor, as a plain tensor on
+    `ExMLX.Backend` of its shape and type (a plain tensor is returned as
+    it is).
+
+        iex> w = Nx.tensor([[0.0, 1.0, 2.0, 3.0]], backend: ExMLX.Backend) |> Nx.tile([1, 8])
+        iex> wq = ExMLX.Quantization.quantize(w, bits: 2, group_size: 32)
+        iex> ExMLX.Quantization.dequantize(wq) |> Nx.slice([0, 0], [1, 4]) |> Nx.to_flat_list()
+        [0.0, 1.0, 2.0, 3.0]
+    """
+    @spec dequantize(Nx.Tensor.t()) :: Nx.Tensor.t()
+    def dequantize(%T{data: %ExMLX.Backend{quantization: %__MODULE__{} = q, device: device}} = t) do
+      ref = dequantized(q).ref
+      %{t | data: %ExMLX.Backend{ref: ref, device: device}}
+    end
+
+    def dequantize(%T{} = t), do: t
+
+    @doc false
+    # The dequantized matrix of `q` as an `ExMLX.Tensor` (the logical
+    # tensor's values in the scales' type).
+    def dequantized(%__MODULE__{} = q) do
+      matrix =
+        ExMLX.dequantize(q.packed, q.scales, q.biases, bits: q.bits, group_size: q.group_size)
+
+      if q.transposed, do: ExMLX.transpose(matrix, [1, 0]), else: matrix
+    end
+
+    @doc """
+    Whether `tensor` is quantized.
+
+        iex> ExMLX.Quantization.quantized?(Nx.tensor([1.0], backend: ExMLX.Backend))
+        false
+    """
+    @spec quantized?(Nx.Tensor.t()) :: boolean()
+    def quantized?(%T{data: %ExMLX.Backend{quantization: %__MODULE__{}}}), do: true
+    def quantized?(%T{}), do: false
+
+    @doc """
+    The bytes a quantized tensor's packed values, scales and biases hold (a
+    plain tensor's: `Nx.byte_size/1`).
+
+        iex> w = Nx.iota({8, 64}, type: :f32, backend: ExMLX.Backend)
+        iex> ExMLX.Quantization.quantize(w, bits: 4, group_size: 64) |> ExMLX.Quantization.stored_bytes()
+        320
+    """
+    @spec stored_bytes(Nx.Tensor.t()) :: non_neg_integer()
+    def stored_bytes(%T{data: %ExMLX.Backend{quantization: %__MODULE__{} = q}}),
+      do: Enum.sum(for t <- [q.packed, q.scales, q.biases], do: bytes(t))
+
+    def stored_bytes(%T{} = t), do: Nx.byte_size(t)
+
+    defp bytes(%ExMLX.Tensor{shape: shape, type: {_, bits}}),
+      do: div(Enum.reduce(Tuple.to_list(shape), 1, &(&1 * &2)) * bits, 8)
+
+    @doc false
+    # "4-bit, groups of 64" and the layout, for messages and inspection.
+    def describe(%T{data: %ExMLX.Backend{quantization: %__MODULE__{} = q}}) do
+      layout = if q.transposed, do: ", stored transposed", else: ""
+      "quantized #{q.bits}-bit, groups of #{q.group_size}#{layout}"
+    end
+  end
+end

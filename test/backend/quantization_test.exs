@@ -1,0 +1,189 @@
+if Code.ensure_loaded?(Nx) do
+  defmodule ExMLX.Backend.QuantizationTest do
+    # Quantized Nx tensors (ExMLX.Quantization): Nx.dot with a quantized
+    # kernel against the product with its dequantized values computed here,
+    # other ops on the dequantized values, what is stored, and the errors.
+    use ExUnit.Case, async: true
+
+    doctest ExMLX.Quantization
+
+    alias ExMLX.Quantization, as: Q
+
+    # `count` values in [-scale, scale), a fixed pseudo-random sequence
+    defp values(count, scale, seed) do
+      Enum.map_reduce(1..count, seed, fn _, s ->
+        s = rem(s * 48_271, 2_147_483_647)
+        {(s / 2_147_483_647 * 2 - 1) * scale, s}
+      end)
+      |> elem(0)
+    end
+
+    defp tensor(values, shape, type \\ :f32),
+      do:
+        values
+        |> Nx.tensor(type: :f32, backend: ExMLX.Backend)
+        |> Nx.reshape(shape)
+        |> Nx.as_type(type)
+
+    defp rows(t), do: t |> Nx.as_type(:f32) |> Nx.to_list()
+
+    # Σ over the contracted axes, in Elixir floats: x {.., k} · w where
+    # `w` is a list of rows {k, n}
+    defp product(x_rows, w_rows) do
+      columns = Enum.zip_with(w_rows, & &1)
+
+      for row <- x_rows do
+        for column <- columns, do: row |> Enum.zip_with(column, &(&1 * &2)) |> Enum.sum()
+      end
+    end
+
+    defp assert_close(got, expected, rtol) do
+      got = List.flatten(got)
+      expected = List.flatten(expected)
+      assert length(got) == length(expected)
+
+      for {g, e} <- Enum.zip(got, expected),
+          do: assert(abs(g - e) <= rtol * max(abs(e), 1.0), "#{g} against #{e}")
+    end
+
+    test "a quantized tensor keeps its shape and type and stores the packed triple" do
+      w = tensor(values(64 * 128, 1.0, 3), {64, 128})
+      wq = Q.quantize(w, bits: 4, group_size: 64)
+      assert {wq.shape, wq.type, wq.names} == {w.shape, w.type, w.names}
+      assert Q.quantized?(wq) and not Q.quantized?(w)
+      # 64 rows of 128 values: 4-bit values in 16 words, two f32 scales and biases a row
+      assert Q.stored_bytes(wq) == 64 * (16 * 4 + 2 * 4 + 2 * 4)
+      assert Nx.byte_size(wq) == 64 * 128 * 4
+
+      # MLX's rows of scale · q + bias, as ExMLX.dequantize gives them
+      %ExMLX.Backend{quantization: q} = wq.data
+      dequantized = ExMLX.dequantize(q.packed, q.scales, q.biases, bits: 4, group_size: 64)
+      assert Nx.to_binary(Q.dequantize(wq)) == ExMLX.to_binary(dequantized)
+
+      assert inspect(wq) =~
+               "ExMLX.Backend<#{ExMLX.default_device()}, quantized 4-bit, groups of 64>"
+    end
+
+    test "Nx.dot with a quantized kernel is the product with its dequantized values" do
+      # Axon's dense layer: x {batch, seq, in} · kernel {in, out}, the kernel
+      # stored transposed (grouped along `in`) or as it is (along `out`)
+      {k, n} = {128, 64}
+      w = tensor(values(k * n, 0.5, 7), {k, n})
+      x = tensor(values(2 * 3 * k, 1.0, 11), {2, 3, k})
+
+      for transpose <- [true, false] do
+        group_size = if transpose, do: 64, else: 32
+        wq = Q.quantize(w, bits: 4, group_size: group_size, transpose: transpose)
+        got = Nx.dot(x, [2], wq, [0])
+        assert got.shape == {2, 3, n} and got.type == {:f, 32}
+        expected = x |> rows() |> Enum.flat_map(& &1) |> product(rows(Q.dequantize(wq)))
+        assert_close(rows(got), expected, 1.0e-5)
+        # MLX's quantized_matmul on the stored values, not a dequantized matrix
+        %ExMLX.Backend{quantization: q} = wq.data
+        opts = [transpose: transpose, group_size: group_size, bits: 4]
+
+        direct =
+          ExMLX.quantized_matmul(ExMLX.Backend.from_nx(x), q.packed, q.scales, q.biases, opts)
+
+        assert Nx.to_binary(got) == ExMLX.to_binary(direct)
+      end
+
+      # contracting the kernel's second axis: x {m, n} · wᵀ
+      wq = Q.quantize(w, bits: 8, group_size: 64)
+      y = tensor(values(4 * n, 1.0, 13), {4, n})
+      got = Nx.dot(y, [1], wq, [1])
+      assert got.shape == {4, k}
+      w_rows = wq |> Q.dequantize() |> rows() |> Enum.zip_with(& &1)
+      assert_close(rows(got), product(rows(y), w_rows), 1.0e-5)
+
+      # x contracted over its first axis: xᵀ · w
+      z = tensor(values(k * 2, 1.0, 17), {k, 2})
+      got = Nx.dot(z, [0], wq, [0])
+      assert got.shape == {2, n}
+      z_rows = z |> rows() |> Enum.zip_with(& &1)
+      assert_close(rows(got), product(z_rows, rows(Q.dequantize(wq))), 1.0e-5)
+    end
+
+    test "bfloat16 kernels run quantized in bfloat16" do
+      w = tensor(values(128 * 32, 0.5, 19), {128, 32}, :bf16)
+      x = tensor(values(128, 1.0, 23), {1, 128}, :bf16)
+      wq = Q.quantize(w, bits: 4, group_size: 64, transpose: true)
+      got = Nx.dot(x, wq)
+      assert got.type == {:bf, 16}
+
+      # MLX's quantized_matmul itself on the stored values (its bits are
+      # Python mlx's: test/ex_mlx/quantization_mlx_test.exs)
+      %ExMLX.Backend{quantization: q} = wq.data
+
+      direct =
+        ExMLX.quantized_matmul(ExMLX.Backend.from_nx(x), q.packed, q.scales, q.biases,
+          transpose: true,
+          group_size: 64,
+          bits: 4
+        )
+
+      assert Nx.to_binary(got) == ExMLX.to_binary(direct)
+
+      # and near the product of the dequantized values: MLX's CPU kernel
+      # rounds its bfloat16 partial sums, up to 2^-8 of Σ|x·w| at each of a
+      # few rounding steps
+      [x_row] = rows(x)
+
+      for {g, column} <-
+            Enum.zip(List.flatten(rows(got)), Enum.zip_with(rows(Q.dequantize(wq)), & &1)) do
+        terms = Enum.zip_with(x_row, column, &(&1 * &2))
+        bound = 8 * 2 ** -8 * Enum.sum(Enum.map(terms, &abs/1))
+        assert abs(g - Enum.sum(terms)) <= bound
+      end
+    end
+
+    test "other ops read the dequantized values" do
+      w = tensor(values(8 * 64, 2.0, 29), {8, 64})
+      wq = Q.quantize(w, bits: 3, group_size: 32)
+      plain = Q.dequantize(wq)
+      assert Nx.to_binary(Nx.add(wq, 1.0)) == Nx.to_binary(Nx.add(plain, 1.0))
+      assert Nx.to_binary(Nx.sum(wq, axes: [1])) == Nx.to_binary(Nx.sum(plain, axes: [1]))
+      # a quantized left operand of Nx.dot: the dequantized values too
+      v = tensor(values(64, 1.0, 31), {64})
+      assert Nx.to_binary(Nx.dot(wq, v)) == Nx.to_binary(Nx.dot(plain, v))
+      assert Nx.to_flat_list(Nx.backend_transfer(wq, Nx.BinaryBackend)) == Nx.to_flat_list(plain)
+    end
+
+    test "bad input is an error that names it" do
+      w = tensor(values(4 * 64, 1.0, 37), {4, 64})
+
+      assert_raise ArgumentError,
+                   "tensor: quantize takes a matrix (rank 2), got shape {256}",
+                   fn -> Q.quantize(Nx.reshape(w, {256})) end
+
+      assert_raise ExMLX.Error,
+                   "bits: quantization takes bits of [2, 3, 4, 5, 6, 8], got 7",
+                   fn -> Q.quantize(w, bits: 7) end
+
+      assert_raise ExMLX.Error,
+                   "tensor: quantize needs a last axis that is a multiple of the group " <>
+                     "size 64, got shape {64, 4}",
+                   fn -> Q.quantize(w, transpose: true) end
+
+      wq = Q.quantize(w, bits: 4, group_size: 64)
+
+      assert_raise ArgumentError,
+                   "tensor: already quantized (quantized 4-bit, groups of 64)",
+                   fn -> Q.quantize(wq) end
+
+      assert_raise ArgumentError, ~r/unknown keys \[:mode\]/, fn ->
+        Q.quantize(w, mode: :mxfp4)
+      end
+
+      f = Nx.Defn.jit(&Nx.dot(&1, &2), compiler: ExMLX.Compiler)
+      x = tensor(values(64, 1.0, 41), {1, 64})
+
+      assert_raise ArgumentError,
+                   "ExMLX.Compiler does not take quantized tensors as inputs yet " <>
+                     "(quantized 4-bit, groups of 64, shape {4, 64}): a program would " <>
+                     "dequantize them at every call; ExMLX.Quantization.dequantize/1 " <>
+                     "gives a plain tensor",
+                   fn -> f.(wq, Nx.transpose(x)) end
+    end
+  end
+end
