@@ -113,6 +113,64 @@ if Code.ensure_loaded?(Nx) do
     end
 
     @doc """
+    Quantizes the dense kernels of a parameters container: an
+    `Axon.ModelState` (its `data`) or a map of layer names to maps of
+    parameter names to tensors (Axon's and Bumblebee's parameters).
+
+    A parameter is quantized when it is named `"kernel"`, is a matrix whose
+    first axis (`in`: the axis `Nx.dot(x, kernel)` contracts) is a multiple
+    of the group size, and `:only` accepts it; it is stored transposed
+    (`quantize/2`'s `:transpose`), so that the products of dense layers run
+    MLX's `quantized_matmul`. An embedding's kernel qualifies too; its
+    lookups read the dequantized matrix.
+
+    Options: `:bits` and `:group_size` as in `quantize/2`, and `:only` - a
+    function of the layer name and the parameter name that returns whether
+    to quantize it (default: every qualifying kernel).
+
+        iex> params = %{
+        ...>   "dense" => %{"kernel" => Nx.iota({64, 8}, type: :f32, backend: ExMLX.Backend), "bias" => Nx.iota({8}, type: :f32, backend: ExMLX.Backend)},
+        ...>   "small" => %{"kernel" => Nx.iota({3, 8}, type: :f32, backend: ExMLX.Backend)}
+        ...> }
+        iex> quantized = ExMLX.Quantization.quantize_params(params, bits: 8, group_size: 64)
+        iex> for {layer, p} <- Enum.sort(quantized), {name, t} <- Enum.sort(p), do: {layer, name, ExMLX.Quantization.quantized?(t)}
+        [{"dense", "bias", false}, {"dense", "kernel", true}, {"small", "kernel", false}]
+    """
+    @spec quantize_params(map(), keyword()) :: map()
+    def quantize_params(params, opts \\ [])
+
+    def quantize_params(%{__struct__: Axon.ModelState, data: data} = state, opts),
+      do: %{state | data: quantize_params(data, opts)}
+
+    def quantize_params(%{} = params, opts) when not is_struct(params) do
+      opts = Keyword.validate!(opts, bits: 4, group_size: 64, only: fn _layer, _name -> true end)
+      only = opts[:only]
+
+      unless is_function(only, 2),
+        do: raise(ArgumentError, ":only must be a function of 2 arguments, got: #{inspect(only)}")
+
+      quantize_opts = [bits: opts[:bits], group_size: opts[:group_size], transpose: true]
+
+      Map.new(params, fn
+        {layer, %{} = layer_params} when not is_struct(layer_params) ->
+          {layer,
+           Map.new(layer_params, fn {name, value} ->
+             if kernel?(name, value, opts[:group_size]) and only.(layer, name),
+               do: {name, quantize(value, quantize_opts)},
+               else: {name, value}
+           end)}
+
+        other ->
+          other
+      end)
+    end
+
+    defp kernel?("kernel", %T{shape: {inputs, _outputs}, type: {kind, _}} = t, group_size),
+      do: kind in [:f, :bf] and rem(inputs, group_size) == 0 and not quantized?(t)
+
+    defp kernel?(_name, _value, _group_size), do: false
+
+    @doc """
     The dequantized values of a quantized tensor, as a plain tensor on
     `ExMLX.Backend` of its shape and type (a plain tensor is returned as
     it is).

@@ -149,6 +149,32 @@ if Code.ensure_loaded?(Nx) do
       assert Nx.to_flat_list(Nx.backend_transfer(wq, Nx.BinaryBackend)) == Nx.to_flat_list(plain)
     end
 
+    test "quantize_params quantizes the dense kernels :only accepts" do
+      params = %{
+        "a" => %{"kernel" => tensor(values(128 * 16, 0.5, 43), {128, 16})},
+        "b" => %{"kernel" => tensor(values(64 * 16, 0.5, 47), {64, 16})},
+        "c" => %{"scale" => tensor(values(64 * 2, 0.5, 53), {64, 2})}
+      }
+
+      only = fn layer, _name -> layer != "b" end
+      quantized = Q.quantize_params(params, bits: 4, group_size: 64, only: only)
+      assert Q.quantized?(quantized["a"]["kernel"])
+      assert quantized["b"]["kernel"] == params["b"]["kernel"]
+      assert quantized["c"] == params["c"]
+
+      # a dense layer's product with the quantized kernel: grouped along `in`
+      %ExMLX.Backend{quantization: q} = quantized["a"]["kernel"].data
+      assert q.transposed and q.packed.shape == {16, div(128 * 4, 32)}
+      x = tensor(values(2 * 128, 1.0, 59), {2, 128})
+      got = Nx.dot(x, quantized["a"]["kernel"])
+      expected = product(rows(x), rows(Q.dequantize(quantized["a"]["kernel"])))
+      assert_close(rows(got), expected, 1.0e-5)
+
+      assert_raise ArgumentError, ":only must be a function of 2 arguments, got: :all", fn ->
+        Q.quantize_params(params, only: :all)
+      end
+    end
+
     test "bad input is an error that names it" do
       w = tensor(values(4 * 64, 1.0, 37), {4, 64})
 
