@@ -2,8 +2,9 @@ if Code.ensure_loaded?(Bumblebee) do
   defmodule ExMLX.Integration.QuantizationTest do
     # A Bumblebee model with its dense kernels quantized
     # (ExMLX.Quantization.quantize_params/2): the tiny Llama of
-    # scripts/tiny_models.py run by Axon on ExMLX.Backend, against the same
-    # model with the kernels' dequantized values.
+    # scripts/tiny_models.py run by Axon on ExMLX.Backend, eagerly and
+    # compiled, and its greedy generation, against the same model with the
+    # kernels' dequantized values.
     use ExUnit.Case, async: false
 
     alias ExMLX.Integration
@@ -63,9 +64,63 @@ if Code.ensure_loaded?(Bumblebee) do
       IO.puts("llama 8-bit: max |quantized - PyTorch f32| = #{off}")
       assert off <= 0.05 * max(largest, 1.0)
 
-      assert_raise ArgumentError, ~r/^ExMLX.Compiler does not take quantized tensors/, fn ->
-        Axon.predict(model.model, quantized, inputs, compiler: ExMLX.Compiler)
-      end
+      # compiled: the same values, and greedy generation picks the tokens of
+      # the dequantized kernels
+      %{logits: compiled} = Axon.predict(model.model, quantized, inputs, compiler: ExMLX.Compiler)
+      assert Nx.to_binary(compiled) == Nx.to_binary(got)
+
+      {:ok, config} = Bumblebee.load_generation_config({:local, Path.join(dir, "llama")})
+      config = Bumblebee.configure(config, max_new_tokens: 20, min_length: 8 + 20)
+
+      generate =
+        model.model
+        |> Bumblebee.Text.Generation.build_generate(model.spec, config)
+        |> Nx.Defn.jit(compiler: ExMLX.Compiler)
+
+      prompt = %{
+        "input_ids" => reference["input_ids"][0..0],
+        "attention_mask" => reference["attention_mask"][0..0],
+        "seed" => Nx.tensor([0])
+      }
+
+      %{token_ids: quantized_ids} = generate.(quantized, prompt)
+      %{token_ids: dequantized_ids} = generate.(dequantized, prompt)
+
+      IO.puts(
+        "llama 8-bit greedy: #{inspect(Nx.to_flat_list(quantized_ids), charlists: :as_lists)}"
+      )
+
+      assert Nx.to_flat_list(quantized_ids) == Nx.to_flat_list(dequantized_ids)
+
+      # the generation program multiplies by the packed kernels in its loop
+      [ops] =
+        for {{_fun, _device, _fuse, {_templates, [_ | _]}, _hooked}, {:program, %{program: p}}} <-
+              ExMLX.ProgramCache.entries(),
+            {_device, _inputs, _constants, instructions, _outputs} = ExMLX.ProgramCache.spec(p),
+            Enum.any?(instructions, &match?({:while, _, _, _}, &1)),
+            do: op_names(instructions)
+
+      IO.puts(
+        "llama 8-bit generation program: #{ops[:quantized_matmul]} quantized_matmul, " <>
+          "#{ops[:dequantize] || 0} dequantize (the embedding's lookups)"
+      )
+
+      assert ops[:quantized_matmul] >= 2 * (2 * 7 + 1)
     end
+
+    # how many times each op appears in a program's instructions, loops and
+    # branches included
+    defp op_names(instructions),
+      do: instructions |> Enum.flat_map(&ops_of/1) |> Enum.frequencies()
+
+    defp ops_of({:while, _initial, {condition, _}, {body, _}}),
+      do: Enum.flat_map(condition ++ body, &ops_of/1)
+
+    defp ops_of({:cond, clauses, {last, _}}) do
+      blocks = Enum.flat_map(clauses, fn {{predicate, _}, {body, _}} -> predicate ++ body end)
+      Enum.flat_map(blocks ++ last, &ops_of/1)
+    end
+
+    defp ops_of(instruction), do: [elem(instruction, 0)]
   end
 end

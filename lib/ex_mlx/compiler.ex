@@ -43,6 +43,10 @@ if Code.ensure_loaded?(Nx) do
     `ExMLX.Backend` that the device's worker fills: it runs the program and
     evaluates all its outputs together (reading one waits for that).
 
+    Quantized arguments (`ExMLX.Quantization`) are inputs as they are
+    stored, their format part of the cache key: `Nx.dot` with a quantized
+    kernel runs MLX's `quantized_matmul` inside the program.
+
     `export/3` writes a compiled function in the program format
     (docs/program-format.md) and `import/1` runs it without tracing.
 
@@ -69,7 +73,7 @@ if Code.ensure_loaded?(Nx) do
     require Logger
 
     alias ExMLX.{Call, Native, Op}
-    alias ExMLX.Compiler.Lowering
+    alias ExMLX.Compiler.{Lowering, QuantizedInputs}
     alias Nx.Defn.Composite
 
     @impl true
@@ -97,9 +101,24 @@ if Code.ensure_loaded?(Nx) do
       fn args_list ->
         Enum.map(args_list, fn args ->
           compiled =
-            ExMLX.ProgramCache.fetch(cache_key, fn -> compile(vars, fun, device, fuse, hooked) end)
+            ExMLX.ProgramCache.fetch(cache_key, fn ->
+              compile(vars, fun, device, fuse, hooked, [])
+            end)
 
-          run(compiled, key, vars, fun, args, device, opts)
+          # quantized arguments the program reads are inputs of their own
+          # (ExMLX.Quantization): another program, keyed by them too
+          case QuantizedInputs.signature(compiled, args) do
+            {args, []} ->
+              run(compiled, key, vars, fun, args, device, opts)
+
+            {args, quantized} ->
+              compiled =
+                ExMLX.ProgramCache.fetch(put_elem(cache_key, 3, {templates, quantized}), fn ->
+                  compile(vars, fun, device, fuse, hooked, quantized)
+                end)
+
+              run(compiled, key, vars, fun, args, device, opts)
+          end
         end)
       end
     end
@@ -185,8 +204,8 @@ if Code.ensure_loaded?(Nx) do
     # Compiling: record the backend's ops on symbolic inputs
     # -------------------------------------------------------------------------
 
-    defp compile(vars, fun, device, fuse, hooked) do
-      record(vars, fun, device, fuse, hooked)
+    defp compile(vars, fun, device, fuse, hooked, quantized) do
+      record(vars, fun, device, fuse, hooked, quantized)
     rescue
       e in Op.Unrecordable -> evaluator(Exception.message(e))
     end
@@ -195,7 +214,7 @@ if Code.ensure_loaded?(Nx) do
     # the inputs' shapes and types; the program reads only the parameters
     # the graph uses, and only those arguments are called at run time (Nx's
     # lazy arguments, as Nx.Defn.Evaluator and EXLA do).
-    defp record(vars, fun, device, fuse, hooked) do
+    defp record(vars, fun, device, fuse, hooked, quantized) do
       # outputs devectorized, their templates kept (as Nx.Defn.Evaluator does)
       {expr, templates} =
         vars
@@ -203,23 +222,21 @@ if Code.ensure_loaded?(Nx) do
         |> Composite.traverse([], &{Nx.devectorize(&1), [Nx.to_template(&1) | &2]})
 
       parameters = Composite.flatten_list(vars)
+      sources = QuantizedInputs.sources(length(parameters), quantized)
 
-      {{result, hooks}, recording} =
-        Op.record_program(length(parameters), device, fn refs ->
-          params =
-            parameters
-            |> Enum.zip(refs)
-            |> Enum.map(fn {t, ref} ->
-              fn -> %{t | data: %ExMLX.Backend{ref: ref, device: device}} end
-            end)
-
-          Lowering.lower(expr, params, device, hooked, fuse)
+      {{result, hooks, output_refs}, recording} =
+        Op.record_program(length(sources), device, fn refs ->
+          params = QuantizedInputs.parameters(parameters, quantized, refs, device)
+          {result, hooks} = Lowering.lower(expr, params, device, hooked, fuse)
+          outputs = Composite.flatten_list([result])
+          hooked = Enum.map(hooks, fn {_spec, value} -> Composite.flatten_list([value]) end)
+          # (an output can be a tensor the graph captured from another
+          # backend, or a quantized argument given back: its values)
+          {result, hooks, Enum.map(outputs ++ Enum.concat(hooked), &output_ref(&1, device))}
         end)
 
       outputs = Composite.flatten_list([result])
       hooked = Enum.map(hooks, fn {_spec, value} -> Composite.flatten_list([value]) end)
-      # (an output can be a tensor the graph captured from another backend)
-      output_refs = Enum.map(outputs ++ Enum.concat(hooked), &device_ref(&1, device))
       types = Enum.map(outputs ++ Enum.concat(hooked), &ExMLX.Backend.storage_type(&1.type))
 
       # (the program's inputs: the parameters it reads, in order)
@@ -235,6 +252,7 @@ if Code.ensure_loaded?(Nx) do
        %{
          program: program,
          used: used,
+         sources: List.to_tuple(sources),
          result: result,
          templates: Enum.reverse(templates),
          hooks: hooks,
@@ -318,17 +336,20 @@ if Code.ensure_loaded?(Nx) do
     # backend's deferred ops.
     defp run({:program, compiled}, key, vars, fun, args, device, opts) do
       args = List.to_tuple(args)
-      tensors = Enum.map(compiled.used, &elem(args, &1).())
+      # (each input: an argument, or a quantized argument's stored tensor)
+      inputs =
+        Enum.map(compiled.used, fn j ->
+          {i, component} = elem(compiled.sources, j)
+          {elem(args, i).(), component}
+        end)
 
       # a template has no data for a program to read: Nx.Defn.Evaluator
       # runs such a call (it fails only if an op reads the template)
-      if Enum.any?(tensors, &match?(%Nx.Tensor{data: %Nx.TemplateBackend{}}, &1)) do
-        called = Map.new(Enum.zip(compiled.used, tensors), fn {i, t} -> {i, fn -> t end} end)
-        args = for i <- 0..(tuple_size(args) - 1)//1, do: Map.get(called, i, elem(args, i))
+      if Enum.any?(inputs, &match?({%Nx.Tensor{data: %Nx.TemplateBackend{}}, _}, &1)) do
         reason = "an argument is a template (Nx.template/3)"
-        run({:evaluator, reason}, key, vars, fun, args, device, opts)
+        run({:evaluator, reason}, key, vars, fun, Tuple.to_list(args), device, opts)
       else
-        run_program(compiled, tensors, device, opts)
+        run_program(compiled, inputs, device, opts)
       end
     end
 
@@ -343,11 +364,16 @@ if Code.ensure_loaded?(Nx) do
       end)
     end
 
-    defp run_program(compiled, tensors, device, opts) do
+    defp run_program(compiled, inputs, device, opts) do
       if Process.get(@exporting),
         do: Process.put(@exporting, ExMLX.ProgramCache.spec(compiled.program))
 
-      refs = Enum.map(tensors, &device_ref(&1, device))
+      refs =
+        Enum.map(inputs, fn
+          {t, :plain} -> device_ref(t, device)
+          {t, component} -> QuantizedInputs.input_ref(t, component, device)
+        end)
+
       results = Native.program_start(compiled.program, refs, compiled.types) |> Call.value()
       {result, rest} = fill(compiled.result, results, device)
       run_hooks(compiled.hooks, rest, device, Keyword.get(opts, :hooks, %{}))
@@ -391,13 +417,15 @@ if Code.ensure_loaded?(Nx) do
 
     # The native reference of `t` on `device`, copied there if it lives on
     # another backend or device.
-    defp device_ref(%Nx.Tensor{data: %ExMLX.Backend{quantization: %ExMLX.Quantization{}}} = t, _) do
-      raise ArgumentError,
-            "ExMLX.Compiler does not take quantized tensors as inputs yet " <>
-              "(#{ExMLX.Quantization.describe(t)}, shape #{inspect(t.shape)}): " <>
-              "a program would dequantize them at every call; " <>
-              "ExMLX.Quantization.dequantize/1 gives a plain tensor"
-    end
+    # An output's reference while recording: a quantized tensor's values
+    # are its dequantization (an op of the program).
+    defp output_ref(
+           %Nx.Tensor{data: %ExMLX.Backend{quantization: %ExMLX.Quantization{} = q}},
+           _device
+         ),
+         do: ExMLX.Quantization.dequantized(q).ref
+
+    defp output_ref(t, device), do: device_ref(t, device)
 
     defp device_ref(%Nx.Tensor{data: %ExMLX.Backend{ref: ref, device: device}}, device), do: ref
 

@@ -24,9 +24,11 @@ if Code.ensure_loaded?(Nx) do
         reads the dequantized matrix (`dequantize/1`): a new tensor of the
         logical type, made at each use, counted by `ExMLX.Memory` like any
         other;
-      * `ExMLX.Compiler` does not take quantized inputs yet: a call given
-        one raises `ArgumentError` (a program would dequantize them at every
-        call).
+      * `ExMLX.Compiler` programs take quantized arguments as they are
+        (their packed values, scales and biases are inputs of the program,
+        and the format is part of its cache key): a dense layer's product in
+        a program, a decoding loop's included, is `quantized_matmul`; other
+        uses dequantize inside the program.
 
     `Nx.byte_size/1` gives the logical size (Nx computes it from the shape
     and type); `stored_bytes/1` gives what the packed values, scales and

@@ -175,6 +175,46 @@ if Code.ensure_loaded?(Nx) do
       end
     end
 
+    # the names of the ops of the program ExMLX.Compiler made for `fun`
+    # with a quantized argument
+    defp program_ops(fun) do
+      [program] =
+        for {{^fun, _device, _fuse, {_templates, [_ | _]}, _hooked}, {:program, %{program: p}}} <-
+              ExMLX.ProgramCache.entries(),
+            do: p
+
+      {_device, _inputs, _constants, instructions, _outputs} = ExMLX.ProgramCache.spec(program)
+      Enum.map(instructions, &elem(&1, 0))
+    end
+
+    test "ExMLX.Compiler programs take quantized kernels without dequantizing them" do
+      w = tensor(values(128 * 32, 0.5, 61), {128, 32})
+      x = tensor(values(3 * 128, 1.0, 67), {3, 128})
+      wq = Q.quantize(w, bits: 4, group_size: 64, transpose: true)
+
+      dense = fn x, w -> x |> Nx.dot(w) |> Nx.add(1.0) end
+      got = Nx.Defn.jit(dense, compiler: ExMLX.Compiler).(x, wq)
+      assert Nx.to_binary(got) == Nx.to_binary(dense.(x, wq))
+      ops = program_ops(dense)
+      assert :quantized_matmul in ops and :dequantize not in ops
+
+      # the same function on the plain kernel: another program, its own values
+      plain = Nx.Defn.jit(dense, compiler: ExMLX.Compiler).(x, w)
+      assert Nx.to_binary(plain) == Nx.to_binary(dense.(x, w))
+
+      # any other use reads the dequantized values, inside the program
+      shifted = fn w -> Nx.multiply(w, 2.0) end
+      got = Nx.Defn.jit(shifted, compiler: ExMLX.Compiler).(wq)
+      assert Nx.to_binary(got) == Nx.to_binary(Nx.multiply(Q.dequantize(wq), 2.0))
+      assert :dequantize in program_ops(shifted)
+
+      # given back as it is: its values
+      same = fn w -> w end
+      got = Nx.Defn.jit(same, compiler: ExMLX.Compiler).(wq)
+      assert not Q.quantized?(got)
+      assert Nx.to_binary(got) == Nx.to_binary(Q.dequantize(wq))
+    end
+
     test "bad input is an error that names it" do
       w = tensor(values(4 * 64, 1.0, 37), {4, 64})
 
@@ -200,16 +240,6 @@ if Code.ensure_loaded?(Nx) do
       assert_raise ArgumentError, ~r/unknown keys \[:mode\]/, fn ->
         Q.quantize(w, mode: :mxfp4)
       end
-
-      f = Nx.Defn.jit(&Nx.dot(&1, &2), compiler: ExMLX.Compiler)
-      x = tensor(values(64, 1.0, 41), {1, 64})
-
-      assert_raise ArgumentError,
-                   "ExMLX.Compiler does not take quantized tensors as inputs yet " <>
-                     "(quantized 4-bit, groups of 64, shape {4, 64}): a program would " <>
-                     "dequantize them at every call; ExMLX.Quantization.dequantize/1 " <>
-                     "gives a plain tensor",
-                   fn -> f.(wq, Nx.transpose(x)) end
     end
   end
 end

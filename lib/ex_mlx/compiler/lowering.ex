@@ -196,13 +196,14 @@ if Code.ensure_loaded?(Nx) do
       [initial, _arg, pred, body] = args
       {initial, cache} = composite_eval(initial, state, cache)
       leaves = tuple_leaves(initial)
-      types = Enum.map(leaves, &ExMLX.Backend.storage_type(&1.type))
-      refs = Enum.zip_with(leaves, types, &typed_ref(&1, &2, state.device))
+      # (a quantized value, ExMLX.Quantization, is three values of the state)
+      types = Enum.flat_map(leaves, &state_types/1)
+      refs = Enum.flat_map(leaves, &state_refs(&1, &1, state.device))
       inner = %{closed(state, {pred, body}, []) | nested: true}
 
       with_state = fn state_refs ->
-        tensors = Enum.zip_with(leaves, state_refs, &put_ref(&1, &2, state.device))
-        %{inner | params: Enum.map(tensors, fn t -> fn -> t end end)}
+        {tensors, []} = rebuild(List.to_tuple(leaves), state_refs, state.device)
+        %{inner | params: tensors |> Tuple.to_list() |> Enum.map(fn t -> fn -> t end end)}
       end
 
       results =
@@ -215,7 +216,7 @@ if Code.ensure_loaded?(Nx) do
           end,
           fn state_refs, body_cache ->
             {next, _} = composite_eval(body, with_state.(state_refs), body_cache)
-            next |> tuple_leaves() |> Enum.zip_with(types, &typed_ref(&1, &2, state.device))
+            next |> tuple_leaves() |> Enum.zip(leaves) |> Enum.flat_map(&next_refs(&1, state))
           end
         )
 
@@ -398,12 +399,74 @@ if Code.ensure_loaded?(Nx) do
       {List.to_tuple(items), refs}
     end
 
+    defp rebuild(%T{data: %ExMLX.Backend{quantization: %ExMLX.Quantization{}}} = t, refs, device) do
+      [packed, scales, biases | refs] = refs
+      {quantized_with(t, [packed, scales, biases], device), refs}
+    end
+
     defp rebuild(leaf, [ref | refs], device), do: {put_ref(Nx.to_tensor(leaf), ref, device), refs}
+
+    # A loop state's entries for one value: the storage types and the
+    # references (a quantized value's packed values, scales and biases).
+    defp state_types(%T{data: %ExMLX.Backend{quantization: %ExMLX.Quantization{} = q}}),
+      do: [q.packed.type, q.scales.type, q.biases.type]
+
+    defp state_types(leaf), do: [ExMLX.Backend.storage_type(Nx.to_tensor(leaf).type)]
+
+    defp state_refs(
+           %T{data: %ExMLX.Backend{quantization: %ExMLX.Quantization{} = q, device: device}},
+           _initial,
+           device
+         ),
+         do: [q.packed.ref, q.scales.ref, q.biases.ref]
+
+    defp state_refs(%T{data: %ExMLX.Backend{quantization: %ExMLX.Quantization{}}}, _, _device),
+      do: raise(Op.Unrecordable, message: "a quantized value on another device enters a loop")
+
+    defp state_refs(leaf, initial, device) do
+      [type] = state_types(initial)
+      [typed_ref(leaf, type, device)]
+    end
+
+    # The next state's entries for one value of a loop's body, `initial`
+    # the value it started as: a quantized value stays one of its format.
+    defp next_refs(
+           {next, %T{data: %ExMLX.Backend{quantization: %ExMLX.Quantization{} = q}}},
+           state
+         ) do
+      case next do
+        %T{data: %ExMLX.Backend{quantization: %ExMLX.Quantization{} = n}}
+        when {n.bits, n.group_size, n.transposed} == {q.bits, q.group_size, q.transposed} ->
+          state_refs(next, next, state.device)
+
+        _ ->
+          raise Op.Unrecordable, message: "a loop replaces a quantized value by another value"
+      end
+    end
+
+    defp next_refs({next, initial}, state), do: state_refs(next, initial, state.device)
+
+    # `t` (quantized) with its stored tensors' references replaced
+    defp quantized_with(t, [packed, scales, biases], device) do
+      q = t.data.quantization
+
+      q = %{
+        q
+        | packed: %{q.packed | ref: packed, device: device},
+          scales: %{q.scales | ref: scales, device: device},
+          biases: %{q.biases | ref: biases, device: device}
+      }
+
+      %{t | data: %ExMLX.Backend{ref: nil, device: device, quantization: q}}
+    end
 
     defp put_ref(%T{} = t, ref, device), do: %{t | data: %ExMLX.Backend{ref: ref, device: device}}
 
     # The reference of a value on `device`, of storage type `type` (cast
     # when recorded otherwise; `nil` keeps its type).
+    defp typed_ref(%T{data: %ExMLX.Backend{quantization: %ExMLX.Quantization{}}}, _, _device),
+      do: raise(Op.Unrecordable, message: "a quantized value is a branch's or a block's result")
+
     defp typed_ref(value, type, device) do
       %T{type: nx_type, data: %ExMLX.Backend{ref: ref}} =
         case Nx.to_tensor(value) do
