@@ -619,7 +619,27 @@ if Code.ensure_loaded?(Nx) do
     @impl true
     def gather(out, tensor, indices, opts) do
       axes = Keyword.fetch!(opts, :axes)
-      defer(out, :gather, [ref(tensor), ref(indices)], [axes])
+
+      if quantized_rows?(tensor, axes == [0] and tuple_size(indices.shape) >= 2),
+        do: dequantized_rows(out, tensor, :gather, ref(indices), [[0]]),
+        else: defer(out, :gather, [ref(tensor), ref(indices)], [axes])
+    end
+
+    # Rows of a quantized matrix stored as it is (grouped along its rows:
+    # an embedding's table) are gathered from its packed values, scales and
+    # biases, then dequantized, as mlx-lm's quantized embedding does: the
+    # table is never dequantized whole.
+    defp quantized_rows?(
+           %T{data: %__MODULE__{quantization: %ExMLX.Quantization{transposed: false}}},
+           rows?
+         ),
+         do: rows?
+
+    defp quantized_rows?(_tensor, _rows?), do: false
+
+    defp dequantized_rows(out, %T{data: %__MODULE__{quantization: q}}, name, index, params) do
+      rows = for t <- [q.packed, q.scales, q.biases], do: op(name, [t.ref, index], params)
+      defer(out, :dequantize, rows, [q.group_size, q.bits])
     end
 
     @impl true
@@ -1210,7 +1230,9 @@ if Code.ensure_loaded?(Nx) do
           cumulative(:cumulative_max, output, t, struct)
 
         {Nx.Block.Take, [t, idx]} ->
-          defer(output, :take, [ref(t), ref(idx)], [struct.axis])
+          if quantized_rows?(t, struct.axis == 0 and tuple_size(idx.shape) >= 1),
+            do: dequantized_rows(output, t, :take, ref(idx), [0]),
+            else: defer(output, :take, [ref(t), ref(idx)], [struct.axis])
 
         {Nx.Block.TakeAlongAxis, [t, idx]} ->
           defer(output, :take_along_axis, [ref(t), ref(idx)], [struct.axis])

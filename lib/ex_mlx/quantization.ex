@@ -20,6 +20,9 @@ if Code.ensure_loaded?(Nx) do
         over one of its axes with no batch axes (a dense layer's kernel, as
         Axon and Bumblebee apply it), runs MLX's `quantized_matmul` on the
         packed values: the matrix is never dequantized;
+      * `Nx.take/3` and `Nx.gather/3` of whole rows of a quantized matrix
+        stored as it is (an embedding's table, grouped along its rows) gather
+        the rows' packed values, scales and biases and dequantize only those;
       * every other op, a quantized left operand of `Nx.dot/6` included,
         reads the dequantized matrix (`dequantize/1`): a new tensor of the
         logical type, made at each use, counted by `ExMLX.Memory` like any
@@ -119,16 +122,19 @@ if Code.ensure_loaded?(Nx) do
     `Axon.ModelState` (its `data`) or a map of layer names to maps of
     parameter names to tensors (Axon's and Bumblebee's parameters).
 
-    A parameter is quantized when it is named `"kernel"`, is a matrix whose
-    first axis (`in`: the axis `Nx.dot(x, kernel)` contracts) is a multiple
-    of the group size, and `:only` accepts it; it is stored transposed
-    (`quantize/2`'s `:transpose`), so that the products of dense layers run
-    MLX's `quantized_matmul`. An embedding's kernel qualifies too; its
-    lookups read the dequantized matrix.
+    A parameter is quantized when it is named `"kernel"`, is a matrix, and
+    `:only` accepts it. A dense layer's kernel (`{in, out}`, `in` a multiple
+    of the group size) is stored transposed (`quantize/2`'s `:transpose`),
+    so that its products run MLX's `quantized_matmul`; an embedding's table
+    (`{vocabulary, hidden}`, its layer named as an embedding: `:embedding?`)
+    is stored as it is, so that lookups dequantize only the rows they take
+    and a product with its transpose (a tied output layer) stays quantized.
 
-    Options: `:bits` and `:group_size` as in `quantize/2`, and `:only` - a
+    Options: `:bits` and `:group_size` as in `quantize/2`; `:only` - a
     function of the layer name and the parameter name that returns whether
-    to quantize it (default: every qualifying kernel).
+    to quantize it (default: every qualifying kernel); `:embedding?` - a
+    function of the layer name that tells an embedding (default: the name
+    ends with `"embedding"`, as Bumblebee's `token_embedding` layers).
 
         iex> params = %{
         ...>   "dense" => %{"kernel" => Nx.iota({64, 8}, type: :f32, backend: ExMLX.Backend), "bias" => Nx.iota({8}, type: :f32, backend: ExMLX.Backend)},
@@ -145,20 +151,37 @@ if Code.ensure_loaded?(Nx) do
       do: %{state | data: quantize_params(data, opts)}
 
     def quantize_params(%{} = params, opts) when not is_struct(params) do
-      opts = Keyword.validate!(opts, bits: 4, group_size: 64, only: fn _layer, _name -> true end)
-      only = opts[:only]
+      opts =
+        Keyword.validate!(opts,
+          bits: 4,
+          group_size: 64,
+          only: fn _layer, _name -> true end,
+          embedding?: &String.ends_with?(&1, "embedding")
+        )
+
+      {only, embedding?} = {opts[:only], opts[:embedding?]}
 
       unless is_function(only, 2),
         do: raise(ArgumentError, ":only must be a function of 2 arguments, got: #{inspect(only)}")
 
-      quantize_opts = [bits: opts[:bits], group_size: opts[:group_size], transpose: true]
+      unless is_function(embedding?, 1),
+        do:
+          raise(
+            ArgumentError,
+            ":embedding? must be a function of 1 argument, got: #{inspect(embedding?)}"
+          )
+
+      format = [bits: opts[:bits], group_size: opts[:group_size]]
 
       Map.new(params, fn
         {layer, %{} = layer_params} when not is_struct(layer_params) ->
+          # (an embedding's table is grouped along its rows, a kernel along `in`)
+          transpose = not embedding?.(to_string(layer))
+
           {layer,
            Map.new(layer_params, fn {name, value} ->
-             if kernel?(name, value, opts[:group_size]) and only.(layer, name),
-               do: {name, quantize(value, quantize_opts)},
+             if kernel?(name, value, opts[:group_size], transpose) and only.(layer, name),
+               do: {name, quantize(value, [transpose: transpose] ++ format)},
                else: {name, value}
            end)}
 
@@ -167,10 +190,14 @@ if Code.ensure_loaded?(Nx) do
       end)
     end
 
-    defp kernel?("kernel", %T{shape: {inputs, _outputs}, type: {kind, _}} = t, group_size),
-      do: kind in [:f, :bf] and rem(inputs, group_size) == 0 and not quantized?(t)
+    # a floating matrix named "kernel" whose grouped axis (`in`, or an
+    # embedding's last) is a multiple of the group size
+    defp kernel?("kernel", %T{shape: {rows, columns}, type: {kind, _}} = t, group_size, transpose) do
+      grouped = if transpose, do: rows, else: columns
+      kind in [:f, :bf] and rem(grouped, group_size) == 0 and not quantized?(t)
+    end
 
-    defp kernel?(_name, _value, _group_size), do: false
+    defp kernel?(_name, _value, _group_size, _transpose), do: false
 
     @doc """
     The dequantized values of a quantized tensor, as a plain tensor on

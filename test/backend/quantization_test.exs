@@ -215,6 +215,35 @@ if Code.ensure_loaded?(Nx) do
       assert Nx.to_binary(got) == Nx.to_binary(Q.dequantize(wq))
     end
 
+    test "an embedding's rows are dequantized alone, its tied product stays quantized" do
+      emb = tensor(values(256 * 64, 1.0, 71), {256, 64})
+      layer = "embedder.token_embedding"
+      %{^layer => %{"kernel" => eq}} = Q.quantize_params(%{layer => %{"kernel" => emb}})
+      %ExMLX.Backend{quantization: q} = eq.data
+      # grouped along its rows: stored as it is
+      refute q.transposed
+      plain = Q.dequantize(eq)
+
+      ids = Nx.tensor([[3, 200, 7], [0, 255, 3]], backend: ExMLX.Backend)
+      assert Nx.to_binary(Nx.take(eq, ids)) == Nx.to_binary(Nx.take(plain, ids))
+      indices = Nx.reshape(ids, {6, 1})
+      assert Nx.to_binary(Nx.gather(eq, indices)) == Nx.to_binary(Nx.gather(plain, indices))
+
+      lookup = fn e, i -> Nx.take(e, i) end
+      got = Nx.Defn.jit(lookup, compiler: ExMLX.Compiler).(eq, ids)
+      assert Nx.to_binary(got) == Nx.to_binary(Nx.take(plain, ids))
+      ops = program_ops(lookup)
+      assert Enum.count(ops, &(&1 == :take)) == 3 and Enum.count(ops, &(&1 == :dequantize)) == 1
+
+      # a tied output layer: x · embeddingᵀ
+      x = tensor(values(2 * 64, 1.0, 73), {2, 64})
+      got = Nx.dot(x, [1], eq, [1])
+      direct = ExMLX.quantized_matmul(ExMLX.Backend.from_nx(x), q.packed, q.scales, q.biases)
+      assert Nx.to_binary(got) == ExMLX.to_binary(direct)
+      w_rows = plain |> rows() |> Enum.zip_with(& &1)
+      assert_close(rows(got), product(rows(x), w_rows), 1.0e-5)
+    end
+
     test "bad input is an error that names it" do
       w = tensor(values(4 * 64, 1.0, 37), {4, 64})
 
