@@ -9,14 +9,7 @@ if Code.ensure_loaded?(Nx) do
 
     alias ExMLX.Quantization, as: Q
 
-    # `count` values in [-scale, scale), a fixed pseudo-random sequence
-    defp values(count, scale, seed) do
-      Enum.map_reduce(1..count, seed, fn _, s ->
-        s = rem(s * 48_271, 2_147_483_647)
-        {(s / 2_147_483_647 * 2 - 1) * scale, s}
-      end)
-      |> elem(0)
-    end
+    import ExMLX.TestHelpers, only: [pseudo_random: 3]
 
     defp tensor(values, shape, type \\ :f32),
       do:
@@ -47,7 +40,7 @@ if Code.ensure_loaded?(Nx) do
     end
 
     test "a quantized tensor keeps its shape and type and stores the packed triple" do
-      w = tensor(values(64 * 128, 1.0, 3), {64, 128})
+      w = tensor(pseudo_random(64 * 128, 1.0, 3), {64, 128})
       wq = Q.quantize(w, bits: 4, group_size: 64)
       assert {wq.shape, wq.type, wq.names} == {w.shape, w.type, w.names}
       assert Q.quantized?(wq) and not Q.quantized?(w)
@@ -68,8 +61,8 @@ if Code.ensure_loaded?(Nx) do
       # Axon's dense layer: x {batch, seq, in} · kernel {in, out}, the kernel
       # stored transposed (grouped along `in`) or as it is (along `out`)
       {k, n} = {128, 64}
-      w = tensor(values(k * n, 0.5, 7), {k, n})
-      x = tensor(values(2 * 3 * k, 1.0, 11), {2, 3, k})
+      w = tensor(pseudo_random(k * n, 0.5, 7), {k, n})
+      x = tensor(pseudo_random(2 * 3 * k, 1.0, 11), {2, 3, k})
 
       for transpose <- [true, false] do
         group_size = if transpose, do: 64, else: 32
@@ -90,14 +83,14 @@ if Code.ensure_loaded?(Nx) do
 
       # contracting the kernel's second axis: x {m, n} · wᵀ
       wq = Q.quantize(w, bits: 8, group_size: 64)
-      y = tensor(values(4 * n, 1.0, 13), {4, n})
+      y = tensor(pseudo_random(4 * n, 1.0, 13), {4, n})
       got = Nx.dot(y, [1], wq, [1])
       assert got.shape == {4, k}
       w_rows = wq |> Q.dequantize() |> rows() |> Enum.zip_with(& &1)
       assert_close(rows(got), product(rows(y), w_rows), 1.0e-5)
 
       # x contracted over its first axis: xᵀ · w
-      z = tensor(values(k * 2, 1.0, 17), {k, 2})
+      z = tensor(pseudo_random(k * 2, 1.0, 17), {k, 2})
       got = Nx.dot(z, [0], wq, [0])
       assert got.shape == {2, n}
       z_rows = z |> rows() |> Enum.zip_with(& &1)
@@ -105,8 +98,8 @@ if Code.ensure_loaded?(Nx) do
     end
 
     test "bfloat16 kernels run quantized in bfloat16" do
-      w = tensor(values(128 * 32, 0.5, 19), {128, 32}, :bf16)
-      x = tensor(values(128, 1.0, 23), {1, 128}, :bf16)
+      w = tensor(pseudo_random(128 * 32, 0.5, 19), {128, 32}, :bf16)
+      x = tensor(pseudo_random(128, 1.0, 23), {1, 128}, :bf16)
       wq = Q.quantize(w, bits: 4, group_size: 64, transpose: true)
       got = Nx.dot(x, wq)
       assert got.type == {:bf, 16}
@@ -138,22 +131,22 @@ if Code.ensure_loaded?(Nx) do
     end
 
     test "other ops read the dequantized values" do
-      w = tensor(values(8 * 64, 2.0, 29), {8, 64})
+      w = tensor(pseudo_random(8 * 64, 2.0, 29), {8, 64})
       wq = Q.quantize(w, bits: 3, group_size: 32)
       plain = Q.dequantize(wq)
       assert Nx.to_binary(Nx.add(wq, 1.0)) == Nx.to_binary(Nx.add(plain, 1.0))
       assert Nx.to_binary(Nx.sum(wq, axes: [1])) == Nx.to_binary(Nx.sum(plain, axes: [1]))
       # a quantized left operand of Nx.dot: the dequantized values too
-      v = tensor(values(64, 1.0, 31), {64})
+      v = tensor(pseudo_random(64, 1.0, 31), {64})
       assert Nx.to_binary(Nx.dot(wq, v)) == Nx.to_binary(Nx.dot(plain, v))
       assert Nx.to_flat_list(Nx.backend_transfer(wq, Nx.BinaryBackend)) == Nx.to_flat_list(plain)
     end
 
     test "quantize_params quantizes the dense kernels :only accepts" do
       params = %{
-        "a" => %{"kernel" => tensor(values(128 * 16, 0.5, 43), {128, 16})},
-        "b" => %{"kernel" => tensor(values(64 * 16, 0.5, 47), {64, 16})},
-        "c" => %{"scale" => tensor(values(64 * 2, 0.5, 53), {64, 2})}
+        "a" => %{"kernel" => tensor(pseudo_random(128 * 16, 0.5, 43), {128, 16})},
+        "b" => %{"kernel" => tensor(pseudo_random(64 * 16, 0.5, 47), {64, 16})},
+        "c" => %{"scale" => tensor(pseudo_random(64 * 2, 0.5, 53), {64, 2})}
       }
 
       only = fn layer, _name -> layer != "b" end
@@ -165,7 +158,7 @@ if Code.ensure_loaded?(Nx) do
       # a dense layer's product with the quantized kernel: grouped along `in`
       %ExMLX.Backend{quantization: q} = quantized["a"]["kernel"].data
       assert q.transposed and q.packed.shape == {16, div(128 * 4, 32)}
-      x = tensor(values(2 * 128, 1.0, 59), {2, 128})
+      x = tensor(pseudo_random(2 * 128, 1.0, 59), {2, 128})
       got = Nx.dot(x, quantized["a"]["kernel"])
       expected = product(rows(x), rows(Q.dequantize(quantized["a"]["kernel"])))
       assert_close(rows(got), expected, 1.0e-5)
@@ -188,8 +181,8 @@ if Code.ensure_loaded?(Nx) do
     end
 
     test "ExMLX.Compiler programs take quantized kernels without dequantizing them" do
-      w = tensor(values(128 * 32, 0.5, 61), {128, 32})
-      x = tensor(values(3 * 128, 1.0, 67), {3, 128})
+      w = tensor(pseudo_random(128 * 32, 0.5, 61), {128, 32})
+      x = tensor(pseudo_random(3 * 128, 1.0, 67), {3, 128})
       wq = Q.quantize(w, bits: 4, group_size: 64, transpose: true)
 
       dense = fn x, w -> x |> Nx.dot(w) |> Nx.add(1.0) end
@@ -216,7 +209,7 @@ if Code.ensure_loaded?(Nx) do
     end
 
     test "an embedding's rows are dequantized alone, its tied product stays quantized" do
-      emb = tensor(values(256 * 64, 1.0, 71), {256, 64})
+      emb = tensor(pseudo_random(256 * 64, 1.0, 71), {256, 64})
       layer = "embedder.token_embedding"
       %{^layer => %{"kernel" => eq}} = Q.quantize_params(%{layer => %{"kernel" => emb}})
       %ExMLX.Backend{quantization: q} = eq.data
@@ -236,7 +229,7 @@ if Code.ensure_loaded?(Nx) do
       assert Enum.count(ops, &(&1 == :take)) == 3 and Enum.count(ops, &(&1 == :dequantize)) == 1
 
       # a tied output layer: x · embeddingᵀ
-      x = tensor(values(2 * 64, 1.0, 73), {2, 64})
+      x = tensor(pseudo_random(2 * 64, 1.0, 73), {2, 64})
       got = Nx.dot(x, [1], eq, [1])
       direct = ExMLX.quantized_matmul(ExMLX.Backend.from_nx(x), q.packed, q.scales, q.biases)
       assert Nx.to_binary(got) == ExMLX.to_binary(direct)
@@ -245,7 +238,7 @@ if Code.ensure_loaded?(Nx) do
     end
 
     test "bad input is an error that names it" do
-      w = tensor(values(4 * 64, 1.0, 37), {4, 64})
+      w = tensor(pseudo_random(4 * 64, 1.0, 37), {4, 64})
 
       assert_raise ArgumentError,
                    "tensor: quantize takes a matrix (rank 2), got shape {256}",

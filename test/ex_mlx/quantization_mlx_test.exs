@@ -17,14 +17,7 @@ defmodule ExMLX.QuantizationMLXTest do
   @rows 4
   @columns 256
 
-  # `count` values in [-scale, scale), a fixed pseudo-random sequence
-  defp values(count, scale, seed) do
-    Enum.map_reduce(1..count, seed, fn _, s ->
-      s = rem(s * 48_271, 2_147_483_647)
-      {(s / 2_147_483_647 * 2 - 1) * scale, s}
-    end)
-    |> elem(0)
-  end
+  import ExMLX.TestHelpers, only: [pseudo_random: 3]
 
   defp tensor(values, type, shape) do
     floats = for v <- values, into: <<>>, do: <<v::float-32-native>>
@@ -38,8 +31,11 @@ defmodule ExMLX.QuantizationMLXTest do
     cases =
       for {type, name} <- @types, bits <- @bits, group_size <- @group_sizes do
         tag = "#{name}_#{bits}_#{group_size}"
-        w = tensor(values(@rows * @columns, 2.0, bits * group_size), type, {@rows, @columns})
-        x = tensor(values(2 * @columns, 1.0, bits + group_size), type, {2, @columns})
+
+        w =
+          tensor(pseudo_random(@rows * @columns, 2.0, bits * group_size), type, {@rows, @columns})
+
+        x = tensor(pseudo_random(2 * @columns, 1.0, bits + group_size), type, {2, @columns})
         File.write!(Path.join(dir, "w_#{tag}.bin"), ExMLX.to_binary(w))
         File.write!(Path.join(dir, "x_#{tag}.bin"), ExMLX.to_binary(x))
 

@@ -8,14 +8,7 @@ defmodule ExMLX.QuantizationTest do
   @bits [2, 3, 4, 5, 6, 8]
   @group_sizes [32, 64, 128]
 
-  # `count` values in [-scale, scale), a fixed pseudo-random sequence
-  defp values(count, scale, seed) do
-    Enum.map_reduce(1..count, seed, fn _, s ->
-      s = rem(s * 48_271, 2_147_483_647)
-      {(s / 2_147_483_647 * 2 - 1) * scale, s}
-    end)
-    |> elem(0)
-  end
+  import ExMLX.TestHelpers, only: [pseudo_random: 3]
 
   # (bfloat16 values: float32 ones rounded by ExMLX.as_type)
   defp tensor(values, {:bf, 16}, shape),
@@ -69,8 +62,8 @@ defmodule ExMLX.QuantizationTest do
           {rows, per_row}
         )
 
-      scales = tensor(values(rows * 2, 0.5, 7), {:f, 32}, {rows, 2})
-      biases = tensor(values(rows * 2, 3.0, 11), {:f, 32}, {rows, 2})
+      scales = tensor(pseudo_random(rows * 2, 0.5, 7), {:f, 32}, {rows, 2})
+      biases = tensor(pseudo_random(rows * 2, 3.0, 11), {:f, 32}, {rows, 2})
       got = ExMLX.dequantize(packed, scales, biases, group_size: group_size, bits: bits)
       assert got.shape == {rows, columns} and got.type == {:f, 32}
 
@@ -93,7 +86,13 @@ defmodule ExMLX.QuantizationTest do
     # (ties, and near-ties in half precision, where MLX computes the step
     # in float32 before rounding it, may go either way)
     for type <- [{:f, 32}, {:f, 16}, {:bf, 16}], bits <- @bits, group_size <- @group_sizes do
-      w = tensor(values(2 * 2 * group_size, 2.0, bits * group_size), type, {2, 2 * group_size})
+      w =
+        tensor(
+          pseudo_random(2 * 2 * group_size, 2.0, bits * group_size),
+          type,
+          {2, 2 * group_size}
+        )
+
       {packed, scales, biases} = ExMLX.quantize(w, group_size: group_size, bits: bits)
       assert packed.type == {:u, 32} and packed.shape == {2, div(2 * group_size * bits, 32)}
       assert scales.type == type and scales.shape == {2, 2} and biases.shape == {2, 2}
@@ -139,10 +138,10 @@ defmodule ExMLX.QuantizationTest do
       shape = if transpose, do: {n, k}, else: {k, n}
       # (a matrix {k, n} is quantized along n: groups need n = 128 then)
       shape = if transpose, do: shape, else: {k, 128}
-      w = tensor(values(elem(shape, 0) * elem(shape, 1), 1.0, bits), {:f, 32}, shape)
+      w = tensor(pseudo_random(elem(shape, 0) * elem(shape, 1), 1.0, bits), {:f, 32}, shape)
       {packed, scales, biases} = ExMLX.quantize(w, group_size: group_size, bits: bits)
       dense = ExMLX.dequantize(packed, scales, biases, group_size: group_size, bits: bits)
-      x = tensor(values(2 * 2 * k, 1.0, 5), {:f, 32}, {2, 2, k})
+      x = tensor(pseudo_random(2 * 2 * k, 1.0, 5), {:f, 32}, {2, 2, k})
 
       opts = [transpose: transpose, group_size: group_size, bits: bits]
       got = ExMLX.quantized_matmul(x, packed, scales, biases, opts)
@@ -165,7 +164,7 @@ defmodule ExMLX.QuantizationTest do
   end
 
   test "bad formats and shapes are errors that name them" do
-    w = tensor(values(64, 1.0, 3), {:f, 32}, {1, 64})
+    w = tensor(pseudo_random(64, 1.0, 3), {:f, 32}, {1, 64})
 
     assert_raise ExMLX.Error, "bits: quantization takes bits of [2, 3, 4, 5, 6, 8], got 7", fn ->
       ExMLX.quantize(w, group_size: 32, bits: 7)

@@ -34,6 +34,18 @@ defmodule ExMLX.TestHelpers do
     System.cmd("python3", [script | args], stderr_to_stdout: true, env: env)
   end
 
+  @doc """
+  `count` floats in [-scale, scale): a fixed pseudo-random sequence from
+  `seed` (a Lehmer generator), the same on every machine.
+  """
+  def pseudo_random(count, scale, seed) do
+    Enum.map_reduce(1..count, seed, fn _, s ->
+      s = rem(s * 48_271, 2_147_483_647)
+      {(s / 2_147_483_647 * 2 - 1) * scale, s}
+    end)
+    |> elem(0)
+  end
+
   def s32(list), do: signed(list, 32)
   def s64(list), do: signed(list, 64)
 
