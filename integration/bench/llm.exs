@@ -10,10 +10,13 @@
 #
 #   mix run bench/llm.exs [--shape small|llama-1b|llama-8b|PATH/config.json]
 #                         [--device cpu|gpu] [--new 128] [--quick] [--out FILE]
-#                         [--fuse]
+#                         [--fuse] [--bits 4|8]
 #
 # `--fuse` compiles with `fuse: true` (ExMLX.Compiler: on a GPU, MLX's
-# compile of the runs of ops in the decoding loop).
+# compile of the runs of ops in the decoding loop). `--bits N` quantizes the
+# weights for ExMLX (ExMLX.Quantization.quantize_model/2: the dense kernels
+# and embeddings) and for mlx-lm (`mlx.nn.quantize`: its linear and embedding
+# layers), N bits in groups of 64; PyTorch stays unquantized.
 # Defaults: the `small` shape (hidden 512, 8 layers) in float32 on the CPU,
 # written to ../bench/results/llm-cpu.md; `--device gpu` defaults to bf16
 # and ../bench/results/llm-gpu.md. `--quick` (one run each, 16 new tokens)
@@ -30,12 +33,14 @@ alias ExMLX.Integration
       new: :integer,
       quick: :boolean,
       out: :string,
-      fuse: :boolean
+      fuse: :boolean,
+      bits: :integer
     ]
   )
 
 quick = Keyword.get(opts, :quick, false)
 fuse = Keyword.get(opts, :fuse, false)
+bits = Keyword.get(opts, :bits)
 jit_options = [compiler: ExMLX.Compiler, fuse: fuse]
 device = if Keyword.get(opts, :device, "cpu") == "gpu", do: :gpu, else: :cpu
 shape = Keyword.get(opts, :shape, "small")
@@ -72,7 +77,8 @@ mlx_paths =
 references =
   Integration.python!(
     "llm_reference.py",
-    ["run", dir, torch_device, "#{prompt}", "#{new}"] ++ if(quick, do: ["--quick"], else: []),
+    ["run", dir, torch_device, "#{prompt}", "#{new}"] ++
+      if(quick, do: ["--quick"], else: []) ++ if(bits, do: ["--bits", "#{bits}"], else: []),
     mlx_paths
   )
   |> String.split("\n", trim: true)
@@ -93,6 +99,24 @@ Nx.global_default_backend(backend)
 
 {load_us, {:ok, model}} =
   :timer.tc(fn -> Bumblebee.load_model({:local, dir}, type: type, backend: backend) end)
+
+model =
+  if bits do
+    # (the unquantized weights are freed once nothing holds them)
+    model = ExMLX.Quantization.quantize_model(model, bits: bits, group_size: 64)
+    quantized = model.params
+
+    count =
+      Enum.count(quantized.data, fn {_layer, params} ->
+        Enum.any?(params, fn {_name, t} -> ExMLX.Quantization.quantized?(t) end)
+      end)
+
+    IO.puts("quantized the kernels of #{count} of #{map_size(quantized.data)} layers")
+    :erlang.garbage_collect()
+    model
+  else
+    model
+  end
 
 {:ok, generation} = Bumblebee.load_generation_config({:local, dir})
 steady_after_load = ExMLX.Memory.stats().active
@@ -246,7 +270,9 @@ rows = [
   "| a decoding step of one more run (#{steps_after - steps_before} steps, #{ms.(profiled_s)} ms): building (of which compiled runs, MLX's async_eval) / waiting for the device (ms), device reads | #{ms.(step_building)} (#{ms.(step_compiled)}, #{ms.(step_queueing)}) / #{ms.(step_waiting)}, #{num.(step_reads)} | — | — | — | — |",
   "| first generation call: trace, compile, run (s) | #{num.(first_s)} | — | — | — | — |",
   "| prompt's last logits against PyTorch's: largest difference ÷ largest logit | #{gap.(relative_gap.(our_logits, logits_of.(torch)))} | #{gap.(relative_gap.(logits_of.(mlx_lm), logits_of.(torch)))} | — | — | — |",
-  "| leading greedy tokens equal to PyTorch's, of #{new} | #{num.(agree.(tokens, torch["tokens"]))} | #{num.(agree.(mlx_lm["tokens"], torch["tokens"]))} | — | #{new} | — |"
+  "| prompt's last logits against mlx-lm's: largest difference ÷ largest logit | #{gap.(relative_gap.(our_logits, logits_of.(mlx_lm)))} | — | — | — | — |",
+  "| leading greedy tokens equal to PyTorch's, of #{new} | #{num.(agree.(tokens, torch["tokens"]))} | #{num.(agree.(mlx_lm["tokens"], torch["tokens"]))} | — | #{new} | — |",
+  "| leading greedy tokens equal to mlx-lm's, of #{new} | #{num.(agree.(tokens, mlx_lm["tokens"]))} | — | — | — | — |"
 ]
 
 where =
@@ -263,7 +289,7 @@ table = """
 
 Measured #{Calendar.strftime(DateTime.utc_now(), "%Y-%m-%d %H:%MZ")}, one run. Shape `#{shape}` (`integration/scripts/llm_reference.py`), random-initialized, #{type}, #{where};
 ExMLX: Bumblebee's `build_generate` under ExMLX.Compiler#{if fuse, do: " (`fuse: true`)", else: ""}; mlx-lm #{mlx_lm["version"] || "(not importable)"};
-PyTorch #{torch["version"] || "—"} `generate`. The same saved weights and prompt ids for all. Greedy
+PyTorch #{torch["version"] || "—"} `generate`. The same saved weights and prompt ids for all#{if bits, do: "; ExMLX's and mlx-lm's quantized to #{bits} bits in groups of 64 (PyTorch's not)", else: ""}. Greedy
 decoding; decode tokens/s = (new − 1) ÷ (time for `new` tokens − time for 1), best of #{reps};
 prefill: one forward pass, median of #{reps}. Ratio: ExMLX ÷ mlx-lm in speed (above 1: ExMLX faster),
 ExMLX ÷ mlx-lm in memory.#{if quick, do: " Quick run: no claims.", else: ""}

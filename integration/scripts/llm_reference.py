@@ -145,7 +145,7 @@ def run_torch(directory, device, prompt, new, reps):
     gc.collect()
 
 
-def run_mlx_lm(directory, device, prompt, new, reps):
+def run_mlx_lm(directory, device, prompt, new, reps, bits=None):
     try:
         import mlx.core as mx
         from mlx_lm.generate import generate_step
@@ -158,6 +158,11 @@ def run_mlx_lm(directory, device, prompt, new, reps):
     mx.set_default_device(mx.gpu if device == "cuda" else mx.cpu)
     start = time.time()
     model, _ = load_model(Path(directory))
+    if bits:
+        # mlx-lm's quantization: every linear and embedding layer, groups of 64
+        import mlx.nn as nn
+
+        nn.quantize(model, group_size=64, bits=bits)
     mx.eval(model.parameters())
     load_s = time.time() - start
     vocab = model.args.vocab_size
@@ -197,8 +202,9 @@ def main(argv):
     elif argv[:1] == ["run"]:
         directory, device, prompt, new = argv[1], argv[2], int(argv[3]), int(argv[4])
         reps = 1 if "--quick" in argv else 3
+        bits = int(argv[argv.index("--bits") + 1]) if "--bits" in argv else None
         run_torch(directory, device, prompt, new, reps)
-        run_mlx_lm(directory, device, prompt, new, reps)
+        run_mlx_lm(directory, device, prompt, new, reps, bits)
     else:
         sys.exit(__doc__)
     emit(done=True)

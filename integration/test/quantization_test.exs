@@ -1,7 +1,7 @@
 if Code.ensure_loaded?(Bumblebee) do
   defmodule ExMLX.Integration.QuantizationTest do
     # A Bumblebee model with its dense kernels quantized
-    # (ExMLX.Quantization.quantize_params/2): the tiny Llama of
+    # (ExMLX.Quantization.quantize_model/2): the tiny Llama of
     # scripts/tiny_models.py run by Axon on ExMLX.Backend, eagerly and
     # compiled, and its greedy generation, against the same model with the
     # kernels' dequantized values.
@@ -30,7 +30,7 @@ if Code.ensure_loaded?(Bumblebee) do
         "attention_mask" => reference["attention_mask"]
       }
 
-      quantized = Quantization.quantize_params(model.params, bits: 8, group_size: 32)
+      quantized = Quantization.quantize_model(model, bits: 8, group_size: 32).params
       kernels = kernels(quantized)
       # every attention and MLP kernel of both blocks, and the output layer
       assert Enum.count(kernels, fn {_, t} -> Quantization.quantized?(t) end) >= 2 * 7 + 1

@@ -123,16 +123,21 @@ if Code.ensure_loaded?(Nx) do
     parameter names to tensors (Axon's and Bumblebee's parameters).
 
     A parameter is quantized when it is named `"kernel"`, is a matrix, and
-    `:only` accepts it. A dense layer's kernel (`{in, out}`, `in` a multiple
-    of the group size) is stored transposed (`quantize/2`'s `:transpose`),
-    so that its products run MLX's `quantized_matmul`; an embedding's table
-    (`{vocabulary, hidden}`, its layer named as an embedding: `:embedding?`)
-    is stored as it is, so that lookups dequantize only the rows they take
-    and a product with its transpose (a tied output layer) stays quantized.
+    `:only` accepts it, each grouped along the axis its layer contracts: a
+    dense layer's kernel (`{in, out}`) is stored transposed (`quantize/2`'s
+    `:transpose`), so that its products run MLX's `quantized_matmul`; a
+    transposed dense layer's kernel (`{out, in}`: Bumblebee's
+    `dense_transposed`, which output layers use) and an embedding's table
+    (`{vocabulary, hidden}`) are stored as they are, so that lookups
+    dequantize only the rows they take. The layers' kinds come from the
+    Axon model given as `:model` (`quantize_model/2` passes it); without
+    it, a layer whose name ends with `"embedding"` is an embedding
+    (`:embedding?`) and every other is a dense layer.
 
     Options: `:bits` and `:group_size` as in `quantize/2`; `:only` - a
     function of the layer name and the parameter name that returns whether
-    to quantize it (default: every qualifying kernel); `:embedding?` - a
+    to quantize it (default: every qualifying kernel); `:model` - the Axon
+    model the parameters belong to; `:embedding?` - without `:model`, a
     function of the layer name that tells an embedding (default: the name
     ends with `"embedding"`, as Bumblebee's `token_embedding` layers).
 
@@ -156,10 +161,12 @@ if Code.ensure_loaded?(Nx) do
           bits: 4,
           group_size: 64,
           only: fn _layer, _name -> true end,
-          embedding?: &String.ends_with?(&1, "embedding")
+          embedding?: &String.ends_with?(&1, "embedding"),
+          model: nil
         )
 
       {only, embedding?} = {opts[:only], opts[:embedding?]}
+      kinds = layer_kinds(opts[:model])
 
       unless is_function(only, 2),
         do: raise(ArgumentError, ":only must be a function of 2 arguments, got: #{inspect(only)}")
@@ -175,20 +182,48 @@ if Code.ensure_loaded?(Nx) do
 
       Map.new(params, fn
         {layer, %{} = layer_params} when not is_struct(layer_params) ->
-          # (an embedding's table is grouped along its rows, a kernel along `in`)
-          transpose = not embedding?.(to_string(layer))
+          # (grouped along `in`: a dense kernel's first axis, a transposed
+          # dense kernel's or an embedding's last)
+          transpose =
+            case kinds do
+              nil -> not embedding?.(to_string(layer))
+              %{^layer => :dense} -> true
+              %{^layer => kind} when kind in [:dense_transposed, :embedding] -> false
+              _other -> nil
+            end
 
           {layer,
            Map.new(layer_params, fn {name, value} ->
-             if kernel?(name, value, opts[:group_size], transpose) and only.(layer, name),
-               do: {name, quantize(value, [transpose: transpose] ++ format)},
-               else: {name, value}
+             if transpose != nil and kernel?(name, value, opts[:group_size], transpose) and
+                  only.(layer, name),
+                do: {name, quantize(value, [transpose: transpose] ++ format)},
+                else: {name, value}
            end)}
 
         other ->
           other
       end)
     end
+
+    # layer name => Axon op name, for a model's layers
+    defp layer_kinds(nil), do: nil
+
+    defp layer_kinds(%{__struct__: Axon} = model),
+      # (Axon is the caller's dependency, not ExMLX's)
+      do: apply(Axon, :properties, [model])
+
+    defp layer_kinds(other),
+      do: raise(ArgumentError, ":model must be an Axon model, got: #{inspect(other)}")
+
+    @doc """
+    `model_info` (Bumblebee's `%{model: axon, params: params, ...}`, from
+    `Bumblebee.load_model/2`) with its parameters quantized by
+    `quantize_params/2`, the layers' kinds read from its model. Options as
+    for `quantize_params/2`.
+    """
+    @spec quantize_model(map(), keyword()) :: map()
+    def quantize_model(%{model: model, params: params} = model_info, opts \\ []),
+      do: %{model_info | params: quantize_params(params, Keyword.put(opts, :model, model))}
 
     # a floating matrix named "kernel" whose grouped axis (`in`, or an
     # embedding's last) is a multiple of the group size
