@@ -130,22 +130,24 @@ defmodule ExMLX.Build do
     ])
   end
 
-  defp provision_wheel, do: provision("mlx-cpu==#{mlx_version()}", runtime_dir(), ["--no-deps"])
+  defp provision_wheel,
+    do: provision(["mlx-cpu==#{mlx_version()}"], runtime_dir(), ["--no-deps"])
 
   # Downloads `requirement` (with its dependencies unless `pip_flags` says
   # --no-deps) into `dir`, unpacked as pip would install them (one
   # site-packages-like folder: MLX's CUDA libmlx finds NVIDIA's libraries
   # there by its own run-time path, `$ORIGIN/../../nvidia/...`), relinks
   # libmlx's BLAS to OpenBLAS and checks the result; once.
-  defp provision(requirement, dir, pip_flags) do
+  defp provision(requirements, dir, pip_flags) do
     prefix = Path.join(dir, "mlx")
+    requirement = Enum.join(requirements, " ")
 
     if File.exists?(Path.join(dir, ".ready")) do
       {:ok, prefix}
     else
       Mix.shell().info("==> ex_mlx: provisioning the MLX runtime (#{requirement}) into #{dir}")
 
-      with :ok <- download_wheels(requirement, dir, pip_flags),
+      with :ok <- download_wheels(requirements, dir, pip_flags),
            :ok <- relink_blas(Path.join(prefix, "lib/libmlx.so")),
            {:ok, _} <- check_prefix(prefix) do
         File.write!(Path.join(dir, ".ready"), requirement <> "\n")
@@ -154,7 +156,8 @@ defmodule ExMLX.Build do
     end
   end
 
-  defp download_wheels(requirement, dir, pip_flags) do
+  defp download_wheels(requirements, dir, pip_flags) do
+    requirement = Enum.join(requirements, " ")
     download = dir <> ".download"
     File.rm_rf!(download)
     File.rm_rf!(dir)
@@ -164,7 +167,7 @@ defmodule ExMLX.Build do
 
     args =
       ~w(-m pip download --only-binary=:all: --disable-pip-version-check) ++
-        pip_flags ++ ["-d", download, requirement]
+        pip_flags ++ ["-d", download | requirements]
 
     cond do
       python == nil ->
@@ -244,13 +247,19 @@ defmodule ExMLX.Build do
 
       target() == :cuda ->
         with {:ok, prefix} <-
-               provision("mlx-cuda-13==#{mlx_version()}", runtime_dir("mlx-cuda-13"), []),
+               provision(cuda_requirements(), runtime_dir("mlx-cuda-13"), []),
              do: {:ok, Path.join(prefix, "lib")}
 
       true ->
         {:ok, nil}
     end
   end
+
+  # MLX's CUDA wheel and its dependencies, and CUDA's crt/ headers: MLX
+  # compiles its quantized-matmul kernels with NVRTC at their first use, and
+  # their sources include crt/mma.h, which none of mlx-cuda-13's
+  # dependencies holds (docs/gpu.md).
+  defp cuda_requirements, do: ["mlx-cuda-13==#{mlx_version()}", "nvidia-cuda-crt==13.*"]
 
   # The wheel's libmlx.so links a bundled reference BLAS/LAPACK, far slower
   # at matmul than the system's threaded OpenBLAS; this points it at

@@ -91,6 +91,12 @@ case "$1" in
     if [[ -f $work/mlx-lm.whl && ! -d $work/mlx-lm ]]; then
       python3 -m zipfile -e "$work/mlx-lm.whl" "$work/mlx-lm"
     fi
+    # CUDA's crt/ headers into the NVIDIA folder the CUDA libmlx reads
+    # (stage.sh: cuda-crt.whl), as ExMLX.Build provisions them
+    if [[ -d $work/mlx-cuda && -f $work/cuda-crt.whl ]]; then
+      cuda_env
+      python3 -m zipfile -e "$work/cuda-crt.whl" "$work/mlx-cuda"
+    fi
     # Python mlx's bindings, beside the CUDA libmlx they load (one package)
     if [[ -d $work/mlx-cuda && -f $work/mlx-python.whl ]] && ! ls "$work"/mlx-cuda/mlx/core.*.so >/dev/null 2>&1; then
       python3 -m zipfile -e "$work/mlx-python.whl" "$work/mlx-cuda"

@@ -6,6 +6,8 @@
 #   app.tar.gz        the test build of the app: ex_mlx/{ebin,priv}
 #   mlx-cuda.part-a*  the mlx-cuda-13 wheel (MLX's CUDA libmlx), split in two
 #                     halves: one run of the GPU machine carries 64 MiB at most
+#   cuda-crt.whl      CUDA's crt/ headers (nvidia-cuda-crt), which MLX's
+#                     NVRTC-compiled quantized-matmul kernels include
 #   mlx-python.whl    Python mlx's bindings (the `mlx` wheel, 0.7 MB) for the
 #                     reference rows of bench/gpu/run.sh bench
 # With the integration project built with Bumblebee (BUMBLEBEE_PATH set and
@@ -46,6 +48,17 @@ if ! ls "$out"/mlx-cuda.part-a* >/dev/null 2>&1; then
     --platform manylinux_2_35_x86_64 --python-version 3.12 \
     mlx-cuda-13==0.32.2 -d "$out/wheel"
   split -n 2 "$out"/wheel/*.whl "$out/mlx-cuda.part-"
+  rm -rf "$out/wheel"
+fi
+
+# CUDA's crt/ headers, which MLX's NVRTC-compiled quantized-matmul kernels
+# include (ExMLX.Build provisions them beside mlx-cuda-13 the same way)
+if [[ ! -f $out/cuda-crt.whl ]]; then
+  echo "==> downloading nvidia-cuda-crt 13 (CUDA's crt/ headers)"
+  rm -rf "$out/wheel"
+  python3 -m pip download --quiet --no-deps --only-binary=:all: \
+    --platform manylinux2014_x86_64 --python-version 3.12 "nvidia-cuda-crt==13.*" -d "$out/wheel"
+  mv "$out"/wheel/nvidia_cuda_crt-*.whl "$out/cuda-crt.whl"
   rm -rf "$out/wheel"
 fi
 
