@@ -94,10 +94,30 @@ pub fn quantized_matmul(
             ),
         ));
     }
+    if contracted < GPU_KERNEL_MIN_CONTRACTED && !crate::device::Device::current_is_cpu() {
+        // the same product of the stored values, through the dequantized
+        // matrix (GPU_KERNEL_MIN_CONTRACTED says why)
+        let w = ops::dequantize(packed, scales, biases, group_size, bits)?;
+        let w = if transpose {
+            let n = w.ndim() as i32;
+            w.swap_axes(n - 2, n - 1)?
+        } else {
+            w
+        };
+        return Ok(ops::matmul(x, &w)?);
+    }
     Ok(ops::quantized_matmul(
         x, packed, scales, biases, transpose, group_size, bits,
     )?)
 }
+
+/// The shortest contracted axis `quantized_matmul` hands MLX's GPU kernel:
+/// on an H200, MLX 0.32.2's CUDA kernel gave wrong products (values off,
+/// rows left zero) with a contracted axis of 64 and right ones with 128
+/// (docs/decisions/0012-quantized-tensors.md); shorter ones are multiplied
+/// through the dequantized matrix there. Language models contract
+/// thousands.
+pub const GPU_KERNEL_MIN_CONTRACTED: i32 = 128;
 
 /// `(group_size, bits)` as MLX takes them, if its affine mode packs them.
 fn check_format(group_size: i64, bits: i64) -> Result<(i32, i32)> {
