@@ -972,6 +972,27 @@ if Code.ensure_loaded?(Nx) do
       defer(out, :quantized_matmul, [x, q.packed.ref, q.scales.ref, q.biases.ref], params)
     end
 
+    # A quantized left operand, the right one of rank 2 or more: the same
+    # product with the operands swapped, `b · A` (or `b · Aᵀ`), its last
+    # axis (A's free one) then moved to the front as Nx.dot orders it.
+    def dot(
+          %T{type: type} = out,
+          %T{type: type, data: %__MODULE__{quantization: %ExMLX.Quantization{} = q}},
+          [axis_a],
+          [],
+          %T{type: type, shape: shape} = b,
+          [axis_b],
+          []
+        )
+        when tuple_size(shape) >= 2 do
+      last = tuple_size(shape) - 1
+      x = if axis_b == last, do: ref(b), else: transposed(ref(b), moved_last(last, axis_b))
+      transpose = q.transposed == (axis_a == 0)
+      inputs = [x, q.packed.ref, q.scales.ref, q.biases.ref]
+      swapped = op(:quantized_matmul, inputs, [transpose, q.group_size, q.bits])
+      defer(out, :transpose, [swapped], [[last | Enum.to_list(0..(last - 1)//1)]])
+    end
+
     def dot(
           %T{type: type, shape: out_shape} = out,
           a,

@@ -19,11 +19,13 @@ if Code.ensure_loaded?(Nx) do
       * `Nx.dot/6` with a quantized matrix as its right operand, contracted
         over one of its axes with no batch axes (a dense layer's kernel, as
         Axon and Bumblebee apply it), runs MLX's `quantized_matmul` on the
-        packed values: the matrix is never dequantized;
+        packed values: the matrix is never dequantized; so does a quantized
+        left operand with a right one of rank 2 or more (the operands
+        swapped, the result's axes put back in Nx's order);
       * `Nx.take/3` and `Nx.gather/3` of whole rows of a quantized matrix
         stored as it is (an embedding's table, grouped along its rows) gather
         the rows' packed values, scales and biases and dequantize only those;
-      * every other op, a quantized left operand of `Nx.dot/6` included,
+      * every other op (a product with a vector, or over batch axes, included)
         reads the dequantized matrix (`dequantize/1`): a new tensor of the
         logical type, made at each use, counted by `ExMLX.Memory` like any
         other;

@@ -97,6 +97,43 @@ if Code.ensure_loaded?(Nx) do
       assert_close(rows(got), product(z_rows, rows(Q.dequantize(wq))), 1.0e-5)
     end
 
+    test "a quantized left operand of Nx.dot runs quantized_matmul too" do
+      w = tensor(pseudo_random(64 * 128, 0.5, 79), {64, 128})
+      y = tensor(pseudo_random(128 * 3, 1.0, 83), {128, 3})
+      z = tensor(pseudo_random(2 * 64 * 5, 1.0, 89), {2, 64, 5})
+
+      for transpose <- [true, false] do
+        group_size = if transpose, do: 64, else: 128
+        wq = Q.quantize(w, bits: 4, group_size: group_size, transpose: transpose)
+        plain = rows(Q.dequantize(wq))
+
+        # w · y: contracting w's second axis
+        got = Nx.dot(wq, [1], y, [0])
+        assert got.shape == {64, 3}
+        assert_close(rows(got), product(plain, rows(y)), 1.0e-5)
+
+        # wᵀ · z over z's middle axis: {128, 2, 5}
+        got = Nx.dot(wq, [0], z, [1])
+        assert got.shape == {128, 2, 5}
+        w_columns = Enum.zip_with(plain, & &1)
+
+        expected =
+          for column <- w_columns do
+            for batch <- rows(z), do: product([column], batch) |> hd()
+          end
+
+        assert_close(rows(got), expected, 1.0e-5)
+      end
+
+      # compiled: the product on the packed values, no dequantized matrix
+      wq = Q.quantize(w, bits: 4, group_size: 64, transpose: true)
+      left = fn w, y -> Nx.dot(w, [1], y, [0]) end
+      got = Nx.Defn.jit(left, compiler: ExMLX.Compiler).(wq, y)
+      assert Nx.to_binary(got) == Nx.to_binary(left.(wq, y))
+      ops = program_ops(left)
+      assert :quantized_matmul in ops and :dequantize not in ops
+    end
+
     test "bfloat16 kernels run quantized in bfloat16" do
       w = tensor(pseudo_random(128 * 32, 0.5, 19), {128, 32}, :bf16)
       x = tensor(pseudo_random(128, 1.0, 23), {1, 128}, :bf16)
