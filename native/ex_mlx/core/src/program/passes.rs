@@ -25,19 +25,8 @@ use crate::ops::table::Op;
 pub(super) fn fold_rearrangements(block: &mut Block, reads: &[u32]) -> usize {
     let mut dropped = 0;
     for ins in &mut block.instructions {
-        match ins {
-            Instruction::Loop(l) => {
-                dropped += fold_rearrangements(&mut l.condition, reads);
-                dropped += fold_rearrangements(&mut l.body, reads);
-            }
-            Instruction::Branch(b) => {
-                for (pred, body) in &mut b.clauses {
-                    dropped += fold_rearrangements(pred, reads);
-                    dropped += fold_rearrangements(body, reads);
-                }
-                dropped += fold_rearrangements(&mut b.otherwise, reads);
-            }
-            Instruction::Op(_) | Instruction::Fused(_) | Instruction::Compiled(_) => {}
+        for nested in nested_blocks_mut(ins) {
+            dropped += fold_rearrangements(nested, reads);
         }
     }
     // (the instruction of this block that writes a slot, by slot)
@@ -142,20 +131,13 @@ fn merge_in(block: &mut Block, renamed: &mut std::collections::HashMap<usize, us
                 }
                 seen.entry(key).or_default().push(kept.len());
             }
-            Instruction::Loop(l) => {
-                rename(&mut l.initial, renamed);
-                dropped += merge_in(&mut l.condition, renamed);
-                dropped += merge_in(&mut l.body, renamed);
-            }
-            Instruction::Branch(b) => {
-                for (pred, body) in &mut b.clauses {
-                    dropped += merge_in(pred, renamed);
-                    dropped += merge_in(body, renamed);
-                }
-                dropped += merge_in(&mut b.otherwise, renamed);
-            }
-            // (not in a program being made: see merge_equal_ops)
-            Instruction::Fused(_) | Instruction::Compiled(_) => {}
+            Instruction::Loop(l) => rename(&mut l.initial, renamed),
+            // (branches read only through their blocks; fused and compiled
+            // groups are not in a program being made: see merge_equal_ops)
+            Instruction::Branch(_) | Instruction::Fused(_) | Instruction::Compiled(_) => {}
+        }
+        for nested in nested_blocks_mut(&mut ins) {
+            dropped += merge_in(nested, renamed);
         }
         kept.push(ins);
     }
@@ -280,18 +262,11 @@ pub(super) fn relax_comparisons(block: &mut Block, read_otherwise: &[bool]) {
                     call.cast = None;
                 }
             }
-            Instruction::Loop(l) => {
-                relax_comparisons(&mut l.condition, read_otherwise);
-                relax_comparisons(&mut l.body, read_otherwise);
-            }
-            Instruction::Branch(b) => {
-                for (pred, body) in &mut b.clauses {
-                    relax_comparisons(pred, read_otherwise);
-                    relax_comparisons(body, read_otherwise);
+            nested => {
+                for block in nested_blocks_mut(nested) {
+                    relax_comparisons(block, read_otherwise);
                 }
-                relax_comparisons(&mut b.otherwise, read_otherwise);
             }
-            Instruction::Fused(_) | Instruction::Compiled(_) => {}
         }
     }
 }
@@ -305,19 +280,36 @@ pub(super) fn has_loops(block: &Block) -> bool {
 pub(super) fn any_instruction(block: &Block, pred: &dyn Fn(&Instruction) -> bool) -> bool {
     block.instructions.iter().any(|ins| {
         pred(ins)
-            || match ins {
-                Instruction::Op(_) | Instruction::Fused(_) | Instruction::Compiled(_) => false,
-                Instruction::Loop(l) => {
-                    any_instruction(&l.condition, pred) || any_instruction(&l.body, pred)
-                }
-                Instruction::Branch(b) => {
-                    b.clauses
-                        .iter()
-                        .any(|(p, c)| any_instruction(p, pred) || any_instruction(c, pred))
-                        || any_instruction(&b.otherwise, pred)
-                }
-            }
+            || nested_blocks(ins)
+                .into_iter()
+                .any(|nested| any_instruction(nested, pred))
     })
+}
+
+/// The blocks nested in `ins`, in program order: a loop's condition and
+/// body, a branch's predicates and bodies then its last block; none for an
+/// op or a group of ops.
+pub(super) fn nested_blocks(ins: &Instruction) -> Vec<&Block> {
+    match ins {
+        Instruction::Loop(l) => vec![&l.condition, &l.body],
+        Instruction::Branch(b) => {
+            let clauses = b.clauses.iter().flat_map(|(pred, body)| [pred, body]);
+            clauses.chain(std::iter::once(&b.otherwise)).collect()
+        }
+        Instruction::Op(_) | Instruction::Fused(_) | Instruction::Compiled(_) => Vec::new(),
+    }
+}
+
+/// [`nested_blocks`], to change them.
+pub(super) fn nested_blocks_mut(ins: &mut Instruction) -> Vec<&mut Block> {
+    match ins {
+        Instruction::Loop(l) => vec![&mut l.condition, &mut l.body],
+        Instruction::Branch(b) => {
+            let clauses = b.clauses.iter_mut().flat_map(|(pred, body)| [pred, body]);
+            clauses.chain(std::iter::once(&mut b.otherwise)).collect()
+        }
+        Instruction::Op(_) | Instruction::Fused(_) | Instruction::Compiled(_) => Vec::new(),
+    }
 }
 
 /// Whether `call` can join a fused group (it may still run unfused, when
@@ -340,19 +332,8 @@ pub(super) fn fusible(call: &OpCall) -> bool {
 pub(super) fn fuse_block(block: &mut Block, reads: &[u32], when_ready: bool) -> usize {
     let mut made = 0;
     for ins in &mut block.instructions {
-        match ins {
-            Instruction::Loop(l) => {
-                made += fuse_block(&mut l.condition, reads, when_ready);
-                made += fuse_block(&mut l.body, reads, when_ready);
-            }
-            Instruction::Branch(b) => {
-                for (pred, body) in &mut b.clauses {
-                    made += fuse_block(pred, reads, when_ready);
-                    made += fuse_block(body, reads, when_ready);
-                }
-                made += fuse_block(&mut b.otherwise, reads, when_ready);
-            }
-            Instruction::Op(_) | Instruction::Fused(_) | Instruction::Compiled(_) => {}
+        for nested in nested_blocks_mut(ins) {
+            made += fuse_block(nested, reads, when_ready);
         }
     }
     // member_of[i]: the group instruction i belongs to, named by the index
@@ -440,19 +421,8 @@ pub(super) fn compile_runs(
 ) -> usize {
     let mut made = 0;
     for ins in &mut block.instructions {
-        match ins {
-            Instruction::Loop(l) => {
-                made += compile_runs(&mut l.condition, reads, slots, device);
-                made += compile_runs(&mut l.body, reads, slots, device);
-            }
-            Instruction::Branch(b) => {
-                for (pred, body) in &mut b.clauses {
-                    made += compile_runs(pred, reads, slots, device);
-                    made += compile_runs(body, reads, slots, device);
-                }
-                made += compile_runs(&mut b.otherwise, reads, slots, device);
-            }
-            Instruction::Op(_) | Instruction::Fused(_) | Instruction::Compiled(_) => {}
+        for nested in nested_blocks_mut(ins) {
+            made += compile_runs(nested, reads, slots, device);
         }
     }
     let mut kept = Vec::with_capacity(block.instructions.len());
