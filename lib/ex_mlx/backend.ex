@@ -313,7 +313,7 @@ if Code.ensure_loaded?(Nx) do
 
     @impl true
     def backend_deallocate(%T{data: %__MODULE__{quantization: %ExMLX.Quantization{} = q}}) do
-      freed = for t <- [q.packed, q.scales, q.biases], do: Op.deallocate(t.ref)
+      freed = for ref <- ExMLX.Quantization.stored_refs(q), do: Op.deallocate(ref)
       if Enum.any?(freed), do: :ok, else: :already_deallocated
     end
 
@@ -638,7 +638,7 @@ if Code.ensure_loaded?(Nx) do
     defp quantized_rows?(_tensor, _rows?), do: false
 
     defp dequantized_rows(out, %T{data: %__MODULE__{quantization: q}}, name, index, params) do
-      rows = for t <- [q.packed, q.scales, q.biases], do: op(name, [t.ref, index], params)
+      rows = for ref <- ExMLX.Quantization.stored_refs(q), do: op(name, [ref, index], params)
       defer(out, :dequantize, rows, [q.group_size, q.bits])
     end
 
@@ -962,14 +962,8 @@ if Code.ensure_loaded?(Nx) do
           [axis_b],
           []
         ) do
-      last = tuple_size(a.shape) - 1
-      x = if axis_a == last, do: ref(a), else: transposed(ref(a), moved_last(last, axis_a))
-      # the stored matrix P is the operand itself, or its transpose: x · P
-      # contracts P's first axis, x · Pᵀ its second
-      transpose = q.transposed == (axis_b == 0)
-
-      params = [transpose, q.group_size, q.bits]
-      defer(out, :quantized_matmul, [x, q.packed.ref, q.scales.ref, q.biases.ref], params)
+      {inputs, params} = quantized_product(a, axis_a, q, axis_b)
+      defer(out, :quantized_matmul, inputs, params)
     end
 
     # A quantized left operand, the right one of rank 2 or more: the same
@@ -985,11 +979,9 @@ if Code.ensure_loaded?(Nx) do
           []
         )
         when tuple_size(shape) >= 2 do
+      {inputs, params} = quantized_product(b, axis_b, q, axis_a)
+      swapped = op(:quantized_matmul, inputs, params)
       last = tuple_size(shape) - 1
-      x = if axis_b == last, do: ref(b), else: transposed(ref(b), moved_last(last, axis_b))
-      transpose = q.transposed == (axis_a == 0)
-      inputs = [x, q.packed.ref, q.scales.ref, q.biases.ref]
-      swapped = op(:quantized_matmul, inputs, [transpose, q.group_size, q.bits])
       defer(out, :transpose, [swapped], [[last | Enum.to_list(0..(last - 1)//1)]])
     end
 
@@ -1041,8 +1033,18 @@ if Code.ensure_loaded?(Nx) do
         else: op(:transpose, [ref], [axes])
     end
 
-    # the axes 0..last with `axis` moved to the end
-    defp moved_last(last, axis), do: Enum.reject(0..last, &(&1 == axis)) ++ [axis]
+    # `quantized_matmul`'s inputs and parameters for the tensor `x`
+    # contracted over its `axis_x` with the quantized matrix `q` over its
+    # logical `axis_q` (x's other axes first, in order)
+    defp quantized_product(%T{shape: shape} = x, axis_x, q, axis_q) do
+      last = tuple_size(shape) - 1
+      others = Enum.reject(0..last, &(&1 == axis_x))
+      x = if axis_x == last, do: ref(x), else: transposed(ref(x), others ++ [axis_x])
+      # the stored matrix P is the quantized operand itself, or its
+      # transpose: x · P contracts P's first axis, x · Pᵀ its second
+      transpose = q.transposed == (axis_q == 0)
+      {[x | ExMLX.Quantization.stored_refs(q)], [transpose, q.group_size, q.bits]}
+    end
 
     defp free_axes(%T{shape: shape}, used),
       do: Enum.reject(0..(tuple_size(shape) - 1)//1, &(&1 in used))

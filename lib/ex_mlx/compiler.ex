@@ -224,20 +224,19 @@ if Code.ensure_loaded?(Nx) do
       parameters = Composite.flatten_list(vars)
       sources = QuantizedInputs.sources(length(parameters), quantized)
 
-      {{result, hooks, output_refs}, recording} =
+      {{result, hooks, values, output_refs}, recording} =
         Op.record_program(length(sources), device, fn refs ->
           params = QuantizedInputs.parameters(parameters, quantized, refs, device)
           {result, hooks} = Lowering.lower(expr, params, device, hooked, fuse)
-          outputs = Composite.flatten_list([result])
+          # the outputs, then the hooks' values
           hooked = Enum.map(hooks, fn {_spec, value} -> Composite.flatten_list([value]) end)
+          values = Composite.flatten_list([result]) ++ Enum.concat(hooked)
           # (an output can be a tensor the graph captured from another
           # backend, or a quantized argument given back: its values)
-          {result, hooks, Enum.map(outputs ++ Enum.concat(hooked), &output_ref(&1, device))}
+          {result, hooks, values, Enum.map(values, &output_ref(&1, device))}
         end)
 
-      outputs = Composite.flatten_list([result])
-      hooked = Enum.map(hooks, fn {_spec, value} -> Composite.flatten_list([value]) end)
-      types = Enum.map(outputs ++ Enum.concat(hooked), &ExMLX.Backend.storage_type(&1.type))
+      types = Enum.map(values, &ExMLX.Backend.storage_type(&1.type))
 
       # (the program's inputs: the parameters it reads, in order)
       used = Op.read_inputs(recording, output_refs)
@@ -415,8 +414,6 @@ if Code.ensure_loaded?(Nx) do
       end)
     end
 
-    # The native reference of `t` on `device`, copied there if it lives on
-    # another backend or device.
     # An output's reference while recording: a quantized tensor's values
     # are its dequantization (an op of the program).
     defp output_ref(
@@ -427,6 +424,8 @@ if Code.ensure_loaded?(Nx) do
 
     defp output_ref(t, device), do: device_ref(t, device)
 
+    # The native reference of `t` on `device`, copied there if it lives on
+    # another backend or device.
     defp device_ref(%Nx.Tensor{data: %ExMLX.Backend{ref: ref, device: device}}, device), do: ref
 
     defp device_ref(%Nx.Tensor{} = t, device) do

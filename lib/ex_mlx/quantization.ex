@@ -292,6 +292,23 @@ if Code.ensure_loaded?(Nx) do
       do: div(Enum.reduce(Tuple.to_list(shape), 1, &(&1 * &2)) * bits, 8)
 
     @doc false
+    # The stored tensors' references, in the order `quantized_matmul`,
+    # `dequantize` and programs take them.
+    def stored_refs(%__MODULE__{} = q), do: [q.packed.ref, q.scales.ref, q.biases.ref]
+
+    @doc false
+    # `q` with its stored tensors' references replaced (in stored_refs/1's
+    # order), on `device`.
+    def with_stored_refs(%__MODULE__{} = q, [packed, scales, biases], device) do
+      %{
+        q
+        | packed: %{q.packed | ref: packed, device: device},
+          scales: %{q.scales | ref: scales, device: device},
+          biases: %{q.biases | ref: biases, device: device}
+      }
+    end
+
+    @doc false
     # "4-bit, groups of 64" and the layout, for messages and inspection.
     def describe(%T{data: %ExMLX.Backend{quantization: %__MODULE__{} = q}}) do
       layout = if q.transposed, do: ", stored transposed", else: ""

@@ -400,8 +400,9 @@ if Code.ensure_loaded?(Nx) do
     end
 
     defp rebuild(%T{data: %ExMLX.Backend{quantization: %ExMLX.Quantization{}}} = t, refs, device) do
-      [packed, scales, biases | refs] = refs
-      {quantized_with(t, [packed, scales, biases], device), refs}
+      {stored, refs} = Enum.split(refs, 3)
+      q = ExMLX.Quantization.with_stored_refs(t.data.quantization, stored, device)
+      {%{t | data: %ExMLX.Backend{ref: nil, device: device, quantization: q}}, refs}
     end
 
     defp rebuild(leaf, [ref | refs], device), do: {put_ref(Nx.to_tensor(leaf), ref, device), refs}
@@ -418,7 +419,7 @@ if Code.ensure_loaded?(Nx) do
            _initial,
            device
          ),
-         do: [q.packed.ref, q.scales.ref, q.biases.ref]
+         do: ExMLX.Quantization.stored_refs(q)
 
     defp state_refs(%T{data: %ExMLX.Backend{quantization: %ExMLX.Quantization{}}}, _, _device),
       do: raise(Op.Unrecordable, message: "a quantized value on another device enters a loop")
@@ -445,20 +446,6 @@ if Code.ensure_loaded?(Nx) do
     end
 
     defp next_refs({next, initial}, state), do: state_refs(next, initial, state.device)
-
-    # `t` (quantized) with its stored tensors' references replaced
-    defp quantized_with(t, [packed, scales, biases], device) do
-      q = t.data.quantization
-
-      q = %{
-        q
-        | packed: %{q.packed | ref: packed, device: device},
-          scales: %{q.scales | ref: scales, device: device},
-          biases: %{q.biases | ref: biases, device: device}
-      }
-
-      %{t | data: %ExMLX.Backend{ref: nil, device: device, quantization: q}}
-    end
 
     defp put_ref(%T{} = t, ref, device), do: %{t | data: %ExMLX.Backend{ref: ref, device: device}}
 
