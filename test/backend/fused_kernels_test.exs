@@ -84,12 +84,7 @@ if Code.ensure_loaded?(Nx) do
 
     defp assert_close(tensor, expected, rtol) do
       got = Nx.to_flat_list(tensor)
-      expected = List.flatten(expected)
-      assert length(got) == length(expected)
-
-      for {g, e} <- Enum.zip(got, expected) do
-        assert abs(g - e) <= rtol * max(abs(e), 1.0), "#{g} against #{e}"
-      end
+      ExMLX.TestHelpers.assert_close(got, List.flatten(expected), rtol, "values")
     end
 
     # Funs.rms_norm on `count` rows of `width` values of `type`: with

@@ -8,6 +8,7 @@ if Code.ensure_loaded?(Nx) do
     doctest ExMLX.Quantization
 
     alias ExMLX.Quantization, as: Q
+    alias ExMLX.TestHelpers
 
     import ExMLX.TestHelpers, only: [pseudo_random: 3]
 
@@ -30,14 +31,9 @@ if Code.ensure_loaded?(Nx) do
       end
     end
 
-    defp assert_close(got, expected, rtol) do
-      got = List.flatten(got)
-      expected = List.flatten(expected)
-      assert length(got) == length(expected)
-
-      for {g, e} <- Enum.zip(got, expected),
-          do: assert(abs(g - e) <= rtol * max(abs(e), 1.0), "#{g} against #{e}")
-    end
+    # (nested lists of floats, within `rtol` of the expected ones or of 1)
+    defp assert_close(got, expected, rtol),
+      do: TestHelpers.assert_close(List.flatten(got), List.flatten(expected), rtol, "values")
 
     test "a quantized tensor keeps its shape and type and stores the packed triple" do
       w = tensor(pseudo_random(64 * 128, 1.0, 3), {64, 128})
