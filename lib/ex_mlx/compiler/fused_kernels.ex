@@ -147,7 +147,7 @@ if Code.ensure_loaded?(Nx) do
            {:ok, q, k, scale, mask} <- scaled_scores(a, b) || scaled_scores(b, a),
            true <-
              floating?(type) and q.type == type and k.type == type and mask.type == type and
-               tuple_size(mask.shape) <= 4 and broadcasts?(mask.shape, scores) do
+               ExMLX.Prediction.broadcast(mask.shape, scores) == {:ok, scores} do
         {:attention, q, k, v, mask, scale}
       else
         _ -> nil
@@ -178,14 +178,6 @@ if Code.ensure_loaded?(Nx) do
       else
         _ -> nil
       end
-    end
-
-    defp broadcasts?(shape, target) do
-      shape
-      |> Tuple.to_list()
-      |> Enum.reverse()
-      |> Enum.zip(target |> Tuple.to_list() |> Enum.reverse())
-      |> Enum.all?(fn {a, b} -> a == 1 or a == b end)
     end
 
     # ---------------------------------------------------------------------

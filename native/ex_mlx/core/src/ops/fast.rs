@@ -6,7 +6,7 @@
 use mlx_rs::{ops, Array, Dtype};
 
 use super::check_axis;
-use crate::dtype::{display, display_shape};
+use crate::dtype::{broadcast_shape, display, display_shape};
 use crate::error::{Error, Result};
 
 /// `x / sqrt(mean(x², last axis) + eps) · weight` (MLX's `fast::rms_norm`):
@@ -125,12 +125,7 @@ pub fn scaled_dot_product_attention(
     }
     let scores = [q[0], q[1], q[2], k[2]];
     let m = mask.shape();
-    let broadcastable = m.len() <= 4
-        && m.iter()
-            .rev()
-            .zip(scores.iter().rev())
-            .all(|(&a, &b)| a == 1 || a == b);
-    if !broadcastable {
+    if !broadcast_shape(m, &scores).is_ok_and(|shape| shape == scores) {
         return Err(Error::arg(
             "mask",
             format!(
