@@ -190,11 +190,12 @@ defmodule ExMLX.Wire do
   Hugging Face checkpoint), one tensor at a time: memory use is the
   tensors' size once, plus one tensor's bytes while it is copied into MLX.
 
-  Options: `:device`, `as: :nx`.
+  Options: `:device`, `as: :nx`, `:only` - the names of the tensors to read
+  (the others are skipped; a name the file does not hold is not an error).
   """
   @spec read_bundle(Path.t(), keyword()) :: {:ok, map()} | {:error, term()}
   def read_bundle(path, opts \\ []) do
-    opts = opts!(opts, [:device, :as])
+    opts = opts!(opts, [:device, :as, :only])
 
     with {:ok, %File.Stat{size: size}} <- File.stat(path),
          {:ok, file} <- :file.open(path, [:read, :binary, :raw]) do
@@ -202,7 +203,8 @@ defmodule ExMLX.Wire do
         with {:ok, prefix} <- pread(file, 0, min(8, size)),
              {:ok, h} <- header_length(prefix, size),
              {:ok, json} <- pread(file, 8, h),
-             {:ok, {entries, _metadata}} <- parse_header(json, size - 8 - h) do
+             {:ok, {entries, _metadata}} <- parse_header(json, size - 8 - h),
+             {:ok, entries} <- only(entries, Keyword.get(opts, :only)) do
           read_entries(entries, opts, fn begin, len -> pread(file, 8 + h + begin, len) end)
         end
       after
@@ -210,6 +212,50 @@ defmodule ExMLX.Wire do
       end
     end
   end
+
+  @doc """
+  The names, types and shapes of the tensors a safetensors file holds, read
+  from its header alone (no tensor data is read).
+
+      iex> path = Path.join(System.tmp_dir!(), "ex_mlx_header_doctest.safetensors")
+      iex> :ok = ExMLX.Wire.write_bundle(path, %{"w" => ExMLX.iota({:u, 32}, {2, 3})})
+      iex> ExMLX.Wire.read_bundle_header(path)
+      {:ok, %{"w" => {{:u, 32}, {2, 3}}}}
+  """
+  @spec read_bundle_header(Path.t()) ::
+          {:ok, %{String.t() => {ExMLX.type(), tuple()}}} | {:error, term()}
+  def read_bundle_header(path) when is_binary(path) do
+    with {:ok, %File.Stat{size: size}} <- File.stat(path),
+         {:ok, file} <- :file.open(path, [:read, :binary, :raw]) do
+      try do
+        with {:ok, prefix} <- pread(file, 0, min(8, size)),
+             {:ok, h} <- header_length(prefix, size),
+             {:ok, json} <- pread(file, 8, h),
+             {:ok, {entries, _metadata}} <- parse_header(json, size - 8 - h) do
+          {:ok, Map.new(entries, fn {name, type, shape, _, _} -> {name, {type, shape}} end)}
+        end
+      after
+        :file.close(file)
+      end
+    end
+  end
+
+  def read_bundle_header(other),
+    do: raise(ArgumentError, "path: expected a string, got: #{inspect(other)}")
+
+  defp only(entries, nil), do: {:ok, entries}
+
+  defp only(entries, names) when is_list(names) do
+    if Enum.all?(names, &is_binary/1) do
+      wanted = MapSet.new(names)
+      {:ok, Enum.filter(entries, fn entry -> MapSet.member?(wanted, elem(entry, 0)) end)}
+    else
+      {:error, {:argument, ":only: expected a list of tensor names, got: #{inspect(names)}"}}
+    end
+  end
+
+  defp only(_entries, other),
+    do: {:error, {:argument, ":only: expected a list of tensor names, got: #{inspect(other)}"}}
 
   defp pread(_file, _at, 0), do: {:ok, <<>>}
 

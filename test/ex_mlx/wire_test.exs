@@ -158,6 +158,43 @@ defmodule ExMLX.WireTest do
       end
     end
 
+    @tag :tmp_dir
+    test "a file's header alone, and some of its tensors", %{tmp_dir: dir} do
+      tensors = %{
+        "a.weight" => ExMLX.iota({:u, 32}, {3, 2}),
+        "a.scales" => ExMLX.full(0.5, {:bf, 16}, {3, 1}),
+        "b" => ExMLX.full(1, {:s, 8}, {})
+      }
+
+      path = Path.join(dir, "some.safetensors")
+      :ok = Wire.write_bundle(path, tensors)
+
+      assert Wire.read_bundle_header(path) ==
+               {:ok,
+                %{
+                  "a.weight" => {{:u, 32}, {3, 2}},
+                  "a.scales" => {{:bf, 16}, {3, 1}},
+                  "b" => {{:s, 8}, {}}
+                }}
+
+      {:ok, some} = Wire.read_bundle(path, only: ["a.scales", "missing"])
+      assert Map.keys(some) == ["a.scales"]
+      assert ExMLX.to_binary(some["a.scales"]) == ExMLX.to_binary(tensors["a.scales"])
+
+      assert Wire.read_bundle(path, only: [:b]) ==
+               {:error, {:argument, ":only: expected a list of tensor names, got: [:b]"}}
+
+      assert Wire.read_bundle_header(Path.join(dir, "none.safetensors")) == {:error, :enoent}
+      File.write!(Path.join(dir, "short.safetensors"), <<1, 2, 3>>)
+
+      assert Wire.read_bundle_header(Path.join(dir, "short.safetensors")) ==
+               {:error, {:bad_header_length, "a bundle starts with an 8-byte header length"}}
+
+      assert_raise ArgumentError, "path: expected a string, got: 7", fn ->
+        Wire.read_bundle_header(7)
+      end
+    end
+
     test "bad bundle headers are distinct errors" do
       json = ~s({"x": {"dtype": "F32", "shape": [2], "data_offsets": [0, 4]}})
       bundle = <<byte_size(json)::64-little>> <> json <> <<0, 0, 0, 0>>

@@ -60,7 +60,8 @@ defmodule ExMLX.Reliability.BadInputTest do
   import ExMLX.Fuzz, only: [classify_return: 1, pick: 1, random_term: 1, random_options: 2]
 
   # Arguments that name files stay inside the test's own directory.
-  defp random_args(pool, ExMLX.Wire, name, arity) when name in [:write_bundle, :read_bundle] do
+  defp random_args(pool, ExMLX.Wire, name, arity)
+       when name in [:write_bundle, :read_bundle, :read_bundle_header] do
     path = pick([pool.path, pool.bad_file, pool.missing, pool.dir, pool.truncated])
     [path | for(_ <- 2..arity//1, do: random_term(pool))]
   end
@@ -166,7 +167,8 @@ defmodule ExMLX.Reliability.BadInputTest do
   defp outcome(module, name, args) do
     case apply(module, name, args) do
       # file functions pass on File's posix reasons (:enoent, :eisdir, ...)
-      {:error, posix} when is_atom(posix) and name in [:read_bundle, :write_bundle] ->
+      {:error, posix}
+      when is_atom(posix) and name in [:read_bundle, :read_bundle_header, :write_bundle] ->
         {:ok, :error_tuple}
 
       returned ->
