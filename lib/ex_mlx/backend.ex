@@ -109,6 +109,10 @@ if Code.ensure_loaded?(Nx) do
     # Every op goes through ExMLX.Op (native/ex_mlx/core/src/ops/table.rs
     # lists them); inputs are Nx tensors or native references.
 
+    # `out` holding the quantized values `q` (ExMLX.Quantization).
+    defp quantized(out, %ExMLX.Quantization{} = q),
+      do: %{out | data: %__MODULE__{ref: nil, device: q.packed.device, quantization: q}}
+
     # Op `name` for the result `out`, queued without waiting (ExMLX.Op.defer/4):
     # Nx already knows the result's shape and type, so only reads wait.
     defp defer(%T{type: type} = out, name, inputs, params) do
@@ -530,6 +534,23 @@ if Code.ensure_loaded?(Nx) do
     # -------------------------------------------------------------------------
 
     @impl true
+    # A quantized tensor's rows regrouped, its last (grouped) axis kept: the
+    # same reshape of its packed values, scales and biases (loading a
+    # checkpoint whose fused layers are split: ExMLX.Quantization).
+    def reshape(
+          %T{shape: shape} = out,
+          %T{shape: in_shape, data: %__MODULE__{quantization: %ExMLX.Quantization{} = q}}
+        )
+        when not q.transposed and tuple_size(shape) >= 2 and
+               elem(shape, tuple_size(shape) - 1) == elem(in_shape, tuple_size(in_shape) - 1) do
+      leading = shape |> Tuple.delete_at(tuple_size(shape) - 1) |> Tuple.to_list()
+
+      rows =
+        &ExMLX.reshape(&1, List.to_tuple(leading ++ [elem(&1.shape, tuple_size(&1.shape) - 1)]))
+
+      quantized(out, ExMLX.Quantization.map_stored(q, rows))
+    end
+
     def reshape(%T{shape: shape} = out, tensor),
       do: defer(out, :reshape, [ref(tensor)], [shape])
 
@@ -548,6 +569,15 @@ if Code.ensure_loaded?(Nx) do
     end
 
     @impl true
+    # A quantized matrix transposed: the same stored values, read the other
+    # way (ExMLX.Quantization's `transposed`).
+    def transpose(
+          out,
+          %T{shape: {_, _}, data: %__MODULE__{quantization: %ExMLX.Quantization{} = q}},
+          [1, 0]
+        ),
+        do: quantized(out, %{q | transposed: not q.transposed})
+
     def transpose(out, tensor, axes),
       do: defer(out, :transpose, [ref(tensor)], [axes])
 
@@ -562,7 +592,41 @@ if Code.ensure_loaded?(Nx) do
     def reverse(out, tensor, axes), do: defer(out, :flip, [ref(tensor)], [axes])
 
     @impl true
-    def slice(out, %T{shape: shape} = tensor, starts, lengths, strides) do
+    # Whole rows of a quantized tensor (its last, grouped axis kept whole):
+    # the same rows of its packed values, scales and biases.
+    def slice(
+          out,
+          %T{shape: shape, data: %__MODULE__{quantization: %ExMLX.Quantization{} = q}} = tensor,
+          starts,
+          lengths,
+          strides
+        )
+        when not q.transposed and tuple_size(shape) >= 2 do
+      last = tuple_size(shape) - 1
+
+      if Enum.all?(starts, &is_integer/1) and Enum.all?(strides, &(&1 == 1)) and
+           Enum.at(starts, last) == 0 and Enum.at(lengths, last) == elem(shape, last) do
+        leading =
+          for {s, l, d} <- Enum.zip([starts, lengths, Tuple.to_list(shape)]) |> Enum.take(last),
+              do: {s |> Kernel.max(0) |> Kernel.min(d - l), l}
+
+        rows = fn t ->
+          {begins, stops} = Enum.unzip(for {s, l} <- leading, do: {s, s + l})
+
+          columns = elem(t.shape, last)
+          ExMLX.slice(t, begins ++ [0], stops ++ [columns])
+        end
+
+        quantized(out, ExMLX.Quantization.map_stored(q, rows))
+      else
+        dense_slice(out, tensor, starts, lengths, strides)
+      end
+    end
+
+    def slice(out, tensor, starts, lengths, strides),
+      do: dense_slice(out, tensor, starts, lengths, strides)
+
+    defp dense_slice(out, %T{shape: shape} = tensor, starts, lengths, strides) do
       r = ref(tensor)
 
       if Enum.all?(starts, &is_integer/1) do
@@ -630,7 +694,10 @@ if Code.ensure_loaded?(Nx) do
     # biases, then dequantized, as mlx-lm's quantized embedding does: the
     # table is never dequantized whole.
     defp quantized_rows?(
-           %T{data: %__MODULE__{quantization: %ExMLX.Quantization{transposed: false}}},
+           %T{
+             shape: {_, _},
+             data: %__MODULE__{quantization: %ExMLX.Quantization{transposed: false}}
+           },
            rows?
          ),
          do: rows?
@@ -958,7 +1025,11 @@ if Code.ensure_loaded?(Nx) do
           %T{type: type} = a,
           [axis_a],
           [],
-          %T{type: type, data: %__MODULE__{quantization: %ExMLX.Quantization{} = q}},
+          %T{
+            type: type,
+            shape: {_, _},
+            data: %__MODULE__{quantization: %ExMLX.Quantization{} = q}
+          },
           [axis_b],
           []
         ) do
@@ -971,7 +1042,11 @@ if Code.ensure_loaded?(Nx) do
     # axis (A's free one) then moved to the front as Nx.dot orders it.
     def dot(
           %T{type: type} = out,
-          %T{type: type, data: %__MODULE__{quantization: %ExMLX.Quantization{} = q}},
+          %T{
+            type: type,
+            shape: {_, _},
+            data: %__MODULE__{quantization: %ExMLX.Quantization{} = q}
+          },
           [axis_a],
           [],
           %T{type: type, shape: shape} = b,

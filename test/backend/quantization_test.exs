@@ -175,6 +175,55 @@ if Code.ensure_loaded?(Nx) do
       assert Nx.to_flat_list(Nx.backend_transfer(wq, Nx.BinaryBackend)) == Nx.to_flat_list(plain)
     end
 
+    test "transposing, and reshaping or slicing whole rows, keeps the stored values" do
+      # a fused {out, in} layer as a checkpoint stores it (three row blocks),
+      # split the way Bumblebee splits Phi-3's query, key and value
+      w = tensor(pseudo_random(12 * 64, 1.0, 37), {12, 64})
+      wq = Q.quantize(w, bits: 4, group_size: 32)
+      plain = Q.dequantize(wq)
+      %ExMLX.Backend{quantization: stored} = wq.data
+
+      t = Nx.transpose(wq)
+      assert Q.quantized?(t) and t.shape == {64, 12}
+      assert Q.describe(t) =~ "stored transposed"
+      assert Nx.to_binary(Q.dequantize(t)) == Nx.to_binary(Nx.transpose(plain))
+      # the same stored tensors, read the other way
+      %ExMLX.Backend{quantization: flipped} = t.data
+      assert Q.stored_refs(flipped) == Q.stored_refs(stored)
+      assert Nx.transpose(t) |> Q.dequantize() |> Nx.to_binary() == Nx.to_binary(plain)
+
+      blocks = Nx.reshape(wq, {3, 4, 64})
+      assert Q.quantized?(blocks)
+      key = blocks |> Nx.slice_along_axis(1, 1, axis: 0) |> Nx.reshape({4, 64})
+      assert Q.quantized?(key) and key.shape == {4, 64}
+      %ExMLX.Backend{quantization: k} = key.data
+      # 4 rows of 64 4-bit values: 8 words, 2 scales and biases a row
+      assert {k.packed.shape, k.scales.shape, k.biases.shape} == {{4, 8}, {4, 2}, {4, 2}}
+      assert Nx.to_binary(Q.dequantize(key)) == Nx.to_binary(plain[4..7])
+
+      # and a product with the split kernel, as a dense layer runs it
+      kernel = Nx.transpose(key)
+      x = tensor(pseudo_random(2 * 64, 1.0, 41), {2, 64})
+      got = Nx.dot(x, kernel)
+      expected = product(rows(x), rows(Q.dequantize(kernel)))
+      assert_close(rows(got), expected, 1.0e-5)
+
+      # a slice of some columns (the grouped axis), or of a transposed
+      # matrix, reads the dequantized values
+      columns = Nx.slice(wq, [0, 0], [12, 32])
+      refute Q.quantized?(columns)
+      assert Nx.to_binary(columns) == Nx.to_binary(Nx.slice(plain, [0, 0], [12, 32]))
+      rows_of_t = Nx.slice(t, [0, 0], [32, 12])
+      refute Q.quantized?(rows_of_t)
+
+      assert Nx.to_binary(rows_of_t) ==
+               Nx.to_binary(Nx.slice(Nx.transpose(plain), [0, 0], [32, 12]))
+
+      flat = Nx.reshape(wq, {12 * 64})
+      refute Q.quantized?(flat)
+      assert Nx.to_binary(flat) == Nx.to_binary(Nx.reshape(plain, {12 * 64}))
+    end
+
     test "quantize_params quantizes the dense kernels :only accepts" do
       params = %{
         "a" => %{"kernel" => tensor(pseudo_random(128 * 16, 0.5, 43), {128, 16})},
