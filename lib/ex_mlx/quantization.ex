@@ -25,6 +25,10 @@ if Code.ensure_loaded?(Nx) do
       * `Nx.take/3` and `Nx.gather/3` of whole rows of a quantized matrix
         stored as it is (an embedding's table, grouped along its rows) gather
         the rows' packed values, scales and biases and dequantize only those;
+      * `Nx.transpose/2` of a quantized matrix, and `Nx.reshape/2` and
+        `Nx.slice/4` that keep its last (grouped) axis whole, rearrange the
+        stored values without dequantizing them (as Bumblebee's loading of
+        a checkpoint's layers does);
       * every other op (a product with a vector, or over batch axes, included)
         reads the dequantized matrix (`dequantize/1`): a new tensor of the
         logical type, made at each use, counted by `ExMLX.Memory` like any
@@ -227,6 +231,54 @@ if Code.ensure_loaded?(Nx) do
     def quantize_model(%{model: model, params: params} = model_info, opts \\ []),
       do: %{model_info | params: quantize_params(params, Keyword.put(opts, :model, model))}
 
+    @doc """
+    Loads a quantized model folder in mlx-community's layout (made by
+    mlx-lm's `convert -q`, or downloaded from the Hub's mlx-community) into
+    a Bumblebee model whose quantized layers stay quantized: returns
+    `{:ok, %{model: model, params: params, spec: spec}}` as
+    `Bumblebee.load_model/2` does.
+
+    The folder holds config.json with a `"quantization"` entry (`"bits"`,
+    `"group_size"`, `"mode": "affine"`; an entry named by a layer's path
+    gives that layer's own format, `false` leaves it plain) and safetensors
+    files (`model.safetensors` or those `model.safetensors.index.json`
+    names) in which a quantized layer `P` is `P.weight` (packed `uint32`),
+    `P.scales` and `P.biases`. Each becomes one quantized tensor of the
+    layer's logical shape, never dequantized: a dense layer's kernel runs
+    `quantized_matmul`, an embedding's lookups dequantize only the rows they
+    take. Bumblebee's own mapping of checkpoint names to layers is used (the
+    architectures Bumblebee 0.7 loads: Llama, Mistral, Qwen3, Phi-3, ...),
+    so the model is Bumblebee's, unchanged.
+
+    Every tensor's header is checked before any tensor is read: a packed
+    weight without its scales or biases, scales whose shape does not match
+    the format (a wrong group size), bits that do not divide the packed
+    words, raise an `ArgumentError` naming the tensor, and nothing is loaded.
+    A quantized layer the model has no parameter for raises too.
+
+    Needs Bumblebee (0.7) in the caller's dependencies. `repository` is
+    `{:local, folder}`. Options:
+
+      * `:type` - the model's parameter type; by default the quantized
+        layers' scales' type (mlx-community's folders are mostly bf16). A
+        type other than the scales' converts the scales and biases to it
+        (the packed values are kept), and Bumblebee converts the plain
+        parameters;
+      * `:device` - where the tensors are read to (default
+        `ExMLX.default_device/0`);
+      * `:module`, `:architecture`, `:spec_overrides`, `:log_params_diff` -
+        as for `Bumblebee.load_model/2`.
+
+    For example, with a folder made by
+    `mlx_lm.convert --hf-path MODEL -q --q-bits 4 --mlx-path DIR`:
+
+        {:ok, model_info} = ExMLX.Quantization.load_model({:local, "DIR"})
+        {:ok, tokenizer} = Bumblebee.load_tokenizer({:local, "DIR"})
+    """
+    @spec load_model({:local, Path.t()}, keyword()) :: {:ok, map()}
+    def load_model(repository, opts \\ []),
+      do: ExMLX.Quantization.Checkpoint.load_model(repository, opts)
+
     # a floating matrix named "kernel" whose grouped axis (`in`, or an
     # embedding's last) is a multiple of the group size
     defp kernel?("kernel", %T{shape: {rows, columns}, type: {kind, _}} = t, group_size, transpose) do
@@ -290,6 +342,12 @@ if Code.ensure_loaded?(Nx) do
 
     defp bytes(%ExMLX.Tensor{shape: shape, type: {_, bits}}),
       do: div(Enum.reduce(Tuple.to_list(shape), 1, &(&1 * &2)) * bits, 8)
+
+    @doc false
+    # `q` with `fun` (of an `ExMLX.Tensor`) applied to its packed values,
+    # scales and biases alike: a rearrangement of its rows.
+    def map_stored(%__MODULE__{} = q, fun),
+      do: %{q | packed: fun.(q.packed), scales: fun.(q.scales), biases: fun.(q.biases)}
 
     @doc false
     # The stored tensors' references, in the order `quantized_matmul`,
