@@ -94,9 +94,11 @@ pub fn quantized_matmul(
             ),
         ));
     }
-    if contracted < GPU_KERNEL_MIN_CONTRACTED && !crate::device::Device::current_is_cpu() {
+    if gpu_kernel_wrong(transpose, contracted, group_size)
+        && !crate::device::Device::current_is_cpu()
+    {
         // the same product of the stored values, through the dequantized
-        // matrix (GPU_KERNEL_MIN_CONTRACTED says why)
+        // matrix (gpu_kernel_wrong says why)
         let w = ops::dequantize(packed, scales, biases, group_size, bits)?;
         let w = if transpose {
             let n = w.ndim() as i32;
@@ -111,13 +113,16 @@ pub fn quantized_matmul(
     )?)
 }
 
-/// The shortest contracted axis `quantized_matmul` hands MLX's GPU kernel:
-/// on an H200, MLX 0.32.2's CUDA kernel gave wrong products (values off,
-/// rows left zero) with a contracted axis of 64 and right ones with 128
-/// (docs/decisions/0012-quantized-tensors.md); shorter ones are multiplied
-/// through the dequantized matrix there. Language models contract
-/// thousands.
-pub const GPU_KERNEL_MIN_CONTRACTED: i32 = 128;
+/// Whether MLX 0.32.2's CUDA `quantized_matmul` is known to give wrong
+/// products for this layout: a transposed matrix (`{out, in}`) whose rows
+/// are a single group (the contracted axis as long as the group size).
+/// On an H200 it did so for every such case of more than one row, and for
+/// no other case probed (bench/results/qmm-gpu.md, bench/gpu/qmm_probe.py);
+/// such products are multiplied through the dequantized matrix on a GPU,
+/// whatever the rows. Language models' rows are many groups.
+fn gpu_kernel_wrong(transpose: bool, contracted: i32, group_size: i32) -> bool {
+    transpose && contracted == group_size
+}
 
 /// `(group_size, bits)` as MLX takes them, if its affine mode packs them.
 fn check_format(group_size: i64, bits: i64) -> Result<(i32, i32)> {
