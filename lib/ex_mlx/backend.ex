@@ -1332,6 +1332,9 @@ if Code.ensure_loaded?(Nx) do
             do: dequantized_rows(output, t, :take, ref(idx), [0]),
             else: defer(output, :take, [ref(t), ref(idx)], [struct.axis])
 
+        {ExMLX.Quantization.Quantize, [t]} ->
+          ExMLX.Quantization.quantize_block(struct, t)
+
         {Nx.Block.TakeAlongAxis, [t, idx]} ->
           defer(output, :take_along_axis, [ref(t), ref(idx)], [struct.axis])
 

@@ -1,4 +1,10 @@
 if Code.ensure_loaded?(Nx) do
+  defmodule ExMLX.Quantization.Quantize do
+    @moduledoc false
+    # The `Nx.block/4` of ExMLX.Quantization.quantize/2 inside `defn`.
+    defstruct [:bits, :group_size, :transpose]
+  end
+
   defmodule ExMLX.Quantization do
     @moduledoc """
     Quantized Nx tensors on `ExMLX.Backend`: a matrix stored as MLX's affine
@@ -37,7 +43,13 @@ if Code.ensure_loaded?(Nx) do
         (their packed values, scales and biases are inputs of the program,
         and the format is part of its cache key): a dense layer's product in
         a program, a decoding loop's included, is `quantized_matmul`; other
-        uses dequantize inside the program.
+        uses dequantize inside the program;
+      * `quantize/2` inside `defn` (an `Nx.block/4`) makes a quantized value
+        of the program, which its later `Nx.dot` multiplies by as packed
+        values, with `ExMLX.Compiler` and with `Nx.Defn.Evaluator` on
+        `ExMLX.Backend`; on another backend it gives the values MLX's
+        quantization stands for (quantized and dequantized by MLX at run
+        time, `Nx.runtime_call/4`).
 
     `Nx.byte_size/1` gives the logical size (Nx computes it from the shape
     and type); `stored_bytes/1` gives what the packed values, scales and
@@ -102,6 +114,14 @@ if Code.ensure_loaded?(Nx) do
       unless is_boolean(transpose),
         do: raise(ArgumentError, ":transpose must be a boolean, got: #{inspect(transpose)}")
 
+      case tensor.data do
+        %Nx.Defn.Expr{} -> traced_quantize(tensor, opts)
+        _ -> quantize_tensor(tensor, opts)
+      end
+    end
+
+    defp quantize_tensor(tensor, opts) do
+      transpose = opts[:transpose]
       matrix = ExMLX.Backend.from_nx(tensor)
       matrix = if transpose, do: ExMLX.transpose(matrix, [1, 0]), else: matrix
 
@@ -121,6 +141,54 @@ if Code.ensure_loaded?(Nx) do
         tensor
         | data: %ExMLX.Backend{ref: nil, device: packed.device, quantization: quantization}
       }
+    end
+
+    # Inside `defn` (an expression): an `Nx.block/4` that ExMLX.Backend
+    # runs as `quantize/2`, so a later `Nx.dot` of the same program or
+    # Evaluator run multiplies by the packed values. Another backend runs
+    # the block's default: the values MLX's quantization gives, dequantized
+    # (round_trip/2, at run time).
+    defp traced_quantize(tensor, opts) do
+      {bits, group_size} = {opts[:bits], opts[:group_size]}
+
+      unless bits in [2, 3, 4, 5, 6, 8],
+        do: raise(ArgumentError, ":bits must be 2, 3, 4, 5, 6 or 8, got: #{inspect(bits)}")
+
+      unless group_size in [32, 64, 128],
+        do: raise(ArgumentError, ":group_size must be 32, 64 or 128, got: #{inspect(group_size)}")
+
+      unless tensor.type in [{:f, 32}, {:f, 16}, {:bf, 16}],
+        do:
+          raise(
+            ArgumentError,
+            "tensor: quantize takes f32, f16 or bf16, got #{inspect(tensor.type)}"
+          )
+
+      block = %ExMLX.Quantization.Quantize{
+        bits: bits,
+        group_size: group_size,
+        transpose: opts[:transpose]
+      }
+
+      template = Nx.template(tensor.shape, tensor.type, names: tensor.names)
+      Nx.block(block, [tensor], template, &round_trip_at_run_time/2)
+    end
+
+    defp round_trip_at_run_time(%ExMLX.Quantization.Quantize{} = block, tensor) do
+      template = Nx.template(tensor.shape, tensor.type, names: tensor.names)
+      opts = [bits: block.bits, group_size: block.group_size, transpose: block.transpose]
+      Nx.runtime_call(template, tensor, opts, &__MODULE__.round_trip/2)
+    end
+
+    @doc false
+    # `tensor` (on any backend) quantized by MLX then dequantized, back on
+    # its backend: the values a quantized tensor stands for.
+    def round_trip(%T{data: %backend{}} = tensor, opts) do
+      tensor
+      |> Nx.backend_copy(ExMLX.Backend)
+      |> quantize(opts)
+      |> dequantize()
+      |> Nx.backend_transfer(backend)
     end
 
     @doc """
@@ -365,6 +433,17 @@ if Code.ensure_loaded?(Nx) do
           biases: %{q.biases | ref: biases, device: device}
       }
     end
+
+    @doc false
+    # `quantize/2` as a block run by a backend (`Nx.block/4`): inside a
+    # program, `ExMLX.Backend` makes a quantized tensor of it.
+    def quantize_block(%ExMLX.Quantization.Quantize{} = block, tensor),
+      do:
+        quantize_tensor(tensor,
+          bits: block.bits,
+          group_size: block.group_size,
+          transpose: block.transpose
+        )
 
     @doc false
     # "4-bit, groups of 64" and the layout, for messages and inspection.

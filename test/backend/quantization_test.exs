@@ -290,6 +290,59 @@ if Code.ensure_loaded?(Nx) do
       assert Nx.to_binary(got) == Nx.to_binary(Q.dequantize(wq))
     end
 
+    test "a tensor quantized inside a program feeds its Nx.dot as packed values" do
+      w = tensor(pseudo_random(128 * 32, 0.5, 97), {128, 32})
+      x = tensor(pseudo_random(3 * 128, 1.0, 101), {3, 128})
+
+      dense = fn x, w ->
+        wq = Q.quantize(w, bits: 4, group_size: 64, transpose: true)
+        {Nx.dot(x, wq), Nx.multiply(wq, 2.0)}
+      end
+
+      # eagerly: quantize, then quantized_matmul; other uses the dequantized values
+      wq = Q.quantize(w, bits: 4, group_size: 64, transpose: true)
+      expected = Nx.dot(x, wq)
+      doubled = Nx.multiply(Q.dequantize(wq), 2.0)
+      assert_close(rows(expected), product(rows(x), rows(Q.dequantize(wq))), 1.0e-5)
+
+      {got, got_doubled} = Nx.Defn.jit(dense, compiler: ExMLX.Compiler).(x, w)
+      assert Nx.to_binary(got) == Nx.to_binary(expected)
+      assert Nx.to_binary(got_doubled) == Nx.to_binary(doubled)
+
+      [ops] =
+        for {{^dense, _device, _fuse, _quantized, _hooked}, {:program, %{program: p}}} <-
+              ExMLX.ProgramCache.entries() do
+          {_device, _inputs, _constants, instructions, _outputs} = ExMLX.ProgramCache.spec(p)
+          Enum.map(instructions, &elem(&1, 0))
+        end
+
+      assert :quantize in ops and :quantized_matmul in ops and :dequantize in ops
+      refute :matmul in ops
+
+      # Nx.Defn.Evaluator on ExMLX.Backend: the same ops
+      {evaluated, _} = Nx.Defn.jit(dense, compiler: Nx.Defn.Evaluator).(x, w)
+      assert Nx.to_binary(evaluated) == Nx.to_binary(expected)
+
+      # on another backend: MLX's quantized values, dequantized
+      {on_binary, binary_doubled} =
+        Nx.Defn.jit(dense, compiler: Nx.Defn.Evaluator).(
+          Nx.backend_copy(x, Nx.BinaryBackend),
+          Nx.backend_copy(w, Nx.BinaryBackend)
+        )
+
+      assert %Nx.BinaryBackend{} = binary_doubled.data
+      assert Nx.to_binary(binary_doubled) == Nx.to_binary(doubled)
+      assert_close(rows(on_binary), rows(expected), 1.0e-5)
+
+      assert_raise ArgumentError, ":bits must be 2, 3, 4, 5, 6 or 8, got: 7", fn ->
+        Nx.Defn.jit(fn w -> Q.quantize(w, bits: 7) end, compiler: ExMLX.Compiler).(w)
+      end
+
+      assert_raise ArgumentError, "tensor: quantize takes f32, f16 or bf16, got {:s, 32}", fn ->
+        Nx.Defn.jit(fn w -> Q.quantize(w) end, compiler: ExMLX.Compiler).(Nx.iota({4, 64}))
+      end
+    end
+
     test "an embedding's rows are dequantized alone, its tied product stays quantized" do
       emb = tensor(pseudo_random(256 * 64, 1.0, 71), {256, 64})
       layer = "embedder.token_embedding"
