@@ -87,7 +87,9 @@ if Code.ensure_loaded?(Nx) do
         (default 64);
       * `:transpose` - `true` to group along the first axis instead of the
         last (the contracted axis of a `{in, out}` kernel in `Nx.dot(x, w)`):
-        the transpose is what is stored (default `false`).
+        the transpose is what is stored (default `false`);
+      * `:mode` - `:affine`, MLX's scale-and-bias quantization (the only
+        one ExMLX keeps: MLX 0.32's `:mxfp4` is refused with an error).
 
     Errors name what MLX refuses (`ExMLX.quantize/2`).
 
@@ -97,7 +99,8 @@ if Code.ensure_loaded?(Nx) do
     """
     @spec quantize(Nx.Tensor.t(), keyword()) :: Nx.Tensor.t()
     def quantize(%T{} = tensor, opts \\ []) do
-      opts = Keyword.validate!(opts, bits: 4, group_size: 64, transpose: false)
+      opts = Keyword.validate!(opts, bits: 4, group_size: 64, transpose: false, mode: :affine)
+      check_mode!(opts[:mode])
 
       if quantized?(tensor),
         do: raise(ArgumentError, "tensor: already quantized (#{describe(tensor)})")
@@ -143,6 +146,16 @@ if Code.ensure_loaded?(Nx) do
       }
     end
 
+    defp check_mode!(:affine), do: :ok
+
+    defp check_mode!(mode),
+      do:
+        raise(
+          ArgumentError,
+          ":mode must be :affine (MLX's scale-and-bias quantization; ExMLX does not " <>
+            "keep other modes), got: #{inspect(mode)}"
+        )
+
     # Inside `defn` (an expression): an `Nx.block/4` that ExMLX.Backend
     # runs as `quantize/2`, so a later `Nx.dot` of the same program or
     # Evaluator run multiplies by the packed values. Another backend runs
@@ -151,17 +164,30 @@ if Code.ensure_loaded?(Nx) do
     defp traced_quantize(tensor, opts) do
       {bits, group_size} = {opts[:bits], opts[:group_size]}
 
+      # (the errors ExMLX.quantize/2 gives, raised while tracing)
       unless bits in [2, 3, 4, 5, 6, 8],
-        do: raise(ArgumentError, ":bits must be 2, 3, 4, 5, 6 or 8, got: #{inspect(bits)}")
+        do:
+          raise(ExMLX.Error,
+            kind: :argument,
+            message: "bits: quantization takes bits of [2, 3, 4, 5, 6, 8], got #{inspect(bits)}"
+          )
 
       unless group_size in [32, 64, 128],
-        do: raise(ArgumentError, ":group_size must be 32, 64 or 128, got: #{inspect(group_size)}")
+        do:
+          raise(ExMLX.Error,
+            kind: :argument,
+            message:
+              "group_size: quantization takes group sizes of [32, 64, 128], " <>
+                "got #{inspect(group_size)}"
+          )
 
       unless tensor.type in [{:f, 32}, {:f, 16}, {:bf, 16}],
         do:
-          raise(
-            ArgumentError,
-            "tensor: quantize takes f32, f16 or bf16, got #{inspect(tensor.type)}"
+          raise(ExMLX.Error,
+            kind: :type,
+            message:
+              "tensor: quantize needs {:f, 32}, {:f, 16} or {:bf, 16}, " <>
+                "got #{inspect(tensor.type)}"
           )
 
       block = %ExMLX.Quantization.Quantize{
@@ -208,7 +234,7 @@ if Code.ensure_loaded?(Nx) do
     it, a layer whose name ends with `"embedding"` is an embedding
     (`:embedding?`) and every other is a dense layer.
 
-    Options: `:bits` and `:group_size` as in `quantize/2`; `:only` - a
+    Options: `:bits`, `:group_size` and `:mode` as in `quantize/2`; `:only` - a
     function of the layer name and the parameter name that returns whether
     to quantize it (default: every qualifying kernel); `:model` - the Axon
     model the parameters belong to; `:embedding?` - without `:model`, a
@@ -234,6 +260,7 @@ if Code.ensure_loaded?(Nx) do
         Keyword.validate!(opts,
           bits: 4,
           group_size: 64,
+          mode: :affine,
           only: fn _layer, _name -> true end,
           embedding?: &String.ends_with?(&1, "embedding"),
           model: nil
@@ -252,6 +279,7 @@ if Code.ensure_loaded?(Nx) do
             ":embedding? must be a function of 1 argument, got: #{inspect(embedding?)}"
           )
 
+      check_mode!(opts[:mode])
       format = [bits: opts[:bits], group_size: opts[:group_size]]
 
       Map.new(params, fn

@@ -334,13 +334,21 @@ if Code.ensure_loaded?(Nx) do
       assert Nx.to_binary(binary_doubled) == Nx.to_binary(doubled)
       assert_close(rows(on_binary), rows(expected), 1.0e-5)
 
-      assert_raise ArgumentError, ":bits must be 2, 3, 4, 5, 6 or 8, got: 7", fn ->
-        Nx.Defn.jit(fn w -> Q.quantize(w, bits: 7) end, compiler: ExMLX.Compiler).(w)
+      # the errors of an eager quantize, raised while tracing
+      for {opts, input} <- [{[bits: 7], w}, {[group_size: 48], w}, {[], Nx.iota({4, 64})}] do
+        eager = assert_raise ExMLX.Error, fn -> Q.quantize(input, opts) end
+
+        traced =
+          assert_raise ExMLX.Error, fn ->
+            Nx.Defn.jit(&Q.quantize(&1, opts), compiler: ExMLX.Compiler).(input)
+          end
+
+        assert {traced.kind, traced.message} == {eager.kind, eager.message}
       end
 
-      assert_raise ArgumentError, "tensor: quantize takes f32, f16 or bf16, got {:s, 32}", fn ->
-        Nx.Defn.jit(fn w -> Q.quantize(w) end, compiler: ExMLX.Compiler).(Nx.iota({4, 64}))
-      end
+      assert_raise ExMLX.Error,
+                   "bits: quantization takes bits of [2, 3, 4, 5, 6, 8], got 7",
+                   fn -> Nx.Defn.jit(&Q.quantize(&1, bits: 7), compiler: ExMLX.Compiler).(w) end
     end
 
     test "an embedding's rows are dequantized alone, its tied product stays quantized" do
@@ -394,9 +402,17 @@ if Code.ensure_loaded?(Nx) do
                    "tensor: already quantized (quantized 4-bit, groups of 64)",
                    fn -> Q.quantize(wq) end
 
-      assert_raise ArgumentError, ~r/unknown keys \[:mode\]/, fn ->
-        Q.quantize(w, mode: :mxfp4)
+      mode_error =
+        ":mode must be :affine (MLX's scale-and-bias quantization; ExMLX does not " <>
+          "keep other modes), got: :mxfp4"
+
+      assert_raise ArgumentError, mode_error, fn -> Q.quantize(w, mode: :mxfp4) end
+
+      assert_raise ArgumentError, mode_error, fn ->
+        Q.quantize_params(%{"dense" => %{"kernel" => w}}, mode: :mxfp4)
       end
+
+      assert Q.quantize(w, mode: :affine) |> Q.quantized?()
     end
   end
 end
