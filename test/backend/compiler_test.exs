@@ -74,6 +74,14 @@ if Code.ensure_loaded?(Nx) do
         cache
       end
 
+      # fill_rows/3 on a carry the program makes itself: `seed` broadcast
+      # to 2048 × 512, `rows` written at its top (as a prompt's keys are
+      # written into a new cache)
+      defn fill_made_rows(seed, rows, n) do
+        cache = seed |> Nx.broadcast({2048, 512}) |> Nx.put_slice([0, 0], rows)
+        fill_rows(cache, rows, n)
+      end
+
       # 40 tensors of x's size made before a loop that reads only a 4 × 4
       # corner of them (its condition needs the device's values)
       defn made_before_a_loop(x) do
@@ -580,6 +588,28 @@ if Code.ensure_loaded?(Nx) do
       row = fn i -> for j <- 0..511, do: 512.0 * rem(i, 8) + j + i end
       assert first == row.(0) ++ row.(1)
       assert last == row.(998) ++ row.(999) ++ List.duplicate(0.0, 512)
+    end
+
+    test "a carry the program made is handed to its loop, not copied" do
+      # nothing reads the made carry after the loop: its one value is the
+      # loop's state, which MLX then updates in place (a second carry, the
+      # first step's copy, while the program held the first, before)
+      seed = Nx.tensor(0.5, type: :f32, backend: ExMLX.Backend)
+      rows = Nx.iota({8, 512}, type: :f32, backend: ExMLX.Backend)
+      f = Nx.Defn.jit(&Funs.fill_made_rows/3, compiler: ExMLX.Compiler)
+      carry = 2048 * 512 * 4
+      f.(seed, rows, 100)
+      :erlang.garbage_collect()
+      0 = ExMLX.full(0, {:u, 8}, {}) |> ExMLX.item()
+      :erlang.garbage_collect()
+      base = ExMLX.Memory.stats().active
+      ExMLX.Memory.reset_peak()
+      out = f.(seed, rows, 100)
+      # row 99 holds row 99 mod 8 of the iota plus 99; row 100 the seed
+      assert out[99] |> Nx.to_flat_list() == for(j <- 0..511, do: 512.0 * 3 + j + 99)
+      assert out[100] |> Nx.to_flat_list() == List.duplicate(0.5, 512)
+      peak = (ExMLX.Memory.stats().peak - base) / carry
+      assert peak <= 1.5
     end
 
     test "what a program made before a loop is freed while the loop runs" do

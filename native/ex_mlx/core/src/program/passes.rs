@@ -204,7 +204,7 @@ pub(super) fn read_counts(block: &Block, slots: usize) -> Vec<u32> {
 
 /// Calls `f(slot, as_select_condition)` for every read of a slot in `block`
 /// and the blocks nested in it (an instruction's inputs, a block's outputs).
-fn visit_reads(block: &Block, f: &mut impl FnMut(usize, bool)) {
+pub(super) fn visit_reads(block: &Block, f: &mut impl FnMut(usize, bool)) {
     for &s in &block.outputs {
         f(s, false)
     }

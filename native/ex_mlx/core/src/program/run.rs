@@ -217,7 +217,14 @@ impl<'a> Run<'a> {
         last_reads: &[Vec<usize>],
     ) -> Result<()> {
         for (ins, done) in instructions.iter().zip(last_reads) {
-            self.block(std::slice::from_ref(ins))?;
+            match ins {
+                // (a loop's initial values that nothing reads after it are
+                // handed to its state, not copied: a state value of which
+                // the loop holds the only reference can be updated in place
+                // by MLX, a key/value cache written at each step)
+                Instruction::Loop(l) => self.run_loop(l, &handed_over(l, done))?,
+                _ => self.block(std::slice::from_ref(ins))?,
+            }
             for &s in done {
                 self.slots[s] = None;
                 self.host[s] = None;
@@ -232,7 +239,7 @@ impl<'a> Run<'a> {
                 Instruction::Op(call) => self.op(call)?,
                 Instruction::Fused(group) => self.fused(group)?,
                 Instruction::Compiled(run) => self.compiled(run)?,
-                Instruction::Loop(l) => self.run_loop(l)?,
+                Instruction::Loop(l) => self.run_loop(l, &[])?,
                 Instruction::Branch(b) => self.branch(b)?,
             }
         }
@@ -342,7 +349,9 @@ impl<'a> Run<'a> {
         }
     }
 
-    fn run_loop(&mut self, l: &Loop) -> Result<()> {
+    /// Runs loop `l`; the initial values `handed_over` marks (by position)
+    /// leave their slots for the loop's state.
+    fn run_loop(&mut self, l: &Loop, handed_over: &[bool]) -> Result<()> {
         let n = l.initial.len();
         let state = l.state..l.state + n;
         for (k, &s) in l.initial.iter().enumerate() {
@@ -360,6 +369,10 @@ impl<'a> Run<'a> {
                 }
                 Some(a)
             };
+            if handed_over.get(k) == Some(&true) {
+                self.slots[s] = None;
+                self.host[s] = None;
+            }
             self.write(l.state + k, v, host);
         }
         let (started, waited) = (Instant::now(), self.waited);
@@ -510,4 +523,25 @@ pub(super) fn truthy(n: Number) -> bool {
         Number::Float(f) => f != 0.0,
         Number::Complex(re, im) => re != 0.0 || im != 0.0,
     }
+}
+
+/// For each of loop `l`'s initial values, whether its slot can be handed
+/// to the loop's state: nothing reads it after the loop (`done`, the
+/// slots the loop's instruction reads last), its condition and body do
+/// not read it, and no later initial value is the same slot.
+fn handed_over(l: &Loop, done: &[usize]) -> Vec<bool> {
+    if done.is_empty() {
+        return Vec::new();
+    }
+    let mut inside = std::collections::HashSet::new();
+    for block in [&l.condition, &l.body] {
+        super::passes::visit_reads(block, &mut |s, _| {
+            inside.insert(s);
+        });
+    }
+    l.initial
+        .iter()
+        .enumerate()
+        .map(|(k, s)| done.contains(s) && !inside.contains(s) && !l.initial[k + 1..].contains(s))
+        .collect()
 }
