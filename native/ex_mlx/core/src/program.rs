@@ -509,3 +509,24 @@ impl Program {
         self.main.outputs.iter().map(|&s| run.read(s)).collect()
     }
 }
+
+/// For each of loop `l`'s initial values, whether its slot can be handed
+/// to the loop's state: nothing reads it after the loop (`done`, the
+/// slots the loop's instruction reads last), its condition and body do
+/// not read it, and no later initial value is the same slot.
+fn handed_over(l: &Loop, done: &[usize]) -> Vec<bool> {
+    if done.is_empty() {
+        return Vec::new();
+    }
+    let mut inside = std::collections::HashSet::new();
+    for block in [&l.condition, &l.body] {
+        passes::visit_reads(block, &mut |s, _| {
+            inside.insert(s);
+        });
+    }
+    l.initial
+        .iter()
+        .enumerate()
+        .map(|(k, s)| done.contains(s) && !inside.contains(s) && !l.initial[k + 1..].contains(s))
+        .collect()
+}

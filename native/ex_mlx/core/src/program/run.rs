@@ -222,7 +222,7 @@ impl<'a> Run<'a> {
                 // handed to its state, not copied: a state value of which
                 // the loop holds the only reference can be updated in place
                 // by MLX, a key/value cache written at each step)
-                Instruction::Loop(l) => self.run_loop(l, &handed_over(l, done))?,
+                Instruction::Loop(l) => self.run_loop(l, &super::handed_over(l, done))?,
                 _ => self.block(std::slice::from_ref(ins))?,
             }
             for &s in done {
@@ -523,25 +523,4 @@ pub(super) fn truthy(n: Number) -> bool {
         Number::Float(f) => f != 0.0,
         Number::Complex(re, im) => re != 0.0 || im != 0.0,
     }
-}
-
-/// For each of loop `l`'s initial values, whether its slot can be handed
-/// to the loop's state: nothing reads it after the loop (`done`, the
-/// slots the loop's instruction reads last), its condition and body do
-/// not read it, and no later initial value is the same slot.
-fn handed_over(l: &Loop, done: &[usize]) -> Vec<bool> {
-    if done.is_empty() {
-        return Vec::new();
-    }
-    let mut inside = std::collections::HashSet::new();
-    for block in [&l.condition, &l.body] {
-        super::passes::visit_reads(block, &mut |s, _| {
-            inside.insert(s);
-        });
-    }
-    l.initial
-        .iter()
-        .enumerate()
-        .map(|(k, s)| done.contains(s) && !inside.contains(s) && !l.initial[k + 1..].contains(s))
-        .collect()
 }
