@@ -197,20 +197,11 @@ defmodule ExMLX.Wire do
   def read_bundle(path, opts \\ []) do
     opts = opts!(opts, [:device, :as, :only])
 
-    with {:ok, %File.Stat{size: size}} <- File.stat(path),
-         {:ok, file} <- :file.open(path, [:read, :binary, :raw]) do
-      try do
-        with {:ok, prefix} <- pread(file, 0, min(8, size)),
-             {:ok, h} <- header_length(prefix, size),
-             {:ok, json} <- pread(file, 8, h),
-             {:ok, {entries, _metadata}} <- parse_header(json, size - 8 - h),
-             {:ok, entries} <- only(entries, Keyword.get(opts, :only)) do
-          read_entries(entries, opts, fn begin, len -> pread(file, 8 + h + begin, len) end)
-        end
-      after
-        :file.close(file)
+    with_bundle_file(path, fn file, entries, data_at ->
+      with {:ok, entries} <- only(entries, Keyword.get(opts, :only)) do
+        read_entries(entries, opts, fn begin, len -> pread(file, data_at + begin, len) end)
       end
-    end
+    end)
   end
 
   @doc """
@@ -225,6 +216,17 @@ defmodule ExMLX.Wire do
   @spec read_bundle_header(Path.t()) ::
           {:ok, %{String.t() => {ExMLX.type(), tuple()}}} | {:error, term()}
   def read_bundle_header(path) when is_binary(path) do
+    with_bundle_file(path, fn _file, entries, _data_at ->
+      {:ok, Map.new(entries, fn {name, type, shape, _, _} -> {name, {type, shape}} end)}
+    end)
+  end
+
+  def read_bundle_header(other),
+    do: raise(ArgumentError, "path: expected a string, got: #{inspect(other)}")
+
+  # `fun.(file, entries, data_at)` with the file at `path` open and its
+  # header read (`data_at`: where its tensors' bytes start), or the error.
+  defp with_bundle_file(path, fun) do
     with {:ok, %File.Stat{size: size}} <- File.stat(path),
          {:ok, file} <- :file.open(path, [:read, :binary, :raw]) do
       try do
@@ -232,16 +234,13 @@ defmodule ExMLX.Wire do
              {:ok, h} <- header_length(prefix, size),
              {:ok, json} <- pread(file, 8, h),
              {:ok, {entries, _metadata}} <- parse_header(json, size - 8 - h) do
-          {:ok, Map.new(entries, fn {name, type, shape, _, _} -> {name, {type, shape}} end)}
+          fun.(file, entries, 8 + h)
         end
       after
         :file.close(file)
       end
     end
   end
-
-  def read_bundle_header(other),
-    do: raise(ArgumentError, "path: expected a string, got: #{inspect(other)}")
 
   defp only(entries, nil), do: {:ok, entries}
 
