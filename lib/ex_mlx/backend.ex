@@ -544,11 +544,9 @@ if Code.ensure_loaded?(Nx) do
         when not q.transposed and tuple_size(shape) >= 2 and
                elem(shape, tuple_size(shape) - 1) == elem(in_shape, tuple_size(in_shape) - 1) do
       leading = shape |> Tuple.delete_at(tuple_size(shape) - 1) |> Tuple.to_list()
-
-      rows =
-        &ExMLX.reshape(&1, List.to_tuple(leading ++ [elem(&1.shape, tuple_size(&1.shape) - 1)]))
-
-      quantized(out, ExMLX.Quantization.map_stored(q, rows))
+      columns = elem(in_shape, tuple_size(in_shape) - 1)
+      rows = &ExMLX.reshape(&1, List.to_tuple(leading ++ [&2]))
+      quantized(out, ExMLX.Quantization.map_stored(q, columns, rows))
     end
 
     def reshape(%T{shape: shape} = out, tensor),
@@ -610,14 +608,9 @@ if Code.ensure_loaded?(Nx) do
           for {s, l, d} <- Enum.zip([starts, lengths, Tuple.to_list(shape)]) |> Enum.take(last),
               do: {s |> Kernel.max(0) |> Kernel.min(d - l), l}
 
-        rows = fn t ->
-          {begins, stops} = Enum.unzip(for {s, l} <- leading, do: {s, s + l})
-
-          columns = elem(t.shape, last)
-          ExMLX.slice(t, begins ++ [0], stops ++ [columns])
-        end
-
-        quantized(out, ExMLX.Quantization.map_stored(q, rows))
+        {begins, stops} = Enum.unzip(for {s, l} <- leading, do: {s, s + l})
+        rows = &ExMLX.slice(&1, begins ++ [0], stops ++ [&2])
+        quantized(out, ExMLX.Quantization.map_stored(q, elem(shape, last), rows))
       else
         dense_slice(out, tensor, starts, lengths, strides)
       end

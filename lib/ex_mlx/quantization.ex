@@ -440,10 +440,18 @@ if Code.ensure_loaded?(Nx) do
       do: div(Enum.reduce(Tuple.to_list(shape), 1, &(&1 * &2)) * bits, 8)
 
     @doc false
-    # `q` with `fun` (of an `ExMLX.Tensor`) applied to its packed values,
-    # scales and biases alike: a rearrangement of its rows.
-    def map_stored(%__MODULE__{} = q, fun),
-      do: %{q | packed: fun.(q.packed), scales: fun.(q.scales), biases: fun.(q.biases)}
+    # `q` (not transposed, `columns` values a row) with its rows rearranged
+    # by `fun.(stored, last)`, applied to its packed values, scales and
+    # biases alike; `last` is the stored tensor's last dimension, from the
+    # format (a program's recorded tensors have no shape).
+    def map_stored(%__MODULE__{transposed: false} = q, columns, fun) do
+      %{
+        q
+        | packed: fun.(q.packed, div(columns * q.bits, 32)),
+          scales: fun.(q.scales, div(columns, q.group_size)),
+          biases: fun.(q.biases, div(columns, q.group_size))
+      }
+    end
 
     @doc false
     # The stored tensors' references, in the order `quantized_matmul`,

@@ -208,6 +208,17 @@ if Code.ensure_loaded?(Nx) do
       expected = product(rows(x), rows(Q.dequantize(kernel)))
       assert_close(rows(got), expected, 1.0e-5)
 
+      # the same inside a program, on a quantized argument
+      split = fn w, x ->
+        key = w |> Nx.reshape({3, 4, 64}) |> Nx.slice_along_axis(1, 1, axis: 0)
+        Nx.dot(x, Nx.transpose(Nx.reshape(key, {4, 64})))
+      end
+
+      compiled = Nx.Defn.jit(split, compiler: ExMLX.Compiler).(wq, x)
+      assert Nx.to_binary(compiled) == Nx.to_binary(got)
+      ops = program_ops(split)
+      assert :quantized_matmul in ops and :dequantize not in ops
+
       # a slice of some columns (the grouped axis), or of a transposed
       # matrix, reads the dequantized values
       columns = Nx.slice(wq, [0, 0], [12, 32])
