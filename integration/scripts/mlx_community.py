@@ -6,7 +6,8 @@ outputs on them, for test/mlx_community_test.exs.
 For each architecture below, a random-initialized model made with
 transformers (no hub, tiny_models.py's sizes and word-level tokenizer) is
 saved to OUT_DIR/hf-<name>/ and converted by mlx-lm's `convert` with
-quantization (4 bits, groups of 32) to OUT_DIR/<name>/: config.json with a
+quantization (4 bits, groups of 32) to OUT_DIR/<name>/ (the Llama also at 3
+bits, to OUT_DIR/llama-3bit/): config.json with a
 "quantization" entry, model.safetensors with each linear and embedding layer
 as packed uint32 `weight`, `scales` and `biases`. OUT_DIR/<name>/ also gets
 mlx_lm_reference.safetensors, from mlx-lm on that converted folder: the
@@ -110,6 +111,11 @@ def main(out):
         save_hf(model, source)
         convert(hf_path=source, mlx_path=target, quantize=True, q_group_size=GROUP_SIZE, q_bits=BITS)
         mlx_lm_reference(target)
+    # the Llama at 3 bits too: values packed across 32-bit words
+    target = os.path.join(out, "llama-3bit")
+    convert(hf_path=os.path.join(out, "hf-llama"), mlx_path=target, quantize=True,
+            q_group_size=GROUP_SIZE, q_bits=3)
+    mlx_lm_reference(target)
     print("mlx-lm", __import__("mlx_lm").__version__)
 
 

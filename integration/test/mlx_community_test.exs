@@ -16,7 +16,7 @@ if Code.ensure_loaded?(Bumblebee) and Code.ensure_loaded?(ExMLX.Build) do
       Nx.global_default_backend(ExMLX.Backend)
       dir = Integration.data_path("mlx-community")
 
-      unless File.exists?(Path.join([dir, "phi3", "mlx_lm_reference.safetensors"])) do
+      unless File.exists?(Path.join([dir, "llama-3bit", "mlx_lm_reference.safetensors"])) do
         {:ok, mlx} = ExMLX.Build.bench_python()
         {:ok, mlx_lm} = ExMLX.Build.bench_mlx_lm()
         File.mkdir_p!(dir)
@@ -43,8 +43,14 @@ if Code.ensure_loaded?(Bumblebee) and Code.ensure_loaded?(ExMLX.Build) do
     # layer (Qwen3's is the embedding, tied: one stored tensor read both
     # ways; Phi-3's query, key and value are rows of one stored layer, its
     # gate and up projections too)
-    for name <- ["llama", "qwen3", "mistral", "phi3"] do
-      test "a 4-bit #{name} folder: mlx-lm's logits and 20 greedy tokens", %{dir: dir} do
+    for {name, bits} <- [
+          {"llama", 4},
+          {"qwen3", 4},
+          {"mistral", 4},
+          {"phi3", 4},
+          {"llama-3bit", 3}
+        ] do
+      test "a #{bits}-bit #{name} folder: mlx-lm's logits and 20 greedy tokens", %{dir: dir} do
         folder = Path.join(dir, unquote(name))
         reference = Integration.read_tensors(Path.join(folder, "mlx_lm_reference.safetensors"))
 
@@ -53,7 +59,7 @@ if Code.ensure_loaded?(Bumblebee) and Code.ensure_loaded?(ExMLX.Build) do
         assert length(quantized) == 2 * 7 + 2
 
         for {_layer, _name, t} <- quantized do
-          assert Quantization.describe(t) =~ "4-bit, groups of 32"
+          assert Quantization.describe(t) =~ "#{unquote(bits)}-bit, groups of 32"
           assert t.type == {:f, 32}
         end
 
@@ -74,7 +80,7 @@ if Code.ensure_loaded?(Bumblebee) and Code.ensure_loaded?(ExMLX.Build) do
 
         expected = Nx.backend_copy(reference["logits"], ExMLX.Backend)
         gap = relative_gap(logits[0], expected)
-        IO.puts("\n#{unquote(name)} 4-bit: logits' largest difference from mlx-lm's #{gap}")
+        IO.puts("\n#{unquote(name)}: logits' largest difference from mlx-lm's #{gap}")
         assert gap <= 1.0e-3
 
         # eagerly: the same values as compiled
@@ -98,9 +104,7 @@ if Code.ensure_loaded?(Bumblebee) and Code.ensure_loaded?(ExMLX.Build) do
             "seed" => Nx.tensor([0])
           })
 
-        IO.puts(
-          "#{unquote(name)} 4-bit greedy: #{inspect(Nx.to_flat_list(ids), charlists: :as_lists)}"
-        )
+        IO.puts("#{unquote(name)} greedy: #{inspect(Nx.to_flat_list(ids), charlists: :as_lists)}")
 
         assert Nx.to_flat_list(ids) == Nx.to_flat_list(reference["generated"])
       end
