@@ -110,6 +110,32 @@ if Code.ensure_loaded?(Bumblebee) and Code.ensure_loaded?(ExMLX.Build) do
       end
     end
 
+    test ":type other than the scales' converts the scales and biases, not the packed values",
+         %{dir: dir} do
+      folder = Path.join(dir, "llama")
+      {:ok, f32} = Quantization.load_model({:local, folder})
+      {:ok, bf16} = Quantization.load_model({:local, folder}, type: :bf16)
+
+      stored = fn model, layer ->
+        %Nx.Tensor{data: %ExMLX.Backend{quantization: q}} = model.params.data[layer]["kernel"]
+        q
+      end
+
+      for layer <- ["decoder.blocks.1.ffn.output", "embedder.token_embedding"] do
+        assert bf16.params.data[layer]["kernel"].type == {:bf, 16}
+        {a, b} = {stored.(f32, layer), stored.(bf16, layer)}
+        assert ExMLX.to_binary(b.packed) == ExMLX.to_binary(a.packed)
+
+        for part <- [:scales, :biases] do
+          expected = a |> Map.fetch!(part) |> ExMLX.as_type({:bf, 16}) |> ExMLX.to_binary()
+          assert ExMLX.to_binary(Map.fetch!(b, part)) == expected
+        end
+      end
+
+      # the plain parameters converted by Bumblebee
+      assert bf16.params.data["output_norm"]["weight"].type == {:bf, 16}
+    end
+
     # a copy of the Llama folder, changed by `change` (a function of the
     # copy's path)
     defp bad_folder(dir, tmp, change) do
