@@ -236,7 +236,7 @@ pub struct Program {
     work: OnceLock<work::Measured>,
     /// For a program with loops, the slots each top-level instruction is
     /// the last to read ([`Program::last_reads`]), made at the first run.
-    last_reads: OnceLock<Vec<Vec<usize>>>,
+    last_reads: OnceLock<Vec<LastReads>>,
 }
 
 impl Program {
@@ -332,8 +332,9 @@ impl Program {
 
     /// For each top-level instruction, the slots no later top-level
     /// instruction reads (nor the program's outputs) that it, or a block
-    /// nested in it, reads: a run drops them once it has run.
-    fn last_reads(&self) -> Vec<Vec<usize>> {
+    /// nested in it, reads: a run drops them once it has run; and for a
+    /// loop, which of its initial values it can take over (`handed_over`).
+    fn last_reads(&self) -> Vec<LastReads> {
         let mut last: Vec<Option<usize>> = vec![None; self.slots];
         for (k, ins) in self.main.instructions.iter().enumerate() {
             passes::visit_instruction_reads(ins, &mut |s, _| last[s] = Some(k));
@@ -347,7 +348,18 @@ impl Program {
                 frees[k].push(s);
             }
         }
-        frees
+        self.main
+            .instructions
+            .iter()
+            .zip(frees)
+            .map(|(ins, done)| LastReads {
+                handed_over: match ins {
+                    Instruction::Loop(l) => handed_over(l, &done),
+                    _ => Vec::new(),
+                },
+                done,
+            })
+            .collect()
     }
 
     /// How many times each slot is read (instructions' inputs and blocks'
@@ -508,6 +520,16 @@ impl Program {
         self.record_work(&run);
         self.main.outputs.iter().map(|&s| run.read(s)).collect()
     }
+}
+
+/// What a run does after a top-level instruction ([`Program::last_reads`]).
+#[derive(Debug)]
+pub(super) struct LastReads {
+    /// The slots it read last, dropped once it has run.
+    pub(super) done: Vec<usize>,
+    /// For a loop, by position of its initial values, those whose slots
+    /// its state takes over.
+    pub(super) handed_over: Vec<bool>,
 }
 
 /// For each of loop `l`'s initial values, whether its slot can be handed

@@ -7,7 +7,7 @@ use std::time::Instant;
 
 use mlx_rs::Array;
 
-use super::{Branch, CompiledRun, FusedOps, Instruction, Loop, OpCall};
+use super::{Branch, CompiledRun, FusedOps, Instruction, LastReads, Loop, OpCall};
 use crate::error::{Error, Result};
 use crate::host_tensor::{self, HostTensor};
 use crate::item::{self, Number};
@@ -214,18 +214,18 @@ impl<'a> Run<'a> {
     pub(super) fn main_block(
         &mut self,
         instructions: &[Instruction],
-        last_reads: &[Vec<usize>],
+        last_reads: &[LastReads],
     ) -> Result<()> {
-        for (ins, done) in instructions.iter().zip(last_reads) {
+        for (ins, reads) in instructions.iter().zip(last_reads) {
             match ins {
                 // (a loop's initial values that nothing reads after it are
                 // handed to its state, not copied: a state value of which
                 // the loop holds the only reference can be updated in place
                 // by MLX, a key/value cache written at each step)
-                Instruction::Loop(l) => self.run_loop(l, &super::handed_over(l, done))?,
+                Instruction::Loop(l) => self.run_loop(l, &reads.handed_over)?,
                 _ => self.block(std::slice::from_ref(ins))?,
             }
-            for &s in done {
+            for &s in &reads.done {
                 self.slots[s] = None;
                 self.host[s] = None;
             }
