@@ -76,6 +76,11 @@ if Code.ensure_loaded?(Nx) do
 
     alias Nx.Tensor, as: T
 
+    # MLX's affine formats (checked by ExMLX.quantize/2 in the op table;
+    # here where no MLX op runs: a traced quantize, a checkpoint's config)
+    @bits [2, 3, 4, 5, 6, 8]
+    @group_sizes [32, 64, 128]
+
     @doc """
     Quantizes the matrix `tensor` (`{:f, 32}`, `{:f, 16}` or `{:bf, 16}`,
     rank 2) into a quantized tensor of the same shape and type.
@@ -165,19 +170,19 @@ if Code.ensure_loaded?(Nx) do
       {bits, group_size} = {opts[:bits], opts[:group_size]}
 
       # (the errors ExMLX.quantize/2 gives, raised while tracing)
-      unless bits in [2, 3, 4, 5, 6, 8],
+      unless bits in @bits,
         do:
           raise(ExMLX.Error,
             kind: :argument,
-            message: "bits: quantization takes bits of [2, 3, 4, 5, 6, 8], got #{inspect(bits)}"
+            message: "bits: quantization takes bits of #{inspect(@bits)}, got #{inspect(bits)}"
           )
 
-      unless group_size in [32, 64, 128],
+      unless group_size in @group_sizes,
         do:
           raise(ExMLX.Error,
             kind: :argument,
             message:
-              "group_size: quantization takes group sizes of [32, 64, 128], " <>
+              "group_size: quantization takes group sizes of #{inspect(@group_sizes)}, " <>
                 "got #{inspect(group_size)}"
           )
 
@@ -438,6 +443,10 @@ if Code.ensure_loaded?(Nx) do
 
     defp bytes(%ExMLX.Tensor{shape: shape, type: {_, bits}}),
       do: div(Enum.reduce(Tuple.to_list(shape), 1, &(&1 * &2)) * bits, 8)
+
+    @doc false
+    # MLX's affine quantization's bits and group sizes.
+    def formats, do: %{bits: @bits, group_sizes: @group_sizes}
 
     @doc false
     # `q` (not transposed, `columns` values a row) with its rows rearranged

@@ -22,9 +22,6 @@ if Code.ensure_loaded?(Nx) do
 
     alias ExMLX.Quantization
 
-    @bits [2, 3, 4, 5, 6, 8]
-    @group_sizes [32, 64, 128]
-
     defmodule Entry do
       @moduledoc false
       # A tensor of the state given to Bumblebee's loader, read when the
@@ -70,8 +67,10 @@ if Code.ensure_loaded?(Nx) do
       model = apply(Bumblebee, :build_model, [spec, [type: type]])
 
       device = opts[:device]
+      # (each quantized layer's counter: how many parameters took it)
+      indices = layers |> Map.keys() |> Enum.sort() |> Enum.with_index(1)
       used = :counters.new(max(map_size(layers), 1), [])
-      state = state(headers, layers, type, device, used)
+      state = state(headers, layers, type, device, {used, Map.new(indices)})
 
       params =
         apply(Bumblebee.Conversion.PyTorchParams, :load_params!, [
@@ -86,7 +85,7 @@ if Code.ensure_loaded?(Nx) do
           ] ++ Keyword.take(opts, [:log_params_diff])
         ])
 
-      check_used!(layers, used, params)
+      check_used!(indices, used, params)
       {:ok, %{model: model, params: params, spec: spec}}
     end
 
@@ -168,19 +167,21 @@ if Code.ensure_loaded?(Nx) do
     end
 
     defp format!(where, %{"bits" => bits, "group_size" => group_size}) do
-      unless bits in @bits,
+      %{bits: all_bits, group_sizes: group_sizes} = Quantization.formats()
+
+      unless bits in all_bits,
         do:
           raise(
             ArgumentError,
-            "#{where}: bits #{inspect(bits)}, MLX's affine quantization has #{Enum.join(@bits, ", ")}"
+            "#{where}: bits #{inspect(bits)}, MLX's affine quantization has #{Enum.join(all_bits, ", ")}"
           )
 
-      unless group_size in @group_sizes,
+      unless group_size in group_sizes,
         do:
           raise(
             ArgumentError,
             "#{where}: group_size #{inspect(group_size)}, MLX's affine quantization has " <>
-              Enum.join(@group_sizes, ", ")
+              Enum.join(group_sizes, ", ")
           )
 
       {bits, group_size}
@@ -232,12 +233,14 @@ if Code.ensure_loaded?(Nx) do
             do: String.replace_suffix(name, ".weight", "")
 
       # scales and biases that belong to no packed weight
+      packed_paths = MapSet.new(packed)
+
       for {name, _} <- Enum.sort(tensors),
           suffix <- [".scales", ".biases"],
           String.ends_with?(name, suffix) do
         path = String.replace_suffix(name, suffix, "")
 
-        unless path in packed,
+        unless MapSet.member?(packed_paths, path),
           do:
             raise(
               ArgumentError,
@@ -376,17 +379,19 @@ if Code.ensure_loaded?(Nx) do
     # The state Bumblebee's loader reads: each plain tensor by its name, each
     # quantized layer as its `P.weight` (its logical tensor); read when the
     # loader takes it.
-    defp state(headers, layers, type, device, used) do
+    defp state(headers, layers, type, device, {used, indices}) do
       parts = for {path, _} <- layers, part <- ~w(weight scales biases), do: "#{path}.#{part}"
       parts = MapSet.new(parts)
-      indices = layers |> Map.keys() |> Enum.sort() |> Enum.with_index(1) |> Map.new()
 
       plain =
         for {file, header} <- headers,
             {name, {tensor_type, shape}} <- header,
             not MapSet.member?(parts, name),
             into: %{} do
-          load = fn -> read!(file, name, device) |> ExMLX.Backend.to_nx() end
+          load = fn ->
+            read!(file, [name], device) |> Map.fetch!(name) |> ExMLX.Backend.to_nx()
+          end
+
           {name, %Entry{template: Nx.template(shape, tensor_type), load: load}}
         end
 
@@ -404,9 +409,17 @@ if Code.ensure_loaded?(Nx) do
     end
 
     defp quantized_tensor(path, layer, type, device) do
+      # (the three parts, each file's read at once: usually all in one)
+      read =
+        layer.files
+        |> Enum.group_by(fn {_part, file} -> file end, fn {part, _} -> "#{path}.#{part}" end)
+        |> Enum.reduce(%{}, fn {file, names}, acc ->
+          Map.merge(acc, read!(file, names, device))
+        end)
+
       [packed, scales, biases] =
         for part <- ~w(weight scales biases) do
-          tensor = read!(layer.files[part], "#{path}.#{part}", device)
+          tensor = Map.fetch!(read, "#{path}.#{part}")
           # (scales and biases in another type when one was asked for)
           if part != "weight" and tensor.type != type,
             do: ExMLX.as_type(tensor, type),
@@ -430,19 +443,24 @@ if Code.ensure_loaded?(Nx) do
       }
     end
 
-    defp read!(file, name, device) do
-      case ExMLX.Wire.read_bundle(file, device: device, only: [name]) do
-        {:ok, %{^name => tensor}} -> tensor
-        {:ok, _} -> raise ArgumentError, "#{file}: #{name} is missing"
-        {:error, reason} -> raise ArgumentError, "#{file}: #{describe_error(reason)}"
+    # The tensors `names` of `file` (one header read), each of them there.
+    defp read!(file, names, device) do
+      case ExMLX.Wire.read_bundle(file, device: device, only: names) do
+        {:ok, tensors} when map_size(tensors) == length(names) ->
+          tensors
+
+        {:ok, tensors} ->
+          raise ArgumentError, "#{file}: #{Enum.join(names -- Map.keys(tensors), ", ")} missing"
+
+        {:error, reason} ->
+          raise ArgumentError, "#{file}: #{describe_error(reason)}"
       end
     end
 
     # Every quantized layer was taken by a parameter of the model, and each
     # parameter that took one is quantized (not replaced by Bumblebee's
     # initializer for a shape that did not fit).
-    defp check_used!(layers, used, params) do
-      indices = layers |> Map.keys() |> Enum.sort() |> Enum.with_index(1)
+    defp check_used!(indices, used, params) do
       unused = for {path, i} <- indices, :counters.get(used, i) == 0, do: path
 
       if unused != [],
