@@ -188,37 +188,28 @@ if Code.ensure_loaded?(Bumblebee) and Code.ensure_loaded?(ExMLX.Build) do
         "#{layer}.weight is packed (uint32), but #{layer}.scales is missing"
       )
 
-      group =
-        bad_folder(dir, tmp, fn f ->
-          edit_config(f, &put_in(&1, ["quantization", "group_size"], 64))
-        end)
+      # config.json's format changed. (lm_head: the first quantized layer by
+      # name; 128 × 32, 4 words a row. At 8 bits those 4 words hold 16
+      # values, whose scales would be 1 a row in groups of 16 — which MLX
+      # does not have; in groups of 32, half a group.)
+      for {key, value, message} <- [
+            {"group_size", 64,
+             "lm_head.weight: its 32 4-bit values per row are not whole groups of 64 " <>
+               "(config.json's group_size: 64)"},
+            {"bits", 3,
+             "lm_head.weight: 4 packed 32-bit words per row do not hold a whole number of " <>
+               "3-bit values (config.json's bits: 3)"},
+            {"bits", 8,
+             "lm_head.weight: its 16 8-bit values per row are not whole groups of 32 " <>
+               "(config.json's group_size: 32)"}
+          ] do
+        folder =
+          bad_folder(dir, tmp, fn f ->
+            edit_config(f, &put_in(&1, ["quantization", key], value))
+          end)
 
-      # (lm_head: the first quantized layer by name; 128 × 32, 4 words a row)
-      assert_load_error(
-        group,
-        "lm_head.weight: its 32 4-bit values per row are not whole groups of 64 " <>
-          "(config.json's group_size: 64)"
-      )
-
-      bits =
-        bad_folder(dir, tmp, fn f -> edit_config(f, &put_in(&1, ["quantization", "bits"], 3)) end)
-
-      assert_load_error(
-        bits,
-        "lm_head.weight: 4 packed 32-bit words per row do not hold a whole number of " <>
-          "3-bit values (config.json's bits: 3)"
-      )
-
-      # 8 bits: the 4 words a row hold 16 values, whose scales would be 1 a row
-      # in groups of 16 — which MLX does not have; in groups of 32, half a group
-      eight =
-        bad_folder(dir, tmp, fn f -> edit_config(f, &put_in(&1, ["quantization", "bits"], 8)) end)
-
-      assert_load_error(
-        eight,
-        "lm_head.weight: its 16 8-bit values per row are not whole groups of 32 " <>
-          "(config.json's group_size: 32)"
-      )
+        assert_load_error(folder, message)
+      end
 
       orphan =
         bad_folder(dir, tmp, fn f ->
