@@ -109,7 +109,10 @@ case "$1" in
     cuda_env
     nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader > "$out/gpu.txt" || true
     status=0
-    elixir $(code_paths) bench/gpu/suite.exs > "$out/suite.log" 2>&1 || status=$?
+    # (integration tests among EXMLX_SUITE_FILES run their Python scripts
+    # with the machine's PyTorch and the staged transformers)
+    INTEGRATION_PYTHON="$(python_with_torch)" PYTHONPATH="$work/pylib" \
+      elixir $(code_paths) bench/gpu/suite.exs > "$out/suite.log" 2>&1 || status=$?
     grep -E "doctests|tests,|failure" "$out/suite.log" | tail -3 > "$out/summary.txt" || true
     echo "exit $status" >> "$out/summary.txt"
     cat "$out/gpu.txt" "$out/summary.txt"

@@ -4,10 +4,14 @@ greedy generation and prefill timed with PyTorch and, where importable, mlx-lm.
 
     llm_reference.py make DIR SHAPE DTYPE     # SHAPE: a name below or a config.json path
     llm_reference.py run DIR DEVICE PROMPT NEW [--quick]
+    llm_reference.py greedy DIR DEVICE PROMPT NEW
 
 `make` writes DIR (config.json as Hub checkpoints have it, model.safetensors)
 unless DIR/config.json exists. `run` prints one JSON line per runtime, then a
-line `{"done": true}`. Decode tokens/s is (NEW - 1) / (t(NEW) - t(1)), the best
+line `{"done": true}`. `greedy` prints one line for PyTorch alone: the last
+prompt position's logits (a file), NEW greedy tokens, and at each step the
+largest logit, the gap between the top two and the largest magnitude, the
+references of the GPU logits test. Decode tokens/s is (NEW - 1) / (t(NEW) - t(1)), the best
 of the repetitions; prefill is one forward pass of a prompt, the median.
 """
 
@@ -196,6 +200,26 @@ def run_mlx_lm(directory, device, prompt, new, reps, bits=None):
          tokens=tokens)
 
 
+def greedy_torch(directory, device, prompt, new):
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(directory).to(device).eval()
+    ids = torch.tensor([prompt_ids(model.config.vocab_size, prompt)], device=device)
+    with torch.no_grad():
+        out = model.generate(ids, max_new_tokens=new, min_new_tokens=new, do_sample=False,
+                             pad_token_id=0, output_logits=True, return_dict_in_generate=True)
+        prompt_logits = model(ids).logits[0, -1].float().cpu().numpy()
+    steps = []
+    for logits in out.logits:
+        step = logits[0].float()
+        top = torch.topk(step, 2).values.tolist()
+        steps.append(dict(top=top[0], gap=top[0] - top[1], largest=step.abs().max().item()))
+    emit(runtime="torch", version=torch.__version__,
+         logits=save_logits(directory, "torch-greedy", prompt_logits),
+         tokens=out.sequences[0, prompt:].tolist(), steps=steps)
+
+
 def main(argv):
     if argv[:1] == ["make"]:
         make(argv[1], argv[2], argv[3])
@@ -205,6 +229,8 @@ def main(argv):
         bits = int(argv[argv.index("--bits") + 1]) if "--bits" in argv else None
         run_torch(directory, device, prompt, new, reps)
         run_mlx_lm(directory, device, prompt, new, reps, bits)
+    elif argv[:1] == ["greedy"]:
+        greedy_torch(argv[1], argv[2], int(argv[3]), int(argv[4]))
     else:
         sys.exit(__doc__)
     emit(done=True)
