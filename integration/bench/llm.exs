@@ -6,7 +6,8 @@
 # its Python package is importable) and PyTorch's `generate` (dynamic and
 # static cache). Rows: prefill of 32 and 512 tokens (ms), decode tokens/s
 # ((NEW - 1) / (t(NEW) - t(1)), best of the runs), peak and steady memory,
-# load time, and how many of the greedy tokens agree with PyTorch's.
+# load time and the host memory loading takes, and how many of the greedy
+# tokens agree with PyTorch's.
 #
 #   mix run bench/llm.exs [--shape small|llama-1b|llama-8b|PATH/config.json]
 #                         [--device cpu|gpu] [--new 128] [--quick] [--out FILE]
@@ -97,8 +98,40 @@ IO.puts("ExMLX...")
 backend = {ExMLX.Backend, device: device}
 Nx.global_default_backend(backend)
 
+# this VM's resident and peak resident bytes (Linux /proc)
+host_memory = fn ->
+  fields =
+    for line <- String.split(File.read!("/proc/self/status"), "\n"),
+        [key, value] <- [String.split(line, ":", parts: 2)],
+        key in ["VmRSS", "VmHWM"],
+        into: %{},
+        do: {key, value |> String.split() |> hd() |> String.to_integer() |> Kernel.*(1024)}
+
+  {fields["VmRSS"], fields["VmHWM"]}
+end
+
+# the host memory loading takes: its peak above the resident bytes before it
+# (the peak reset through clear_refs, where the kernel allows it) and what it
+# leaves resident, in bytes
+host_before =
+  case File.write("/proc/self/clear_refs", "5") do
+    :ok -> elem(host_memory.(), 0)
+    {:error, _} -> nil
+  end
+
 {load_us, {:ok, model}} =
   :timer.tc(fn -> Bumblebee.load_model({:local, dir}, type: type, backend: backend) end)
+
+{load_host_peak, load_host_kept} =
+  case host_before do
+    nil ->
+      {nil, nil}
+
+    before ->
+      :erlang.garbage_collect()
+      {after_load, peak} = host_memory.()
+      {peak - before, after_load - before}
+  end
 
 model =
   if bits do
@@ -267,6 +300,7 @@ rows = [
   "| peak memory during generation (GB) | #{gb.(stats.peak)} | #{gb.(mlx_lm["peak_gb"])} | #{ratio.(stats.peak / 1.0e9, mlx_lm["peak_gb"])} | #{gb.(torch["peak_gb"])} | — |",
   "| steady memory after load / after generation (GB) | #{gb.(steady_after_load)} / #{gb.(stats.active)} | #{gb.(mlx_lm["active_gb"])} | — | — | — |",
   "| load (s) | #{num.(load_us / 1.0e6)} | #{num.(mlx_lm["load_s"])} | — | #{num.(torch["load_s"])} | — |",
+  "| host memory while loading: peak above the start / left resident (GB) | #{gb.(load_host_peak)} / #{gb.(load_host_kept)} | #{gb.(mlx_lm["load_host_peak_gb"])} / #{gb.(mlx_lm["load_host_kept_gb"])} | — | #{gb.(torch["load_host_peak_gb"])} / #{gb.(torch["load_host_kept_gb"])} | — |",
   "| a decoding step of one more run (#{steps_after - steps_before} steps, #{ms.(profiled_s)} ms): building (of which compiled runs, MLX's async_eval) / waiting for the device (ms), device reads | #{ms.(step_building)} (#{ms.(step_compiled)}, #{ms.(step_queueing)}) / #{ms.(step_waiting)}, #{num.(step_reads)} | — | — | — | — |",
   "| first generation call: trace, compile, run (s) | #{num.(first_s)} | — | — | — | — |",
   "| prompt's last logits against PyTorch's: largest difference ÷ largest logit | #{gap.(relative_gap.(our_logits, logits_of.(torch)))} | #{gap.(relative_gap.(logits_of.(mlx_lm), logits_of.(torch)))} | — | — | — |",

@@ -80,6 +80,34 @@ def make(directory, shape, dtype):
     emit(made=directory, params=sum(p.numel() for p in model.parameters()))
 
 
+def host_memory():
+    """This process's resident and peak resident bytes (Linux /proc)."""
+    fields = {}
+    with open("/proc/self/status") as f:
+        for line in f:
+            key, _, value = line.partition(":")
+            if key in ("VmRSS", "VmHWM"):
+                fields[key] = int(value.split()[0]) * 1024
+    return fields["VmRSS"], fields["VmHWM"]
+
+
+def host_memory_of(load):
+    """Runs `load`; its result, and the host memory it took: the peak resident
+    bytes above those before it and the resident bytes it left, in GB (None
+    where the kernel does not let the peak be reset)."""
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")  # resets VmHWM to VmRSS
+        before, _ = host_memory()
+    except OSError:
+        before = None
+    result = load()
+    if before is None:
+        return result, None, None
+    after, peak = host_memory()
+    return result, (peak - before) / 1e9, (after - before) / 1e9
+
+
 def prompt_ids(vocab, n):
     # the same ids as bench/llm.exs makes: (i * 7919 + 13) mod vocab
     return [(i * 7919 + 13) % vocab for i in range(n)]
@@ -98,7 +126,8 @@ def run_torch(directory, device, prompt, new, reps):
 
     torch.set_num_threads(os.cpu_count())
     start = time.time()
-    model = AutoModelForCausalLM.from_pretrained(directory).to(device).eval()
+    model, host_peak, host_kept = host_memory_of(
+        lambda: AutoModelForCausalLM.from_pretrained(directory).to(device).eval())
     load_s = time.time() - start
     vocab = model.config.vocab_size
     sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
@@ -144,7 +173,7 @@ def run_torch(directory, device, prompt, new, reps):
          logits=save_logits(directory, "torch", logits),
          decode_dynamic=rows.get("dynamic"), decode_static=rows.get("static"),
          prefill_32_s=prefill(32), prefill_512_s=prefill(512), load_s=load_s,
-         peak_gb=peak, tokens=tokens)
+         load_host_peak_gb=host_peak, load_host_kept_gb=host_kept, peak_gb=peak, tokens=tokens)
     del model
     gc.collect()
 
@@ -160,15 +189,20 @@ def run_mlx_lm(directory, device, prompt, new, reps, bits=None):
     from pathlib import Path
 
     mx.set_default_device(mx.gpu if device == "cuda" else mx.cpu)
+    def load():
+        model, _ = load_model(Path(directory))
+        mx.eval(model.parameters())
+        return model
+
     start = time.time()
-    model, _ = load_model(Path(directory))
+    model, host_peak, host_kept = host_memory_of(load)
+    load_s = time.time() - start
     if bits:
         # mlx-lm's quantization: every linear and embedding layer, groups of 64
         import mlx.nn as nn
 
         nn.quantize(model, group_size=64, bits=bits)
-    mx.eval(model.parameters())
-    load_s = time.time() - start
+        mx.eval(model.parameters())
     vocab = model.args.vocab_size
     mx.reset_peak_memory()
 
@@ -196,6 +230,7 @@ def run_mlx_lm(directory, device, prompt, new, reps, bits=None):
     emit(runtime="mlx-lm", version=__import__("mlx_lm").__version__, decode=round(rate, 1),
          logits=save_logits(directory, "mlx-lm", __import__("numpy").array(logits)),
          prefill_32_s=prefill(32), prefill_512_s=prefill(512), load_s=load_s,
+         load_host_peak_gb=host_peak, load_host_kept_gb=host_kept,
          peak_gb=mx.get_peak_memory() / 1e9, active_gb=mx.get_active_memory() / 1e9,
          tokens=tokens)
 
