@@ -125,6 +125,7 @@ def run_torch(directory, device, prompt, new, reps):
     from transformers import AutoModelForCausalLM
 
     torch.set_num_threads(os.cpu_count())
+    torch.zeros(1, device=device).sum().item()  # the device started before loading
     start = time.time()
     model, host_peak, host_kept = host_memory_of(
         lambda: AutoModelForCausalLM.from_pretrained(directory).to(device).eval())
@@ -189,6 +190,7 @@ def run_mlx_lm(directory, device, prompt, new, reps, bits=None):
     from pathlib import Path
 
     mx.set_default_device(mx.gpu if device == "cuda" else mx.cpu)
+    mx.eval(mx.zeros(1) + 1)  # the device started before loading
     def load():
         model, _ = load_model(Path(directory))
         mx.eval(model.parameters())
