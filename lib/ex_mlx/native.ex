@@ -216,6 +216,8 @@ defmodule ExMLX.Native do
 
   # Data in and out
   def from_binary(_tag, _binary, _type, _shape, _device), do: not_loaded()
+  # Bytes of binaries given to from_binary/5 that no worker has copied yet.
+  def from_binary_waiting_bytes, do: not_loaded()
   # CPU tensors made on the calling thread (no worker): up to 64 KB of data
   # on a normal scheduler, any size on a dirty one (ExMLX.Call.copy_path/2).
   def from_binary_at_once(_binary, _type, _shape), do: not_loaded()

@@ -113,7 +113,19 @@ defmodule ExMLX.Op do
     # (a recording's small constants once each, as defer/4's)
     if byte_size(binary) <= @memo_bytes,
       do: memo_constant({:from_binary, binary, type, shape, device, cast}, make),
-      else: make.()
+      else: make.() |> within_waiting_bound()
+  end
+
+  # The most bytes of binaries that from_binary_deferred/5 lets wait for a
+  # worker (each binary stays alive until its copy is made): past it, the
+  # caller waits for the tensor just made, and so for the copies queued
+  # before it on that worker. Loading a model's parameters therefore holds
+  # at most this much more host memory than the loader's own.
+  @waiting_bound 256 * 1024 * 1024
+
+  defp within_waiting_bound({ref, _device} = made) do
+    if Native.from_binary_waiting_bytes() > @waiting_bound, do: Call.info(ref)
+    made
   end
 
   @doc "The tensor on `device`: `{ref, shape, type, device}`."

@@ -1,5 +1,7 @@
 //! Binaries in and out of tensors.
 
+use std::sync::atomic::{AtomicUsize, Ordering};
+
 use ex_mlx_core::device::Device;
 use ex_mlx_core::error::{Error, Result};
 use ex_mlx_core::host::{self, HostBuffer};
@@ -25,14 +27,49 @@ fn from_binary<'a>(
     let (dtype, shape, device) = (type_.0, shape.0, device.0);
     ex_mlx_core::device::check_dtype(dtype, device).map_err(error_tuple)?;
     host::check_bytes(data.as_slice(), &shape, dtype).map_err(error_tuple)?;
-    // The copy into MLX runs on the worker, not on this scheduler.
+    // The copy into MLX runs on the worker, not on this scheduler; the
+    // binary counts as waiting until the job has read it (or is dropped
+    // unrun).
+    let waiting = WaitingBytes::add(data.len());
     let saved = SavedBinary::new(env, &data.0);
     submit(env, tag, device, move || {
-        saved.read(|bytes| {
+        let made = saved.read(|bytes| {
             let array = host::array_from_bytes(bytes, &shape, dtype)?;
             Ok(NewTensor::from_host(array, device))
-        })
+        });
+        drop(waiting);
+        made
     })
+}
+
+/// Bytes of binaries given to `from_binary` that no worker has copied yet
+/// (each kept alive until then): `ExMLX.Op.from_binary_deferred/5` waits
+/// for its tensor when they pass its bound, so that a caller making many
+/// tensors (loading a model's parameters) never holds more than that in
+/// binaries waiting for a worker.
+static WAITING_BYTES: AtomicUsize = AtomicUsize::new(0);
+
+/// One binary's share of [`WAITING_BYTES`], given back when dropped.
+struct WaitingBytes(usize);
+
+impl WaitingBytes {
+    fn add(bytes: usize) -> Self {
+        WAITING_BYTES.fetch_add(bytes, Ordering::Relaxed);
+        WaitingBytes(bytes)
+    }
+}
+
+impl Drop for WaitingBytes {
+    fn drop(&mut self) {
+        WAITING_BYTES.fetch_sub(self.0, Ordering::Relaxed);
+    }
+}
+
+/// `from_binary_waiting_bytes()`: bytes of binaries given to `from_binary`
+/// that no worker has copied yet, on every device.
+#[rustler::nif]
+fn from_binary_waiting_bytes() -> usize {
+    WAITING_BYTES.load(Ordering::Relaxed)
 }
 
 /// A binary kept alive, in an environment of its own, until a worker reads
