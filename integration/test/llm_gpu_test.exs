@@ -90,23 +90,10 @@ if Code.ensure_loaded?(Bumblebee) do
         Bumblebee.configure(generation,
           max_new_tokens: @new,
           min_length: @prompt + @new,
-          pad_token_id: 0,
-          strategy: %{type: :greedy_search}
+          pad_token_id: 0
         )
 
-      generate =
-        model.model
-        |> Bumblebee.Text.Generation.build_generate(model.spec, config)
-        |> Nx.Defn.jit(compiler: ExMLX.Compiler)
-
-      %{token_ids: tokens} =
-        generate.(model.params, %{
-          "input_ids" => ids,
-          "attention_mask" => Nx.broadcast(1, ids.shape),
-          "seed" => Nx.tensor([0])
-        })
-
-      ours = Nx.to_flat_list(tokens)
+      ours = Integration.greedy_token_ids(model, config, ids)
       theirs = reference["tokens"]
       assert length(ours) == @new and length(theirs) == @new
 

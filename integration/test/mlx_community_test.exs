@@ -89,24 +89,11 @@ if Code.ensure_loaded?(Bumblebee) and Code.ensure_loaded?(ExMLX.Build) do
 
         {:ok, config} = Bumblebee.load_generation_config({:local, folder})
 
-        config =
-          Bumblebee.configure(config, max_new_tokens: 20, strategy: %{type: :greedy_search})
+        config = Bumblebee.configure(config, max_new_tokens: 20)
+        ids = Integration.greedy_token_ids(model, config, reference["input_ids"])
+        IO.puts("#{unquote(name)} greedy: #{inspect(ids, charlists: :as_lists)}")
 
-        generate =
-          model.model
-          |> Bumblebee.Text.Generation.build_generate(model.spec, config)
-          |> Nx.Defn.jit(compiler: ExMLX.Compiler)
-
-        %{token_ids: ids} =
-          generate.(model.params, %{
-            "input_ids" => reference["input_ids"],
-            "attention_mask" => Nx.broadcast(1, reference["input_ids"].shape),
-            "seed" => Nx.tensor([0])
-          })
-
-        IO.puts("#{unquote(name)} greedy: #{inspect(Nx.to_flat_list(ids), charlists: :as_lists)}")
-
-        assert Nx.to_flat_list(ids) == Nx.to_flat_list(reference["generated"])
+        assert ids == Nx.to_flat_list(reference["generated"])
       end
     end
 

@@ -87,4 +87,31 @@ defmodule ExMLX.Integration do
     {:ok, tensors} = ExMLX.Wire.read_bundle(path, as: :nx)
     Map.new(tensors, fn {name, t} -> {name, Nx.backend_transfer(t, backend)} end)
   end
+
+  if Code.ensure_loaded?(Bumblebee) do
+    @doc """
+    The token ids Bumblebee's greedy generation gives after `input_ids` (a
+    `{1, n}` tensor, every position attended to): `model`'s
+    `build_generate` with the generation config `config`, compiled with
+    ExMLX.Compiler.
+    """
+    @spec greedy_token_ids(map(), struct(), Nx.Tensor.t()) :: [integer()]
+    def greedy_token_ids(model, config, input_ids) do
+      config = Bumblebee.configure(config, strategy: %{type: :greedy_search})
+
+      generate =
+        model.model
+        |> Bumblebee.Text.Generation.build_generate(model.spec, config)
+        |> Nx.Defn.jit(compiler: ExMLX.Compiler)
+
+      %{token_ids: ids} =
+        generate.(model.params, %{
+          "input_ids" => input_ids,
+          "attention_mask" => Nx.broadcast(1, input_ids.shape),
+          "seed" => Nx.tensor([0])
+        })
+
+      Nx.to_flat_list(ids)
+    end
+  end
 end
