@@ -81,6 +81,13 @@ type Value = (Option<Array>, Option<HostTensor>);
 /// shallow.
 pub(super) const EVAL_STATE_EVERY: usize = 64;
 
+/// A loop whose state holds at least this many bytes of arrays has its
+/// state evaluated at every step, whatever its condition: unevaluated, a
+/// step's state is an input of the next step's graph and of anything the
+/// step reads from it, so MLX can neither update it in place nor free it,
+/// and the steps between evaluations each hold a copy.
+pub(super) const EVAL_STATE_BYTES: usize = 1 << 20;
+
 impl<'a> Run<'a> {
     /// A run over `slots` (and the values of them known here, `host`).
     pub(super) fn new(
@@ -402,14 +409,23 @@ impl<'a> Run<'a> {
             self.block(&l.condition.instructions)?;
             let pred = l.condition.outputs[0];
             // The state is evaluated with the predicate when that needs an
-            // evaluation anyway, else every EVAL_STATE_EVERY steps: its graph
-            // stays shallow, and a value a step replaced has no reference
-            // left (MLX may reuse its buffer).
+            // evaluation anyway, else at every step when it is large
+            // (EVAL_STATE_BYTES) and every EVAL_STATE_EVERY steps otherwise:
+            // its graph stays shallow, and a value a step replaced has no
+            // reference left (MLX may reuse its buffer). A GPU run only
+            // queues a large state's evaluation (the device computes it
+            // while the next step is built).
             step += 1;
             if self.pipelined && self.host[pred].is_none() && step > PIPELINE_AFTER {
                 return self.pipelined_steps(l, state);
             }
-            if self.host[pred].is_none() || step.is_multiple_of(EVAL_STATE_EVERY) {
+            let large = self.slots[state.clone()]
+                .iter()
+                .flatten()
+                .map(Array::nbytes)
+                .sum::<usize>()
+                >= EVAL_STATE_BYTES;
+            if self.host[pred].is_none() || large || step.is_multiple_of(EVAL_STATE_EVERY) {
                 let p = if self.host[pred].is_none() {
                     Some(self.read(pred)?)
                 } else {
@@ -420,8 +436,12 @@ impl<'a> Run<'a> {
                     .flatten()
                     .cloned()
                     .collect();
-                now.extend(p);
-                self.wait_for_device(false, || Ok(mlx_rs::transforms::eval(&now)?))?;
+                if p.is_none() && large && self.pipelined {
+                    mlx_rs::transforms::async_eval(&now)?;
+                } else {
+                    now.extend(p);
+                    self.wait_for_device(false, || Ok(mlx_rs::transforms::eval(&now)?))?;
+                }
             }
             if !self.truthy(pred)? {
                 self.clear(state.end..l.results);

@@ -1,0 +1,58 @@
+if Code.ensure_loaded?(Nx) do
+  defmodule ExMLX.LoopMemoryTest do
+    # The memory a compiled `while` loop holds while it runs: a large state
+    # is evaluated at every step (ex_mlx_core's program::run,
+    # EVAL_STATE_BYTES), so MLX can update it in place and free what a step
+    # replaced, even where the loop's condition needs no evaluation.
+    use ExUnit.Case, async: false
+
+    import Nx.Defn
+
+    @steps 50
+    @shape {1, 20_000, 4, 8}
+    # bytes of the f32 state written into
+    @state_bytes 20_000 * 4 * 8 * 4
+
+    # writes one row a step into `cache` and reads the updated cache in a
+    # layout of its own (as attention reads a key/value cache)
+    defn write_and_read(cache, row) do
+      {cache, _row, _i, total} =
+        while {cache, row, i = 0, total = 0.0}, i < @steps do
+          cache = Nx.put_slice(cache, [0, i, 0, 0], row * (i + 1))
+          read = Nx.transpose(cache, axes: [0, 2, 1, 3])[[0, 0, 0..3, 0]]
+          {cache, row, i + 1, total + Nx.sum(read)}
+        end
+
+      {cache, total}
+    end
+
+    test "a fixed-count loop reading its large state at every step holds one copy of it" do
+      row = Nx.broadcast(Nx.tensor(1.0, backend: ExMLX.Backend), {1, 1, 4, 8})
+      fresh = fn -> Nx.broadcast(Nx.tensor(0.0, backend: ExMLX.Backend), @shape) |> Nx.add(0) end
+      run = Nx.Defn.jit(&write_and_read/2, compiler: ExMLX.Compiler)
+
+      # (the first call traces and compiles; the cache argument is made and
+      # computed before the measured call)
+      run.(fresh.(), row)
+      cache = fresh.()
+      0.0 = Nx.to_number(cache[[0, 0, 0, 0]])
+      :erlang.garbage_collect()
+
+      {{written, total}, report} =
+        ExMLX.Memory.profile(fn ->
+          {written, total} = run.(cache, row)
+          {Nx.to_number(written[[0, @steps - 1, 3, 7]]), Nx.to_number(total)}
+        end)
+
+      # row i (from 0) holds i + 1; step i reads rows 0..3 of head 0, depth 0
+      # of the cache it has written: the first min(i + 1, 4) rows
+      expected = Enum.sum(for i <- 0..(@steps - 1), k <- 0..min(i, 3), do: k + 1)
+      assert written == @steps * 1.0
+      assert total == expected * 1.0
+
+      # the state once, and at most one more copy of it while a step writes
+      # (before, each step between evaluations kept its own: 10 to 15)
+      assert report.peak - report.active_before <= 2 * @state_bytes
+    end
+  end
+end
