@@ -50,9 +50,11 @@ if Code.ensure_loaded?(Nx) do
       assert written == @steps * 1.0
       assert total == expected * 1.0
 
-      # the state once, and at most one more copy of it while a step writes
-      # (before, each step between evaluations kept its own: 10 to 15)
-      assert report.peak - report.active_before <= 2 * @state_bytes
+      # the state once, at most one more copy of it while a step writes,
+      # and a step's small arrays (the row, the read, the total: under
+      # 64 KiB with an allocator's rounding); before, each step between
+      # evaluations kept a copy of its own (10 to 15 states)
+      assert report.peak - report.active_before <= 2 * @state_bytes + 64 * 1024
     end
   end
 end

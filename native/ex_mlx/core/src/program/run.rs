@@ -412,9 +412,9 @@ impl<'a> Run<'a> {
             // evaluation anyway, else at every step when it is large
             // (EVAL_STATE_BYTES) and every EVAL_STATE_EVERY steps otherwise:
             // its graph stays shallow, and a value a step replaced has no
-            // reference left (MLX may reuse its buffer). A GPU run only
-            // queues a large state's evaluation (the device computes it
-            // while the next step is built).
+            // reference left (MLX may reuse its buffer). (Only queueing a
+            // large state's evaluation would let the host build steps ahead
+            // of the device without bound, each holding its own state.)
             step += 1;
             if self.pipelined && self.host[pred].is_none() && step > PIPELINE_AFTER {
                 return self.pipelined_steps(l, state);
@@ -436,12 +436,8 @@ impl<'a> Run<'a> {
                     .flatten()
                     .cloned()
                     .collect();
-                if p.is_none() && large && self.pipelined {
-                    mlx_rs::transforms::async_eval(&now)?;
-                } else {
-                    now.extend(p);
-                    self.wait_for_device(false, || Ok(mlx_rs::transforms::eval(&now)?))?;
-                }
+                now.extend(p);
+                self.wait_for_device(false, || Ok(mlx_rs::transforms::eval(&now)?))?;
             }
             if !self.truthy(pred)? {
                 self.clear(state.end..l.results);
