@@ -8,6 +8,8 @@ if Code.ensure_loaded?(Nx) do
     # loader's own.
     use ExUnit.Case, async: false
 
+    alias ExMLX.TestHelpers
+
     @chunk 64 * 1024 * 1024
     @bound 256 * 1024 * 1024
 
@@ -32,7 +34,7 @@ if Code.ensure_loaded?(Nx) do
         # The bound's worth of binaries is queued without waiting; the next
         # one passes the bound, so its caller waits for it.
         for i <- 1..div(@bound, @chunk), do: assert_receive({:made, ^i, _}, 120_000)
-        assert wait_for_status(maker, :waiting) == :waiting
+        assert TestHelpers.wait_for_status(maker, :waiting, 120_000) == :waiting
         refute_received {:made, _, _}
         assert ExMLX.Native.from_binary_waiting_bytes() == (div(@bound, @chunk) + 1) * @chunk
       after
@@ -44,15 +46,6 @@ if Code.ensure_loaded?(Nx) do
       for i <- (div(@bound, @chunk) + 1)..count do
         assert_receive {:made, ^i, t}, 120_000
         assert Nx.to_number(t[0]) == i and Nx.to_number(t[-1]) == i
-      end
-    end
-
-    defp wait_for_status(pid, status, tries \\ 12_000) do
-      case Process.info(pid, :status) do
-        {:status, ^status} -> status
-        nil -> :exited
-        _ when tries > 0 -> Process.sleep(10) && wait_for_status(pid, status, tries - 1)
-        other -> other
       end
     end
   end

@@ -37,7 +37,7 @@ defmodule ExMLX.ConcurrencyTest do
         end)
 
       # The caller reaches its wait (in a receive) while the worker is held.
-      assert wait_for_status(caller, :waiting) == :waiting
+      assert ExMLX.TestHelpers.wait_for_status(caller, :waiting) == :waiting
       # Another process runs meanwhile, on the one scheduler.
       spawn_link(fn -> send(parent, :probe_ran) end)
       assert_receive :probe_ran, 120_000
@@ -140,25 +140,6 @@ defmodule ExMLX.ConcurrencyTest do
     end
 
     assert_receive {^hold, {:ok, true}}, 120_000
-  end
-
-  # Polls a process's status until it is `status` (each poll lets the
-  # scheduler run others); the assertion guards against a hang.
-  defp wait_for_status(pid, status, polls \\ 50_000)
-  defp wait_for_status(_pid, _status, 0), do: :never
-
-  defp wait_for_status(pid, status, polls) do
-    case Process.info(pid, :status) do
-      {:status, ^status} ->
-        status
-
-      nil ->
-        :exited
-
-      _ ->
-        Process.sleep(1)
-        wait_for_status(pid, status, polls - 1)
-    end
   end
 
   # A NIF waits briefly for an idle worker: quick work comes back as the

@@ -219,4 +219,24 @@ defmodule ExMLX.TestHelpers do
 
     ExUnit.Assertions.assert(length(got) == length(expected), "#{label}: lengths differ")
   end
+
+  # Polls a process's status until it is `status` (each poll sleeps 1 ms,
+  # letting the scheduler run others): `status`, `:exited`, or `:never`
+  # after `polls` polls (the caller's assertion guards against a hang).
+  def wait_for_status(pid, status, polls \\ 50_000)
+  def wait_for_status(_pid, _status, 0), do: :never
+
+  def wait_for_status(pid, status, polls) do
+    case Process.info(pid, :status) do
+      {:status, ^status} ->
+        status
+
+      nil ->
+        :exited
+
+      _ ->
+        Process.sleep(1)
+        wait_for_status(pid, status, polls - 1)
+    end
+  end
 end
