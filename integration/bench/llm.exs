@@ -164,8 +164,7 @@ model =
 {:ok, generation} = Bumblebee.load_generation_config({:local, dir})
 steady_after_load = ExMLX.Memory.stats().active
 vocab = model.spec.vocab_size
-# the ids scripts/llm_reference.py gives its runtimes: (i * 7919 + 13) mod vocab
-ids = fn n -> Nx.tensor([Enum.map(0..(n - 1), &rem(&1 * 7919 + 13, vocab))], type: :s64) end
+ids = &Integration.prompt_ids(vocab, &1)
 
 median = fn fun ->
   fun.()

@@ -109,7 +109,7 @@ def host_memory_of(load):
 
 
 def prompt_ids(vocab, n):
-    # the same ids as bench/llm.exs makes: (i * 7919 + 13) mod vocab
+    # the same ids as ExMLX.Integration.prompt_ids/2 makes
     return [(i * 7919 + 13) % vocab for i in range(n)]
 
 

@@ -46,10 +46,7 @@ if Code.ensure_loaded?(Bumblebee) do
       {:ok, model} =
         Bumblebee.load_model({:local, dir}, type: :bf16, backend: {ExMLX.Backend, device: :gpu})
 
-      ids =
-        Nx.tensor([Enum.map(0..(@prompt - 1), &rem(&1 * 7919 + 13, model.spec.vocab_size))],
-          type: :s64
-        )
+      ids = Integration.prompt_ids(model.spec.vocab_size, @prompt)
 
       %{dir: dir, reference: reference, model: model, ids: ids}
     end

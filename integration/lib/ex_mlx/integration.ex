@@ -88,6 +88,15 @@ defmodule ExMLX.Integration do
     Map.new(tensors, fn {name, t} -> {name, Nx.backend_transfer(t, backend)} end)
   end
 
+  @doc """
+  The prompt of the language-model benchmark and GPU test: `n` token ids
+  `(i * 7919 + 13) mod vocab`, as a `{1, n}` s64 tensor (the ids
+  `scripts/llm_reference.py` gives PyTorch and mlx-lm).
+  """
+  @spec prompt_ids(pos_integer(), pos_integer()) :: Nx.Tensor.t()
+  def prompt_ids(vocab, n),
+    do: Nx.tensor([Enum.map(0..(n - 1), &rem(&1 * 7919 + 13, vocab))], type: :s64)
+
   if Code.ensure_loaded?(Bumblebee) do
     @doc """
     The token ids Bumblebee's greedy generation gives after `input_ids` (a
