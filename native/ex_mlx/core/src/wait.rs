@@ -16,6 +16,7 @@
 //! channel's `recv`, `std::thread::park`): a thread woken from a futex is
 //! placed on a core ahead of the CPU-bound processes.
 
+use std::cell::Cell;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
@@ -40,7 +41,7 @@ fn spin_while_cores_spare(
     if limit.is_zero() || saturated() {
         return false;
     }
-    let _spinning = Busy::new(1);
+    let _spinning = Busy::this_thread();
     let start = Instant::now();
     let mut checked = start;
     loop {
@@ -72,8 +73,8 @@ const RECHECK: Duration = Duration::from_micros(2);
 
 /// Whether every core of the machine is taken by threads that are not
 /// ExMLX's: the kernel's count of runnable threads, less this process's
-/// own that ExMLX knows to be busy ([`Busy`]) and one for the calling
-/// thread, is at least the number of online cores. Read from
+/// own that ExMLX knows to be busy ([`Busy`]) and the calling thread
+/// (counted once: [`foreign_runnable`]), is at least the number of online cores. Read from
 /// `/proc/loadavg` at most once per [`CACHE_FOR`]; `false` where it cannot
 /// be read (waiters then spin within their limits, as on a machine with
 /// cores to spare).
@@ -105,14 +106,19 @@ fn crowded_with(foreign: usize, cores: usize) -> bool {
 
 /// Other processes' runnable threads, by the kernel's count less ExMLX's
 /// own (see [`saturated`]); 0 where it cannot be read. Read at most once
-/// per [`CACHE_FOR`].
+/// per [`CACHE_FOR`]. ExMLX's own are the threads counted by [`Busy`] and
+/// the reading thread, which is runnable as it reads: counted once, whether
+/// a [`Busy`] of its own counts it already (a spinning waiter, a worker
+/// running a job) or not (a caller about to wait). An undercount of ExMLX's
+/// own makes waiters block where they could have spun; an overcount made
+/// them yield behind other processes for milliseconds.
 fn foreign_runnable() -> usize {
     let now = clock_micros();
     let last = READING.load(Ordering::Relaxed);
     if now.saturating_sub(last >> READING_BITS) < CACHE_FOR.as_micros() as u64 {
         return (last & READING_MASK) as usize;
     }
-    let own = OWN_BUSY.load(Ordering::Relaxed) + 1;
+    let own = OWN_BUSY.load(Ordering::Relaxed) + usize::from(!counted_as_busy());
     let foreign = runnable_threads()
         .map_or(0, |running| running.saturating_sub(own))
         .min(READING_MASK as usize);
@@ -120,24 +126,51 @@ fn foreign_runnable() -> usize {
     foreign
 }
 
-/// ExMLX's threads that are runnable now, by ExMLX's own count: spinning
-/// waiters, and for a worker running a job, the worker and the MLX thread
-/// its evaluation may wake (MLX's CPU stream thread).
+/// ExMLX's threads that are runnable now, by ExMLX's own count: each
+/// [`Busy`] counts one.
 static OWN_BUSY: AtomicUsize = AtomicUsize::new(0);
 
-/// Counts `threads` of ExMLX's as busy while it lives (see [`saturated`]).
-pub struct Busy(usize);
+thread_local! {
+    /// How many live [`Busy`] guards this thread holds.
+    static SELF_COUNTED: Cell<usize> = const { Cell::new(0) };
+}
+
+/// Whether a [`Busy`] of the calling thread counts it now.
+fn counted_as_busy() -> bool {
+    SELF_COUNTED.with(|c| c.get()) > 0
+}
+
+/// Counts the calling thread as one of ExMLX's runnable threads while it
+/// lives (see [`saturated`]): a spinning waiter, or a thread running MLX
+/// work (a worker's job, a caller's small work). A thread running MLX work
+/// is counted once with MLX's CPU stream thread, which it wakes: while the
+/// stream thread computes an evaluation, the thread that asked for it
+/// waits for it, asleep, so the two are one runnable thread at a time.
+pub struct Busy(());
 
 impl Busy {
-    pub fn new(threads: usize) -> Busy {
-        OWN_BUSY.fetch_add(threads, Ordering::Relaxed);
-        Busy(threads)
+    /// (a thread holding several, nested, is counted once)
+    pub fn this_thread() -> Busy {
+        let outermost = SELF_COUNTED.with(|c| {
+            c.set(c.get() + 1);
+            c.get() == 1
+        });
+        if outermost {
+            OWN_BUSY.fetch_add(1, Ordering::Relaxed);
+        }
+        Busy(())
     }
 }
 
 impl Drop for Busy {
     fn drop(&mut self) {
-        OWN_BUSY.fetch_sub(self.0, Ordering::Relaxed);
+        let outermost = SELF_COUNTED.with(|c| {
+            c.set(c.get() - 1);
+            c.get() == 0
+        });
+        if outermost {
+            OWN_BUSY.fetch_sub(1, Ordering::Relaxed);
+        }
     }
 }
 
@@ -240,6 +273,23 @@ mod tests {
         assert!(!saturated_with(7, 8) && saturated_with(8, 8));
         // one core: always crowded (no hand-off is worth spinning for)
         assert!(crowded_with(0, 1));
+    }
+
+    #[test]
+    fn a_thread_holding_nested_guards_is_counted_once_until_the_last_goes() {
+        // (a test thread of its own: its guards are its alone)
+        std::thread::spawn(|| {
+            assert!(!counted_as_busy());
+            let outer = Busy::this_thread();
+            let inner = Busy::this_thread();
+            assert!(counted_as_busy());
+            drop(outer);
+            assert!(counted_as_busy());
+            drop(inner);
+            assert!(!counted_as_busy());
+        })
+        .join()
+        .unwrap();
     }
 
     #[test]

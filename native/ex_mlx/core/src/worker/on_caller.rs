@@ -210,9 +210,9 @@ where
         ON_CALLER.with(|c| c.set(true));
         let _off = OffCaller;
         set_mlx_default_stream(&shared.stream.0);
-        // (MLX's stream thread, which an evaluation wakes; this thread is
-        // counted by crate::wait already)
-        let _busy = crate::wait::Busy::new(1);
+        // (this thread, or MLX's stream thread while it waits for an
+        // evaluation: crate::wait::Busy)
+        let _busy = crate::wait::Busy::this_thread();
         mlx_rs::with_stream(&shared.stream.0, || run_caught(work))
     }))
 }
