@@ -1,7 +1,7 @@
 if Code.ensure_loaded?(Nx) do
   defmodule ExMLX.FusedKernelsTest do
     # ExMLX.Compiler with `fuse: true` records the composed forms of RMS
-    # normalization, softmax and attention as MLX's fused kernels
+    # normalization, softmax, attention and rotary embedding as MLX's fused kernels
     # (ExMLX.Compiler.FusedKernels): the programs' ops, and their values
     # against the formulas computed here and against the unfused programs.
     use ExUnit.Case, async: true
@@ -44,6 +44,28 @@ if Code.ensure_loaded?(Nx) do
         p = Nx.multiply(1 / Nx.sum(e, axes: axes, keep_axes: true), e)
         vt = Nx.transpose(v, axes: [0, 2, 1, 3])
         Nx.dot(p, [3], [0, 1], vt, [2], [0, 1]) |> Nx.transpose(axes: [0, 2, 1, 3])
+      end
+
+      # Bumblebee's rotary embedding (its default frequencies): the cos and
+      # sin tables of `positions` positions, the rows `position_ids` of each
+      defn rotary(x, position_ids, opts \\ []) do
+        opts = keyword!(opts, positions: 8)
+        d = Nx.axis_size(x, -1)
+        range = Nx.iota({div(d, 2)}) |> Nx.multiply(2) |> Nx.divide(d)
+        inv_frequency = 1.0 / Nx.pow(10_000, range)
+        angle = Nx.outer(Nx.iota({opts[:positions]}), inv_frequency)
+        angle = Nx.concatenate([angle, angle], axis: -1)
+        ids = Nx.as_type(position_ids, :s64)
+        cos = angle |> Nx.cos() |> Nx.take(ids) |> Nx.new_axis(2) |> Nx.as_type(Nx.type(x))
+        sin = angle |> Nx.sin() |> Nx.take(ids) |> Nx.new_axis(2) |> Nx.as_type(Nx.type(x))
+        x * cos + rotate_half(x) * sin
+      end
+
+      defnp rotate_half(x) do
+        half = div(Nx.axis_size(x, -1), 2)
+        x1 = x[[.., .., .., 0..(half - 1)//1]]
+        x2 = x[[.., .., .., half..-1//1]]
+        Nx.concatenate([-x2, x1], axis: -1)
       end
 
       # the mean over the first axis: not RMS normalization
@@ -263,6 +285,110 @@ if Code.ensure_loaded?(Nx) do
                    fn ->
                      ExMLX.scaled_dot_product_attention(q, kv, t.({1, 2, 3, 8}, {:bf, 16}), mask)
                    end
+    end
+
+    # Rotary embedding computed here: x as lists `[b][token][head][d]`, each
+    # token's position `p` from `positions` (`[b][token]`); the pair
+    # (i, i + d/2) rotated by p · 10000^(-2i/d)
+    defp rotary_formula(x, positions) do
+      for {xb, pb} <- Enum.zip(x, positions) do
+        for {xt, p} <- Enum.zip(xb, pb) do
+          for row <- xt do
+            half = div(length(row), 2)
+            {x1, x2} = Enum.split(row, half)
+
+            angles =
+              for i <- 0..(half - 1), do: p * :math.pow(10_000, -2 * i / length(row))
+
+            first =
+              Enum.zip_with([x1, x2, angles], fn [a, b, t] ->
+                a * :math.cos(t) - b * :math.sin(t)
+              end)
+
+            second =
+              Enum.zip_with([x1, x2, angles], fn [a, b, t] ->
+                b * :math.cos(t) + a * :math.sin(t)
+              end)
+
+            first ++ second
+          end
+        end
+      end
+    end
+
+    # Funs.rotary on 2 batch entries at positions 3 and 6, one token each, 4
+    # heads of depth 16: with `fuse: true` one rope op and no table, within
+    # `rtol` of the formula on the values as stored and of the unfused program
+    defp check_rotary(type, rtol) do
+      x = values(2 * 1 * 4 * 16, 2.0) |> Nx.tensor(type: type) |> Nx.reshape({2, 1, 4, 16})
+      ids = Nx.tensor([[3], [6]])
+      args = Enum.map([x, ids], &Nx.backend_transfer(&1, ExMLX.Backend))
+      expected = rotary_formula(to_lists(x), [[3], [6]])
+
+      fused = fn x, ids -> Funs.rotary(x, ids) end
+      {got, ops} = run(fused, args, fuse: true)
+      assert Enum.count(ops, &(&1 == :rope)) == 1
+      assert :cos not in ops and :sin not in ops and :concatenate not in ops
+      assert got.type == type and got.shape == {2, 1, 4, 16}
+      assert_close(got, expected, rtol)
+
+      plain = fn x, ids -> Funs.rotary(x, ids) end
+      {unfused, plain_ops} = run(plain, args, [])
+      # (the tables, of constants, are constants of the program)
+      assert :rope not in plain_ops and :concatenate in plain_ops
+      assert_close(got, Nx.to_flat_list(unfused), rtol)
+    end
+
+    test "Bumblebee's rotary embedding of one token is one rope op with fuse: true" do
+      check_rotary({:f, 32}, 1.0e-5)
+    end
+
+    test "Bumblebee's rotary embedding in bfloat16 is one rope op" do
+      # the unfused program rounds the tables, both products and the sum to
+      # bfloat16; MLX's kernel rounds the result only
+      check_rotary({:bf, 16}, 3 * 2 ** -8)
+    end
+
+    test "a rotary embedding of several tokens keeps its ops" do
+      # (their positions are rows of the table, which need not follow each
+      # other: MLX's kernel takes one offset per batch entry)
+      x = values(1 * 3 * 2 * 8, 1.0) |> Nx.tensor(type: :f32) |> Nx.reshape({1, 3, 2, 8})
+      ids = Nx.tensor([[5, 1, 2]])
+      args = Enum.map([x, ids], &Nx.backend_transfer(&1, ExMLX.Backend))
+      fused = fn x, ids -> Funs.rotary(x, ids) end
+      {got, ops} = run(fused, args, fuse: true)
+      assert :rope not in ops and :concatenate in ops
+      assert_close(got, rotary_formula(to_lists(x), [[5, 1, 2]]), 1.0e-5)
+    end
+
+    test "rope names what its inputs lack" do
+      x = ExMLX.full(1.0, {:f, 32}, {2, 4, 1, 8})
+      offsets = ExMLX.full(3, {:s, 64}, {2})
+      freqs = ExMLX.full(100.0, {:f, 32}, {4})
+      assert ExMLX.rope(x, offsets, freqs, 8).shape == {2, 4, 1, 8}
+
+      assert_raise ExMLX.Error,
+                   "dims: rope needs an even number of dimensions from 2 to the tensor's 8 " <>
+                     "features, got 7",
+                   fn -> ExMLX.rope(x, offsets, freqs, 7) end
+
+      assert_raise ExMLX.Error,
+                   "freqs: rope needs freqs of shape {2} for 4 dimensions, got {4}",
+                   fn -> ExMLX.rope(x, offsets, freqs, 4) end
+
+      assert_raise ExMLX.Error,
+                   "offset: rope needs a scalar offset or one per entry of the tensor's " <>
+                     "first axis ({2}), got shape {3}",
+                   fn -> ExMLX.rope(x, ExMLX.full(3, {:s, 64}, {3}), freqs, 8) end
+
+      assert_raise ExMLX.Error, "offset: rope needs an integer offset, got {:f, 32}", fn ->
+        ExMLX.rope(x, ExMLX.full(3.0, {:f, 32}, {2}), freqs, 8)
+      end
+
+      assert_raise ExMLX.Error,
+                   "tensor: rope needs a tensor of rank 3 or more ({..., sequence, features}), " <>
+                     "got shape {8}",
+                   fn -> ExMLX.rope(ExMLX.full(1.0, {:f, 32}, {8}), offsets, freqs, 8) end
     end
 
     test "a normalization over another axis keeps its ops" do

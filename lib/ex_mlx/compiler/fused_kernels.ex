@@ -23,6 +23,16 @@ if Code.ensure_loaded?(Nx) do
     #     (`{batch, heads, sequence, depth}`), `scale` a constant, `mask` (any
     #     additive bias: Bumblebee's `select(mask, 0, min_finite)`) of rank 4
     #     or less broadcasting to the scores, all of one floating type.
+    #   * rotary embedding at one position per batch entry (a decoding
+    #     step): `x * c + concatenate([-x2, x1], last axis) * s`, `x` of shape
+    #     `{batch, 1, heads, d}` and `x1`, `x2` its two halves along the last
+    #     axis; `c` and `s` (possibly cast to `x`'s type) the rows `idx`
+    #     (`{batch, 1}`, integers) of `cos(t)` and `sin(t)` given a new axis
+    #     2, `t` being `concatenate([a, a], last axis)` and `a` the outer
+    #     product of `iota({n})` and a float32 vector `f` of `d / 2`
+    #     frequencies (Bumblebee's `apply_rotary_embedding`; row `p` of `t` is
+    #     `p · f` twice). The result is MLX's `rope` of `x` at the positions
+    #     `idx`, with the periods `1 / f`.
     #
     # The operands of `add` and `multiply` are matched in either order (Nx
     # puts constants first). Any other form is left to the ops it is made of.
@@ -31,10 +41,10 @@ if Code.ensure_loaded?(Nx) do
     alias Nx.Tensor, as: T
 
     @doc """
-    What `expr` (a `multiply`, `divide` or `dot` node) computes, if one of the forms
-    above: `{:rms_norm, x, w, eps}`, `{:softmax, x, axes}` or
-    `{:attention, q, k, v, mask, scale}` (the tensors expressions); `nil`
-    otherwise.
+    What `expr` (a `multiply`, `divide`, `dot` or `add` node) computes, if
+    one of the forms above: `{:rms_norm, x, w, eps}`, `{:softmax, x, axes}`,
+    `{:attention, q, k, v, mask, scale}` or `{:rope, x, idx, f}` (the
+    tensors expressions); `nil` otherwise.
     """
     def match(%T{data: %Expr{op: :multiply, args: [a, b]}} = expr) do
       rms_norm(expr, a, b) || rms_norm(expr, b, a) || softmax_product(expr, a, b) ||
@@ -46,6 +56,9 @@ if Code.ensure_loaded?(Nx) do
 
     def match(%T{data: %Expr{op: :dot, args: [p, [3], [0, 1], v, [2], [0, 1]]}} = expr),
       do: attention(expr, without_metadata(p), v)
+
+    def match(%T{data: %Expr{op: :add, args: [a, b]}} = expr),
+      do: rope(expr, a, b) || rope(expr, b, a)
 
     def match(_expr), do: nil
 
@@ -179,6 +192,103 @@ if Code.ensure_loaded?(Nx) do
         _ -> nil
       end
     end
+
+    # ---------------------------------------------------------------------
+    # Rotary embedding
+    # ---------------------------------------------------------------------
+
+    defp rope(%T{type: type, shape: {batch, 1, _heads, d} = shape} = expr, direct, rotated) do
+      with true <- floating?(type) and rem(d, 2) == 0,
+           {x, c} <- product_of(direct, shape),
+           %T{type: ^type} <- x,
+           {rotation, s} <- product_of(rotated, shape),
+           true <- rotate_half?(rotation, x),
+           {:cos, table, idx} <- row_lookup(c, type, expr.shape),
+           {:sin, sin_table, sin_idx} <- row_lookup(s, type, expr.shape),
+           true <- same?(table, sin_table) and same?(idx, sin_idx),
+           %T{shape: {^batch, 1}, type: {kind, _}} when kind in [:s, :u] <- idx,
+           {:ok, f} <- angles(table, d) do
+        {:rope, x, idx, f}
+      else
+        _ -> nil
+      end
+    end
+
+    defp rope(_expr, _direct, _rotated), do: nil
+
+    # `{x, other}` for a product of `x` (of `shape`) and another operand
+    defp product_of(%T{data: %Expr{op: :multiply, args: [a, b]}}, shape) do
+      cond do
+        a.shape == shape -> {a, b}
+        b.shape == shape -> {b, a}
+        true -> nil
+      end
+    end
+
+    defp product_of(_expr, _shape), do: nil
+
+    # `concatenate([-x2, x1], last axis)` of `x`'s halves `x1`, `x2`
+    defp rotate_half?(%T{data: %Expr{op: :concatenate, args: [[negated, x1], 3]}}, x) do
+      {b, l, h, d} = x.shape
+      half = div(d, 2)
+
+      with %T{data: %Expr{op: :negate, args: [x2]}} <- negated,
+           true <- half_of?(x1, x, [0, 0, 0, 0], [b, l, h, half]),
+           true <- half_of?(x2, x, [0, 0, 0, half], [b, l, h, half]) do
+        true
+      else
+        _ -> false
+      end
+    end
+
+    defp rotate_half?(_rotation, _x), do: false
+
+    defp half_of?(%T{data: %Expr{op: :slice, args: [t, start, lengths, strides]}}, x, s, l),
+      do: same?(t, x) and start == s and lengths == l and Enum.all?(strides, &(&1 == 1))
+
+    defp half_of?(_expr, _x, _start, _lengths), do: false
+
+    # `{:cos | :sin, t, idx}` for `c`: the rows `idx` of `cos(t)` or
+    # `sin(t)`, given a new axis 2 (a reshape to `{batch, 1, 1, d}`), cast to
+    # `type` or of that type already
+    defp row_lookup(%T{data: %Expr{op: :as_type, args: [inner]}, type: type}, type, shape),
+      do: row_lookup(inner, shape)
+
+    defp row_lookup(%T{type: type} = c, type, shape), do: row_lookup(c, shape)
+    defp row_lookup(_c, _type, _shape), do: nil
+
+    defp row_lookup(%T{data: %Expr{op: :reshape, args: [rows]}, shape: lookup}, {b, 1, _, d}) do
+      with {^b, 1, 1, ^d} <- lookup,
+           %T{data: %Expr{op: :block, args: [%Nx.Block.Take{axis: 0}, [trig, idx], _, _]}} <-
+             rows,
+           %T{data: %Expr{op: op, args: [t]}, shape: {_n, ^d}} when op in [:cos, :sin] <- trig do
+        {op, t, idx}
+      else
+        _ -> nil
+      end
+    end
+
+    defp row_lookup(_c, _shape), do: nil
+
+    # `{:ok, f}` for `t = concatenate([a, a], 1)`, `a` the outer product of
+    # `iota({n})` and `f` (`{d / 2}`, float32)
+    defp angles(%T{data: %Expr{op: :concatenate, args: [[a, a2], 1]}}, d) do
+      half = div(d, 2)
+
+      with true <- same?(a, a2),
+           %T{data: %Expr{op: :multiply, args: [p, q]}, shape: {n, ^half}} <- a,
+           %T{data: %Expr{op: :reshape, args: [positions]}, shape: {^n, 1}} <- p,
+           %T{data: %Expr{op: :iota, args: [axis]}, shape: {^n}} when axis in [nil, 0] <-
+             positions,
+           %T{data: %Expr{op: :reshape, args: [f]}, shape: {1, ^half}} <- q,
+           %T{shape: {^half}, type: {:f, 32}} <- f do
+        {:ok, f}
+      else
+        _ -> nil
+      end
+    end
+
+    defp angles(_t, _d), do: nil
 
     # ---------------------------------------------------------------------
     # Helpers

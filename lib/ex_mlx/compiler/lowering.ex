@@ -290,6 +290,13 @@ if Code.ensure_loaded?(Nx) do
       end
     end
 
+    defp eval_apply(:add, ans, %{fuse: true} = state, cache) do
+      case ExMLX.Compiler.FusedKernels.match(ans) do
+        {:rope, x, idx, f} -> rope(ans, x, idx, f, state, cache)
+        nil -> generic(:add, ans, state, cache)
+      end
+    end
+
     defp eval_apply(op, ans, state, cache), do: generic(op, ans, state, cache)
 
     # `ans` as one op of the op table on `inputs` (expressions), with `params`
@@ -298,6 +305,24 @@ if Code.ensure_loaded?(Nx) do
       refs = Enum.map(values, &typed_ref(&1, nil, state.device))
       {ref, device} = Op.defer(name, refs, params, ExMLX.Backend.storage_type(ans.type))
       {put_ref(ans, ref, device), cache}
+    end
+
+    # Rotary embedding at one position per batch entry: `x`
+    # (`{batch, 1, heads, d}`) as `{batch, heads, 1, d}` (the same order of
+    # values, the sequence axis being 1), MLX's `rope` at the offsets `idx`
+    # with the periods `1 / f`, and back (ExMLX.Compiler.FusedKernels)
+    defp rope(%T{shape: {batch, 1, heads, d} = shape} = ans, x, idx, f, state, cache) do
+      {[x, idx, f], cache} = Enum.map_reduce([x, idx, f], cache, &eval(&1, state, &2))
+      periods = Nx.divide(1.0, f)
+      by_head = Nx.reshape(x, {batch, heads, 1, d})
+      offsets = Nx.reshape(idx, {batch})
+      refs = Enum.map([by_head, offsets, periods], &typed_ref(&1, nil, state.device))
+      {ref, device} = Op.defer(:rope, refs, [d, false, 1.0], ExMLX.Backend.storage_type(ans.type))
+
+      rotated =
+        put_ref(%{ans | shape: {batch, heads, 1, d}, names: [nil, nil, nil, nil]}, ref, device)
+
+      {Nx.reshape(rotated, shape), cache}
     end
 
     defp generic(op, ans, state, cache) do

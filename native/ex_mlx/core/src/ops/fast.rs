@@ -146,6 +146,98 @@ pub fn scaled_dot_product_attention(
     )?)
 }
 
+/// Rotary position embedding (MLX's `fast::rope`, not the traditional
+/// interleaved form): for `tensor` of shape `{..., t, d}`, the first `dims`
+/// features of the row at sequence position `p` (`offset` plus the row's
+/// index along `t`) rotated in pairs `(i, i + dims/2)` by the angles
+/// `p · scale / freqs[i]`: `x_i cos − x_{i+dims/2} sin` and
+/// `x_{i+dims/2} cos + x_i sin`; features past `dims` are kept. `offset` is
+/// an integer scalar, or `{b}` for `tensor`'s first axis `b` (one offset per
+/// batch entry); `freqs` `{dims / 2}` floating. MLX computes in float32 and
+/// rounds once to `tensor`'s type.
+pub fn rope(
+    tensor: &Array,
+    offset: &Array,
+    freqs: &Array,
+    dims: i64,
+    traditional: bool,
+    scale: f64,
+) -> Result<Array> {
+    check_floating("tensor", tensor)?;
+    check_floating("freqs", freqs)?;
+    let shape = tensor.shape();
+    if shape.len() < 3 {
+        return Err(Error::arg(
+            "tensor",
+            format!(
+                "rope needs a tensor of rank 3 or more ({{..., sequence, features}}), got shape {}",
+                display_shape(shape)
+            ),
+        ));
+    }
+    let features = i64::from(shape[shape.len() - 1]);
+    if dims <= 0 || dims % 2 != 0 || dims > features {
+        return Err(Error::arg(
+            "dims",
+            format!(
+                "rope needs an even number of dimensions from 2 to the tensor's {features} \
+                 features, got {dims}"
+            ),
+        ));
+    }
+    if freqs.shape() != [(dims / 2) as i32] {
+        return Err(Error::arg(
+            "freqs",
+            format!(
+                "rope needs freqs of shape {{{}}} for {dims} dimensions, got {}",
+                dims / 2,
+                display_shape(freqs.shape())
+            ),
+        ));
+    }
+    if !is_integer(offset.dtype()) {
+        return Err(Error::Type(format!(
+            "offset: rope needs an integer offset, got {}",
+            display(offset.dtype())
+        )));
+    }
+    let per_batch = offset.ndim() == 1 && offset.shape()[0] == shape[0];
+    if !(offset.ndim() == 0 || per_batch) {
+        return Err(Error::arg(
+            "offset",
+            format!(
+                "rope needs a scalar offset or one per entry of the tensor's first axis ({{{}}}), \
+                 got shape {}",
+                shape[0],
+                display_shape(offset.shape())
+            ),
+        ));
+    }
+    Ok(mlx_rs::fast::rope_dynamic(
+        tensor,
+        dims as i32,
+        traditional,
+        None,
+        scale as f32,
+        offset,
+        freqs,
+    )?)
+}
+
+fn is_integer(dtype: Dtype) -> bool {
+    matches!(
+        dtype,
+        Dtype::Int8
+            | Dtype::Int16
+            | Dtype::Int32
+            | Dtype::Int64
+            | Dtype::Uint8
+            | Dtype::Uint16
+            | Dtype::Uint32
+            | Dtype::Uint64
+    )
+}
+
 fn check_floating(name: &'static str, a: &Array) -> Result<()> {
     if a.dtype().is_float() {
         Ok(())

@@ -1200,6 +1200,19 @@ op_table! {
         ///     iex> ExMLX.scaled_dot_product_attention(q, k, v, mask, scale: :math.log(3)) |> ExMLX.to_list() |> Enum.map(&Float.round(&1, 4))
         ///     [2.5]
         scaled_dot_product_attention(queries, keys, values, mask; scale: Float = "1.0") -> same => fast::scaled_dot_product_attention(queries, keys, values, mask, scale);
+        /// Rotary position embedding in one MLX kernel: for `{..., t, d}`,
+        /// the first `dims` features of the row at position `p` (`offset`
+        /// plus its index along `t`; `offset` a scalar or one per entry of
+        /// the first axis) rotated in pairs `(i, i + dims/2)` by the angle
+        /// `p · scale / freqs[i]` (`freqs` of shape `{dims / 2}`), computed
+        /// in float32.
+        ///
+        ///     iex> x = ExMLX.from_binary(<<1.0::float-32-native, 0.0::float-32-native>>, {:f, 32}, {1, 1, 2})
+        ///     iex> offset = ExMLX.full(1, {:s, 32}, {})
+        ///     iex> freqs = ExMLX.full(3 / :math.pi(), {:f, 32}, {1})
+        ///     iex> ExMLX.rope(x, offset, freqs, 2) |> ExMLX.to_list() |> Enum.map(&Float.round(&1, 4))
+        ///     [0.5, 0.866]
+        rope(tensor, offset, freqs; dims: Int, traditional: Bool = "false", scale: Float = "1.0") -> same => fast::rope(tensor, offset, freqs, dims, traditional, scale);
     }
 
     // -------------------------------------------------------------------------
