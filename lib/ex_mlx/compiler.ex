@@ -30,9 +30,9 @@ if Code.ensure_loaded?(Nx) do
         MLX's `rms_norm`, `softmax` and `scaled_dot_product_attention`
         kernels (`ExMLX.rms_norm/3`, `ExMLX.softmax/2`,
         `ExMLX.scaled_dot_product_attention/5`): one op each instead of five
-        to nine, with MLX's rounding (docs/numerics.md); so is Bumblebee's
-        rotary embedding of one token per batch entry (a decoding step), as
-        MLX's `rope` (`ExMLX.rope/5`).
+        to nine, with MLX's rounding (docs/numerics.md); on a GPU so is
+        Bumblebee's rotary embedding of one token per batch entry (a
+        decoding step), as MLX's `rope` (`ExMLX.rope/5`).
       * `:hooks` - a map of hook names to functions, replacing named hooks'
         functions (see below).
       * `:batch_keys` - set by `Nx.Serving`; it changes nothing here.

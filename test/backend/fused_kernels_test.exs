@@ -79,7 +79,8 @@ if Code.ensure_loaded?(Nx) do
     # the ops of the program it ran (`fun` a closure of its own for each
     # output type and `:fuse`: the compiler's cache keys programs by it)
     defp run(fun, args, opts) do
-      result = apply(Nx.Defn.jit(fun, [compiler: ExMLX.Compiler, device: :cpu] ++ opts), args)
+      jit_opts = Keyword.merge([compiler: ExMLX.Compiler, device: :cpu], opts)
+      result = apply(Nx.Defn.jit(fun, jit_opts), args)
 
       fuse = Keyword.get(opts, :fuse, false)
       types = [ExMLX.Backend.storage_type(result.type)]
@@ -317,29 +318,38 @@ if Code.ensure_loaded?(Nx) do
     end
 
     # Funs.rotary on 2 batch entries at positions 3 and 6, one token each, 4
-    # heads of depth 16: with `fuse: true` one rope op and no table, within
-    # `rtol` of the formula on the values as stored and of the unfused program
+    # heads of depth 16, on the default device: with `fuse: true` one rope op
+    # on a GPU (on the CPU the ops stay: MLX's CPU rope is its composed
+    # form), within `rtol` of the formula on the values as stored and of the
+    # unfused program
     defp check_rotary(type, rtol) do
+      device = [device: ExMLX.default_device()]
       x = values(2 * 1 * 4 * 16, 2.0) |> Nx.tensor(type: type) |> Nx.reshape({2, 1, 4, 16})
       ids = Nx.tensor([[3], [6]])
       args = Enum.map([x, ids], &Nx.backend_transfer(&1, ExMLX.Backend))
       expected = rotary_formula(to_lists(x), [[3], [6]])
 
       fused = fn x, ids -> Funs.rotary(x, ids) end
-      {got, ops} = run(fused, args, fuse: true)
-      assert Enum.count(ops, &(&1 == :rope)) == 1
-      assert :cos not in ops and :sin not in ops and :concatenate not in ops
+      {got, ops} = run(fused, args, [fuse: true] ++ device)
+
+      if device == [device: :gpu] do
+        assert Enum.count(ops, &(&1 == :rope)) == 1
+        assert :cos not in ops and :sin not in ops and :concatenate not in ops
+      else
+        assert :rope not in ops and :concatenate in ops
+      end
+
       assert got.type == type and got.shape == {2, 1, 4, 16}
       assert_close(got, expected, rtol)
 
       plain = fn x, ids -> Funs.rotary(x, ids) end
-      {unfused, plain_ops} = run(plain, args, [])
+      {unfused, plain_ops} = run(plain, args, device)
       # (the tables, of constants, are constants of the program)
       assert :rope not in plain_ops and :concatenate in plain_ops
       assert_close(got, Nx.to_flat_list(unfused), rtol)
     end
 
-    test "Bumblebee's rotary embedding of one token is one rope op with fuse: true" do
+    test "Bumblebee's rotary embedding of one token is one rope op on a GPU with fuse: true" do
       check_rotary({:f, 32}, 1.0e-5)
     end
 
@@ -349,6 +359,27 @@ if Code.ensure_loaded?(Nx) do
       check_rotary({:bf, 16}, 3 * 2 ** -8)
     end
 
+    test "the rotary embedding of one token is recognised with its input, positions and frequencies" do
+      x = Nx.template({2, 1, 4, 16}, :bf16)
+      ids = Nx.template({2, 1}, :s64)
+      expr = Nx.Defn.debug_expr(&Funs.rotary/2).(x, ids)
+
+      assert {:rope, x, idx, f} = ExMLX.Compiler.FusedKernels.match(expr)
+      assert %Nx.Defn.Expr{op: :parameter, args: [0]} = x.data
+      # (the cast to s64 of s64 ids is no node)
+      assert %Nx.Defn.Expr{op: :parameter, args: [1]} = idx.data
+      assert f.shape == {8} and f.type == {:f, 32}
+
+      # several tokens a batch entry: not this form
+      expr =
+        Nx.Defn.debug_expr(&Funs.rotary/2).(
+          Nx.template({2, 3, 4, 16}, :bf16),
+          Nx.template({2, 3}, :s64)
+        )
+
+      assert ExMLX.Compiler.FusedKernels.match(expr) == nil
+    end
+
     test "a rotary embedding of several tokens keeps its ops" do
       # (their positions are rows of the table, which need not follow each
       # other: MLX's kernel takes one offset per batch entry)
@@ -356,7 +387,7 @@ if Code.ensure_loaded?(Nx) do
       ids = Nx.tensor([[5, 1, 2]])
       args = Enum.map([x, ids], &Nx.backend_transfer(&1, ExMLX.Backend))
       fused = fn x, ids -> Funs.rotary(x, ids) end
-      {got, ops} = run(fused, args, fuse: true)
+      {got, ops} = run(fused, args, fuse: true, device: ExMLX.default_device())
       assert :rope not in ops and :concatenate in ops
       assert_close(got, rotary_formula(to_lists(x), [[5, 1, 2]]), 1.0e-5)
     end

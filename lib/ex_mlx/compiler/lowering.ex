@@ -290,7 +290,9 @@ if Code.ensure_loaded?(Nx) do
       end
     end
 
-    defp eval_apply(:add, ans, %{fuse: true} = state, cache) do
+    # (on the GPU only: MLX's CPU `rope` is its composed form, more ops
+    # than the table lookups it replaces; bench/gpu/rope_probe.py)
+    defp eval_apply(:add, ans, %{fuse: true, device: :gpu} = state, cache) do
       case ExMLX.Compiler.FusedKernels.match(ans) do
         {:rope, x, idx, f} -> rope(ans, x, idx, f, state, cache)
         nil -> generic(:add, ans, state, cache)
@@ -310,12 +312,16 @@ if Code.ensure_loaded?(Nx) do
     # Rotary embedding at one position per batch entry: `x`
     # (`{batch, 1, heads, d}`) as `{batch, heads, 1, d}` (the same order of
     # values, the sequence axis being 1), MLX's `rope` at the offsets `idx`
-    # with the periods `1 / f`, and back (ExMLX.Compiler.FusedKernels)
+    # with the periods `1 / f`, and back (ExMLX.Compiler.FusedKernels). The
+    # offsets are cast to s32, exactly (they are rows of a table): MLX's CUDA
+    # `rope` queues far more host work for s64 offsets (bench/gpu/rope_probe.py);
+    # every layer's cast is one op after merge_equal_ops.
     defp rope(%T{shape: {batch, 1, heads, d} = shape} = ans, x, idx, f, state, cache) do
       {[x, idx, f], cache} = Enum.map_reduce([x, idx, f], cache, &eval(&1, state, &2))
-      periods = Nx.divide(1.0, f)
+      one = Nx.tensor(1.0, type: f.type, backend: {ExMLX.Backend, device: state.device})
+      periods = Nx.divide(one, f)
       by_head = Nx.reshape(x, {batch, heads, 1, d})
-      offsets = Nx.reshape(idx, {batch})
+      offsets = idx |> Nx.as_type(:s32) |> Nx.reshape({batch})
       refs = Enum.map([by_head, offsets, periods], &typed_ref(&1, nil, state.device))
       {ref, device} = Op.defer(:rope, refs, [d, false, 1.0], ExMLX.Backend.storage_type(ans.type))
 
