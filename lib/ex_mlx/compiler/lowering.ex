@@ -291,7 +291,7 @@ if Code.ensure_loaded?(Nx) do
     end
 
     # (on the GPU only: MLX's CPU `rope` is its composed form, more ops
-    # than the table lookups it replaces; bench/gpu/rope_probe.py)
+    # than the table lookups it replaces; bench/gpu/dispatch_probe.py)
     defp eval_apply(:add, ans, %{fuse: true, device: :gpu} = state, cache) do
       case ExMLX.Compiler.FusedKernels.match(ans) do
         {:rope, x, idx, f} -> rope(ans, x, idx, f, state, cache)
@@ -314,7 +314,7 @@ if Code.ensure_loaded?(Nx) do
     # values, the sequence axis being 1), MLX's `rope` at the offsets `idx`
     # with the periods `1 / f`, and back (ExMLX.Compiler.FusedKernels). The
     # offsets are cast to s32, exactly (they are rows of a table): MLX's CUDA
-    # `rope` queues far more host work for s64 offsets (bench/gpu/rope_probe.py);
+    # `rope` queues far more host work for s64 offsets (bench/gpu/dispatch_probe.py);
     # every layer's cast is one op after merge_equal_ops.
     defp rope(%T{shape: {batch, 1, heads, d} = shape} = ans, x, idx, f, state, cache) do
       {[x, idx, f], cache} = Enum.map_reduce([x, idx, f], cache, &eval(&1, state, &2))

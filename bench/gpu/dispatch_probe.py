@@ -1,0 +1,92 @@
+"""What MLX takes to queue a decoding step's rotary embedding and key/value
+cache write, in Python mlx on the libmlx ExMLX uses: async_eval's host time
+a call over 300 calls (bench/results/llm-gpu.md).
+
+- Rotary embedding of a step's queries (bf16 {1, 32, 1, 64}): MLX's
+  `fast.rope` with an s32 or s64 offset array, an integer offset, a base or
+  frequencies; and the composed form with the tables given (Bumblebee's).
+- Cache write of one position into a bf16 cache {1, 160, 32, 64}: MLX's
+  dynamic `slice_update` with int32 starts, with an offset on one axis, and
+  the way ExMLX writes Nx's `put_slice` with tensor starts (native/ex_mlx/
+  core/src/ops/shape.rs: starts clamped in 64 bits against host-made
+  limits, narrowed to int32, then the dynamic `slice_update`).
+
+On the GPU machine, after `bench/gpu/run.sh unpack` (`--cpu`: MLX's CPU):
+
+    PYTHONPATH=/tmp/exmlx-gpu/mlx-cuda python3 bench/gpu/dispatch_probe.py
+"""
+
+import sys
+import time
+
+import mlx.core as mx
+
+mx.set_default_device(mx.cpu if "--cpu" in sys.argv else mx.gpu)
+N = 300
+H, D = 32, 64
+
+
+def probe(name, f, inputs):
+    for _ in range(2):
+        mx.eval([f(x) for x in inputs[:20]])
+    mx.synchronize()
+    t0 = time.perf_counter()
+    ys = [f(x) for x in inputs]
+    t1 = time.perf_counter()
+    mx.async_eval(ys)
+    t2 = time.perf_counter()
+    mx.eval(ys)
+    mx.synchronize()
+    t3 = time.perf_counter()
+    print(f"{name}: build {(t1-t0)/N*1e6:.2f} us, async_eval {(t2-t1)/N*1e6:.2f} us, "
+          f"to done {(t3-t1)/N*1e6:.2f} us a call", flush=True)
+
+
+# rotary embedding
+inv = mx.array([10000.0 ** (-2 * i / D) for i in range(D // 2)], dtype=mx.float32)
+freqs = 1 / inv
+xs = [mx.random.normal((1, H, 1, D)).astype(mx.bfloat16) for _ in range(N)]
+ang = 37 * inv
+cos = mx.cos(mx.concatenate([ang, ang])).astype(mx.bfloat16)
+sin = mx.sin(mx.concatenate([ang, ang])).astype(mx.bfloat16)
+offsets = {t: mx.array([37], dtype=t) for t in (mx.int32, mx.int64)}
+mx.eval(xs, freqs, cos, sin, *offsets.values())
+
+
+def composed(x):
+    x1, x2 = x[..., : D // 2], x[..., D // 2 :]
+    return x * cos + mx.concatenate([-x2, x1], axis=-1) * sin
+
+
+def rope(offset, **kw):
+    return lambda x: mx.fast.rope(x, D, traditional=False, scale=1.0, offset=offset, **kw)
+
+
+probe("rope, offset an s32 array {1}, freqs", rope(offsets[mx.int32], base=None, freqs=freqs), xs)
+probe("rope, offset an s64 array {1}, freqs", rope(offsets[mx.int64], base=None, freqs=freqs), xs)
+probe("rope, integer offset, freqs", rope(37, base=None, freqs=freqs), xs)
+probe("rope, integer offset, base", rope(37, base=10000.0), xs)
+probe("composed rotary embedding, tables given", composed, xs)
+ref = composed(xs[0]).astype(mx.float32)
+got = rope(offsets[mx.int32], base=None, freqs=freqs)(xs[0]).astype(mx.float32)
+print(f"rope against the composed form: largest difference {mx.abs(got - ref).max().item():.3g}")
+
+# key/value cache write
+cache = mx.zeros((1, 160, H, D), dtype=mx.bfloat16)
+updates = [mx.random.normal((1, 1, H, D)).astype(mx.bfloat16) for _ in range(N)]
+starts = {t: mx.array([0, 37, 0, 0], dtype=t) for t in (mx.int32, mx.int64)}
+offset32 = mx.array([37], dtype=mx.int32)
+mx.eval(cache, updates, offset32, *starts.values())
+
+
+def clamped(s):
+    limits = mx.array([0, 159, 0, 0], dtype=mx.int32).astype(mx.int64)
+    zero = mx.array(0).astype(mx.int64)
+    return mx.minimum(mx.maximum(s.astype(mx.int64), zero), limits).astype(mx.int32)
+
+
+axes = (0, 1, 2, 3)
+probe("slice_update, int32 starts", lambda u: mx.slice_update(cache, u, starts[mx.int32], axes), updates)
+probe("slice_update, int32 offset on axis 1", lambda u: mx.slice_update(cache, u, offset32, (1,)), updates)
+probe("ExMLX's put_slice, int64 starts", lambda u: mx.slice_update(cache, u, clamped(starts[mx.int64]), axes), updates)
+probe("ExMLX's put_slice, int32 starts", lambda u: mx.slice_update(cache, u, clamped(starts[mx.int32]), axes), updates)
