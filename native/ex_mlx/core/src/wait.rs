@@ -17,7 +17,7 @@
 //! placed on a core ahead of the CPU-bound processes.
 
 use std::cell::Cell;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use once_cell::sync::Lazy;
@@ -72,9 +72,9 @@ fn spin_while_cores_spare(
 const RECHECK: Duration = Duration::from_micros(2);
 
 /// Whether every core of the machine is taken by threads that are not
-/// ExMLX's: the kernel's count of runnable threads, less this process's
-/// own that ExMLX knows to be busy ([`Busy`]) and the calling thread
-/// (counted once: [`foreign_runnable`]), is at least the number of online cores. Read from
+/// ExMLX's: the kernel's count of runnable threads, less the threads of
+/// this process that are surely runnable ([`Busy`], and the calling thread,
+/// counted once), is at least the number of online cores. Read from
 /// `/proc/loadavg` at most once per [`CACHE_FOR`]; `false` where it cannot
 /// be read (waiters then spin within their limits, as on a machine with
 /// cores to spare).
@@ -82,9 +82,12 @@ const RECHECK: Duration = Duration::from_micros(2);
 /// ExMLX's own threads are left out of the count: a waiter that spins
 /// while the threads it waits for run beside it is what spinning is for
 /// (blocking every waiter made the quiet eager loop of
-/// docs/decisions/0001-waiting-on-a-busy-machine.md slower).
+/// docs/decisions/0001-waiting-on-a-busy-machine.md slower). MLX's stream
+/// threads, which may or may not be running, are not left out: where the
+/// count is unsure, a waiter blocks (a waiter that spins on a saturated
+/// machine yields behind other processes for milliseconds).
 pub fn saturated() -> bool {
-    saturated_with(foreign_runnable(), *ONLINE_CORES)
+    saturated_with(foreign_runnable().most, *ONLINE_CORES)
 }
 
 fn saturated_with(foreign: usize, cores: usize) -> bool {
@@ -92,84 +95,133 @@ fn saturated_with(foreign: usize, cores: usize) -> bool {
 }
 
 /// Whether fewer than two cores are free of other processes' runnable
-/// threads (counted as for [`saturated`]): too few for a hand-off between
-/// two of ExMLX's threads to be spun for, as a calling thread and a worker
-/// each spin while the other works. A calling thread then runs a worker's
-/// small work itself (crate::worker::run_on_caller).
+/// threads: too few for a hand-off between two of ExMLX's threads to be
+/// spun for, as a calling thread and a worker each spin while the other
+/// works. A calling thread then runs a worker's small work itself
+/// (crate::worker::run_on_caller). Counted as for [`saturated`], but with
+/// MLX's stream threads that may be running left out too: where the count
+/// is unsure, work stays on the worker, as on a quiet machine.
 pub fn crowded() -> bool {
-    crowded_with(foreign_runnable(), *ONLINE_CORES)
+    crowded_with(foreign_runnable().least, *ONLINE_CORES)
 }
 
 fn crowded_with(foreign: usize, cores: usize) -> bool {
     foreign + 2 > cores
 }
 
-/// Other processes' runnable threads, by the kernel's count less ExMLX's
-/// own (see [`saturated`]); 0 where it cannot be read. Read at most once
-/// per [`CACHE_FOR`]. ExMLX's own are the threads counted by [`Busy`] and
-/// the reading thread, which is runnable as it reads: counted once, whether
-/// a [`Busy`] of its own counts it already (a spinning waiter, a worker
-/// running a job) or not (a caller about to wait). An undercount of ExMLX's
-/// own makes waiters block where they could have spun; an overcount made
-/// them yield behind other processes for milliseconds.
-fn foreign_runnable() -> usize {
+/// Other processes' runnable threads: at least `least`, at most `most`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Foreign {
+    least: usize,
+    most: usize,
+}
+
+/// Other processes' runnable threads by the kernel's count less ExMLX's own
+/// (see [`saturated`]); 0 where it cannot be read. Read at most once per
+/// [`CACHE_FOR`]. ExMLX's own are the threads counted by [`Busy`] and the
+/// reading thread, which is runnable as it reads (counted once, whether a
+/// [`Busy`] of its own counts it already or not), and, for `least`, the MLX
+/// stream threads that [`Busy::running_mlx_work`] says may be running.
+fn foreign_runnable() -> Foreign {
     let now = clock_micros();
-    let last = READING.load(Ordering::Relaxed);
-    if now.saturating_sub(last >> READING_BITS) < CACHE_FOR.as_micros() as u64 {
-        return (last & READING_MASK) as usize;
+    let last = READ_AT.load(Ordering::Acquire);
+    if now.saturating_sub(last) < CACHE_FOR.as_micros() as u64 {
+        let counts = READING.load(Ordering::Relaxed);
+        return Foreign {
+            least: (counts & COUNT_MASK) as usize,
+            most: (counts >> COUNT_BITS) as usize,
+        };
     }
-    let own = OWN_BUSY.load(Ordering::Relaxed) + usize::from(!counted_as_busy());
-    let foreign = runnable_threads()
-        .map_or(0, |running| running.saturating_sub(own))
-        .min(READING_MASK as usize);
-    READING.store((now << READING_BITS) | foreign as u64, Ordering::Relaxed);
+    let sure = OWN_BUSY.load(Ordering::Relaxed) + usize::from(!counted_as_busy());
+    let foreign = foreign_given(runnable_threads(), sure, MLX_MAYBE.load(Ordering::Relaxed));
+    // (a reader between the two stores may pair the new time with the
+    // previous counts: a reading 500 µs older, as good as a cached one)
+    let counts = ((foreign.most as u32) << COUNT_BITS) | foreign.least as u32;
+    READING.store(counts, Ordering::Relaxed);
+    READ_AT.store(now, Ordering::Release);
     foreign
 }
 
-/// ExMLX's threads that are runnable now, by ExMLX's own count: each
-/// [`Busy`] counts one.
+/// [`Foreign`] for the kernel's `runnable` count, `sure` threads of ExMLX's
+/// surely runnable and `maybe` more that may be.
+fn foreign_given(runnable: Option<usize>, sure: usize, maybe: usize) -> Foreign {
+    let most = runnable
+        .map_or(0, |running| running.saturating_sub(sure))
+        .min(COUNT_MASK as usize);
+    Foreign {
+        least: most.saturating_sub(maybe),
+        most,
+    }
+}
+
+/// ExMLX's threads that are surely runnable now, by ExMLX's own count: each
+/// thread holding a [`Busy`] counts one.
 static OWN_BUSY: AtomicUsize = AtomicUsize::new(0);
 
+/// MLX's stream threads that may be running now: one for each thread
+/// holding a [`Busy::running_mlx_work`].
+static MLX_MAYBE: AtomicUsize = AtomicUsize::new(0);
+
 thread_local! {
-    /// How many live [`Busy`] guards this thread holds.
-    static SELF_COUNTED: Cell<usize> = const { Cell::new(0) };
+    /// How many live [`Busy`] guards this thread holds, and how many of
+    /// them are [`Busy::running_mlx_work`].
+    static SELF_COUNTED: Cell<(usize, usize)> = const { Cell::new((0, 0)) };
 }
 
 /// Whether a [`Busy`] of the calling thread counts it now.
 fn counted_as_busy() -> bool {
-    SELF_COUNTED.with(|c| c.get()) > 0
+    SELF_COUNTED.with(|c| c.get().0) > 0
 }
 
 /// Counts the calling thread as one of ExMLX's runnable threads while it
-/// lives (see [`saturated`]): a spinning waiter, or a thread running MLX
-/// work (a worker's job, a caller's small work). A thread running MLX work
-/// is counted once with MLX's CPU stream thread, which it wakes: while the
-/// stream thread computes an evaluation, the thread that asked for it
-/// waits for it, asleep, so the two are one runnable thread at a time.
-pub struct Busy(());
+/// lives (see [`saturated`]); a thread holding several, nested, is counted
+/// once.
+pub struct Busy {
+    mlx: bool,
+}
 
 impl Busy {
-    /// (a thread holding several, nested, is counted once)
+    /// A spinning waiter.
     pub fn this_thread() -> Busy {
-        let outermost = SELF_COUNTED.with(|c| {
-            c.set(c.get() + 1);
-            c.get() == 1
+        Busy::counting(false)
+    }
+
+    /// A thread running MLX work (a worker's job, a caller's small work):
+    /// it, and MLX's CPU stream thread, which its evaluations wake and
+    /// which may be running beside it.
+    pub fn running_mlx_work() -> Busy {
+        Busy::counting(true)
+    }
+
+    fn counting(mlx: bool) -> Busy {
+        let (first, first_mlx) = SELF_COUNTED.with(|c| {
+            let (all, with_mlx) = c.get();
+            c.set((all + 1, with_mlx + usize::from(mlx)));
+            (all == 0, mlx && with_mlx == 0)
         });
-        if outermost {
+        if first {
             OWN_BUSY.fetch_add(1, Ordering::Relaxed);
         }
-        Busy(())
+        if first_mlx {
+            MLX_MAYBE.fetch_add(1, Ordering::Relaxed);
+        }
+        Busy { mlx }
     }
 }
 
 impl Drop for Busy {
     fn drop(&mut self) {
-        let outermost = SELF_COUNTED.with(|c| {
-            c.set(c.get() - 1);
-            c.get() == 0
+        let mlx = self.mlx;
+        let (last, last_mlx) = SELF_COUNTED.with(|c| {
+            let (all, with_mlx) = c.get();
+            c.set((all - 1, with_mlx - usize::from(mlx)));
+            (all == 1, mlx && with_mlx == 1)
         });
-        if outermost {
+        if last {
             OWN_BUSY.fetch_sub(1, Ordering::Relaxed);
+        }
+        if last_mlx {
+            MLX_MAYBE.fetch_sub(1, Ordering::Relaxed);
         }
     }
 }
@@ -177,13 +229,16 @@ impl Drop for Busy {
 /// How long one reading of the machine's load is used.
 const CACHE_FOR: Duration = Duration::from_micros(500);
 
-/// The last reading: the time it was made (microseconds since [`EPOCH`])
-/// shifted left by [`READING_BITS`], and the other processes' runnable
-/// threads in the low bits (at most [`READING_MASK`]). Zero: never read.
-static READING: AtomicU64 = AtomicU64::new(0);
+/// When the last reading was made (microseconds since [`EPOCH`]); zero:
+/// never.
+static READ_AT: AtomicU64 = AtomicU64::new(0);
 
-const READING_BITS: u32 = 16;
-const READING_MASK: u64 = (1 << READING_BITS) - 1;
+/// The last reading: the other processes' runnable threads at most, shifted
+/// left by [`COUNT_BITS`], and at least (each at most [`COUNT_MASK`]).
+static READING: AtomicU32 = AtomicU32::new(0);
+
+const COUNT_BITS: u32 = 16;
+const COUNT_MASK: u32 = (1 << COUNT_BITS) - 1;
 
 static EPOCH: Lazy<Instant> = Lazy::new(Instant::now);
 
@@ -279,17 +334,40 @@ mod tests {
     fn a_thread_holding_nested_guards_is_counted_once_until_the_last_goes() {
         // (a test thread of its own: its guards are its alone)
         std::thread::spawn(|| {
+            let counts = || SELF_COUNTED.with(|c| c.get());
             assert!(!counted_as_busy());
-            let outer = Busy::this_thread();
-            let inner = Busy::this_thread();
+            let work = Busy::running_mlx_work();
+            let spin = Busy::this_thread();
+            let inner_work = Busy::running_mlx_work();
             assert!(counted_as_busy());
-            drop(outer);
+            assert_eq!(counts(), (3, 2));
+            drop(work);
+            drop(inner_work);
             assert!(counted_as_busy());
-            drop(inner);
+            assert_eq!(counts(), (1, 0));
+            drop(spin);
             assert!(!counted_as_busy());
+            assert_eq!(counts(), (0, 0));
         })
         .join()
         .unwrap();
+    }
+
+    #[test]
+    fn mlx_threads_that_may_run_count_only_toward_the_least() {
+        // 2 cores, two CPU-bound processes; ExMLX: a caller spinning (sure)
+        // for a worker running a job (sure) whose MLX thread is idle, so the
+        // kernel counts 4 runnable threads: saturated, though the MLX thread
+        // might have been running
+        let foreign = foreign_given(Some(4), 2, 1);
+        assert_eq!(foreign, Foreign { least: 1, most: 2 });
+        assert!(saturated_with(foreign.most, 2) && crowded_with(foreign.least, 2));
+        // quiet: the same ExMLX threads and the MLX thread running (3): not
+        // saturated, and not crowded (the MLX thread may be that one)
+        let foreign = foreign_given(Some(3), 2, 1);
+        assert!(!saturated_with(foreign.most, 2) && !crowded_with(foreign.least, 2));
+        // unreadable: as on a quiet machine
+        assert_eq!(foreign_given(None, 2, 1), Foreign { least: 0, most: 0 });
     }
 
     #[test]

@@ -216,7 +216,7 @@ fn start(device: Device) -> std::result::Result<Worker, String> {
                         shared.job_running.store(true, Ordering::Release);
                     }
                     exit::in_mlx(&in_mlx, || {
-                        let busy = crate::wait::Busy::this_thread();
+                        let busy = crate::wait::Busy::running_mlx_work();
                         job();
                         drop(busy);
                         done.fetch_sub(1, Ordering::AcqRel);

@@ -210,9 +210,7 @@ where
         ON_CALLER.with(|c| c.set(true));
         let _off = OffCaller;
         set_mlx_default_stream(&shared.stream.0);
-        // (this thread, or MLX's stream thread while it waits for an
-        // evaluation: crate::wait::Busy)
-        let _busy = crate::wait::Busy::this_thread();
+        let _busy = crate::wait::Busy::running_mlx_work();
         mlx_rs::with_stream(&shared.stream.0, || run_caught(work))
     }))
 }
