@@ -298,8 +298,7 @@ if Code.ensure_loaded?(Nx) do
             half = div(length(row), 2)
             {x1, x2} = Enum.split(row, half)
 
-            angles =
-              for i <- 0..(half - 1), do: p * :math.pow(10_000, -2 * i / length(row))
+            angles = for i <- 0..(half - 1), do: p * :math.pow(10_000, -2 * i / length(row))
 
             first =
               Enum.zip_with([x1, x2, angles], fn [a, b, t] ->
