@@ -322,16 +322,16 @@ if Code.ensure_loaded?(Nx) do
     # form), within `rtol` of the formula on the values as stored and of the
     # unfused program
     defp check_rotary(type, rtol) do
-      device = [device: ExMLX.default_device()]
+      device = ExMLX.default_device()
       x = values(2 * 1 * 4 * 16, 2.0) |> Nx.tensor(type: type) |> Nx.reshape({2, 1, 4, 16})
       ids = Nx.tensor([[3], [6]])
       args = Enum.map([x, ids], &Nx.backend_transfer(&1, ExMLX.Backend))
       expected = rotary_formula(to_lists(x), [[3], [6]])
 
       fused = fn x, ids -> Funs.rotary(x, ids) end
-      {got, ops} = run(fused, args, [fuse: true] ++ device)
+      {got, ops} = run(fused, args, fuse: true, device: device)
 
-      if device == [device: :gpu] do
+      if device == :gpu do
         assert Enum.count(ops, &(&1 == :rope)) == 1
         assert :cos not in ops and :sin not in ops and :concatenate not in ops
       else
@@ -342,7 +342,7 @@ if Code.ensure_loaded?(Nx) do
       assert_close(got, expected, rtol)
 
       plain = fn x, ids -> Funs.rotary(x, ids) end
-      {unfused, plain_ops} = run(plain, args, device)
+      {unfused, plain_ops} = run(plain, args, device: device)
       # (the tables, of constants, are constants of the program)
       assert :rope not in plain_ops and :concatenate in plain_ops
       assert_close(got, Nx.to_flat_list(unfused), rtol)

@@ -86,6 +86,11 @@ pub fn broadcast_shape(a: &[i32], b: &[i32]) -> Result<Vec<i32>> {
         .collect()
 }
 
+/// Whether `dtype` is a signed or unsigned integer type (not boolean).
+pub fn is_integer(dtype: Dtype) -> bool {
+    !(dtype.is_float() || dtype.is_complex() || dtype == Dtype::Bool)
+}
+
 /// Bytes per element.
 pub fn size_of(dtype: Dtype) -> usize {
     match dtype {

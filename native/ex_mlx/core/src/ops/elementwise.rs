@@ -3,6 +3,7 @@
 
 use mlx_rs::{ops, Array, Dtype};
 
+use crate::dtype::is_integer;
 use crate::error::Result;
 
 /// The type MLX computes `a op b` in.
@@ -37,10 +38,6 @@ pub fn power(a: &Array, b: &Array) -> Result<Array> {
         Some(2.0) => Ok(ops::square(a)?),
         _ => Ok(ops::power(a, b)?),
     }
-}
-
-fn is_integer(dtype: Dtype) -> bool {
-    !(dtype.is_float() || dtype.is_complex() || dtype == Dtype::Bool)
 }
 
 /// Where integer division would trap: a zero divisor, and the signed

@@ -6,7 +6,7 @@
 use mlx_rs::{ops, Array, Dtype};
 
 use super::check_axis;
-use crate::dtype::{broadcast_shape, display, display_shape};
+use crate::dtype::{broadcast_shape, display, display_shape, is_integer};
 use crate::error::{Error, Result};
 
 /// `x / sqrt(mean(x², last axis) + eps) · weight` (MLX's `fast::rms_norm`):
@@ -222,20 +222,6 @@ pub fn rope(
         offset,
         freqs,
     )?)
-}
-
-fn is_integer(dtype: Dtype) -> bool {
-    matches!(
-        dtype,
-        Dtype::Int8
-            | Dtype::Int16
-            | Dtype::Int32
-            | Dtype::Int64
-            | Dtype::Uint8
-            | Dtype::Uint16
-            | Dtype::Uint32
-            | Dtype::Uint64
-    )
 }
 
 fn check_floating(name: &'static str, a: &Array) -> Result<()> {

@@ -3,23 +3,17 @@
 use mlx_rs::{ops, Array, Dtype};
 
 use super::{check_axes, check_axis};
-use crate::dtype::display;
+use crate::dtype::{display, is_integer};
 use crate::error::{Error, Result};
 
 fn check_indices(name: &'static str, indices: &Array) -> Result<()> {
-    match indices.dtype() {
-        Dtype::Uint8
-        | Dtype::Uint16
-        | Dtype::Uint32
-        | Dtype::Uint64
-        | Dtype::Int8
-        | Dtype::Int16
-        | Dtype::Int32
-        | Dtype::Int64 => Ok(()),
-        other => Err(Error::Type(format!(
+    if is_integer(indices.dtype()) {
+        Ok(())
+    } else {
+        Err(Error::Type(format!(
             "{name}: indices must be integers, got {}",
-            display(other)
-        ))),
+            display(indices.dtype())
+        )))
     }
 }
 
