@@ -257,6 +257,54 @@ defmodule ExMLX.MemoryTest do
     assert settle_to(baseline, @mb) - baseline <= @mb
   end
 
+  test "a sum computed on the calling thread is freed when collected, the worker held busy" do
+    # `a + a` of a computed float32 tensor is computed on the calling
+    # thread (ExMLX.cpu_kernels?/0); its array is freed where its last
+    # reference goes, not queued for the worker, which the test hook holds
+    # until released: so the process's exit gives its bytes back meanwhile.
+    n = 16_384
+    a = ExMLX.iota({:f, 32}, {n}, device: :cpu) |> ExMLX.eval()
+    settle()
+    baseline = Memory.stats().active
+    parent = self()
+    hold = make_ref()
+    :ok = ExMLX.Native.hold_worker_for_test(hold)
+
+    try do
+      {pid, ref} =
+        spawn_monitor(fn ->
+          sum = ExMLX.add(a, a)
+          <<first::binary-size(16), _::binary>> = ExMLX.to_binary(sum)
+          send(parent, {:active, Memory.stats().active, :binary.copy(first)})
+        end)
+
+      assert_receive {:active, active, first}, 120_000
+
+      assert first ==
+               <<0.0::float-32-little, 2.0::float-32-little, 4.0::float-32-little,
+                 6.0::float-32-little>>
+
+      assert active - baseline >= 4 * n
+      assert_receive {:DOWN, ^ref, :process, ^pid, :normal}, 120_000
+      assert active_within(baseline, 4 * n, 120_000) - baseline < 4 * n
+    after
+      ExMLX.Native.release_worker_for_test()
+    end
+  end
+
+  # Active memory once it is below `baseline + slack`, or after `wait_ms`
+  # (no worker round trip: the worker may be held).
+  defp active_within(baseline, slack, wait_ms) do
+    active = Memory.stats().active
+
+    if active - baseline < slack or wait_ms <= 0 do
+      active
+    else
+      Process.sleep(10)
+      active_within(baseline, slack, wait_ms - 10)
+    end
+  end
+
   test "device_info reports the host's memory for :cpu" do
     info = Memory.device_info(:cpu)
     assert info.memory_size > 0

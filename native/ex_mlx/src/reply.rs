@@ -132,11 +132,14 @@ pub fn done_at_once<T: Encoder + Send + 'static>(
 /// the op as usual).
 pub fn computed_at_once(tag: Tag, array: mlx_rs::Array, device: Device) -> Option<Submitted> {
     match expected_result(tag.0).ok()? {
-        Some(expected) if expected.met_by(&array) => {
-            Some(Submitted::Deferred(Tensor::wrap(array, device, true)))
-        }
+        Some(expected) if expected.met_by(&array) => Some(Submitted::Deferred(
+            Tensor::computed_on_caller(array, device),
+        )),
         Some(_) => None,
-        None => done_at_once(tag, Results::One(NewTensor::from_host(array, device))).ok(),
+        None => {
+            let tensor = NewTensor::Existing(Tensor::computed_on_caller(array, device));
+            done_at_once(tag, Results::One(tensor)).ok()
+        }
     }
 }
 

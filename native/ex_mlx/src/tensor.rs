@@ -42,6 +42,12 @@ enum State {
         /// evaluating it computes; [`UNKNOWN_WORK`] otherwise (see
         /// [`Tensor::work_to_evaluate`]).
         work: u64,
+        /// The array was computed on a calling thread from computed inputs
+        /// ([`Tensor::computed_on_caller`]): its memory is that thread's
+        /// allocation, freed where its last reference goes rather than on
+        /// the worker (`ex_mlx_core::worker::release` is for arrays the
+        /// worker made).
+        made_on_caller: bool,
     },
     /// The deferred operation failed; using the tensor gives its error.
     Failed(Error),
@@ -60,8 +66,17 @@ impl Drop for Tensor {
                 .unwrap_or_else(|poisoned| poisoned.into_inner()),
             State::Deallocated,
         );
-        if let State::Ready { array, .. } = state {
-            ex_mlx_core::worker::release(self.device, array);
+        if let State::Ready {
+            array,
+            made_on_caller,
+            ..
+        } = state
+        {
+            if made_on_caller {
+                ex_mlx_core::worker::drop_at_once(array);
+            } else {
+                ex_mlx_core::worker::release(self.device, array);
+            }
         }
     }
 }
@@ -138,6 +153,7 @@ fn ready_with_work(array: Array, evaluated: bool, work: u64) -> State {
         shape,
         evaluated,
         work,
+        made_on_caller: false,
     }
 }
 
@@ -181,6 +197,25 @@ impl Tensor {
                 .try_fold(1u64, |n, &d| n.checked_mul(u64::try_from(d).ok()?)),
             _ => None,
         }
+    }
+
+    /// A CPU array computed on the calling thread from computed inputs
+    /// (`crate::op`'s ops computed at once): computed, and freed on the
+    /// thread that drops its last reference, where it was allocated.
+    /// Freed on the worker, such arrays woke it for each batch and
+    /// contended with the caller's next allocations for the allocators'
+    /// locks (docs/decisions/0005-nif-allocator.md).
+    pub fn computed_on_caller(array: Array, device: Device) -> TensorRef {
+        let mut state = ready(array, true);
+        if let State::Ready { made_on_caller, .. } = &mut state {
+            *made_on_caller = true;
+        }
+        ResourceArc::new(Tensor {
+            state: Mutex::new(state),
+            filled: Condvar::new(),
+            waiters: AtomicUsize::new(0),
+            device,
+        })
     }
 
     /// A tensor a deferred operation will fill (see `reply::submit`).

@@ -445,6 +445,16 @@ pub fn release(device: Device, array: mlx_rs::Array) {
     bury(worker, device, array)
 }
 
+/// Drops `array` on this thread: for an array made on it (see [`release`]
+/// for arrays a worker made). Kept, not dropped, once the VM exits, as
+/// [`release`] keeps it (crate::exit).
+pub fn drop_at_once(array: mlx_rs::Array) {
+    if exit::exiting() {
+        return std::mem::forget(array);
+    }
+    drop(array)
+}
+
 fn bury(worker: &Worker, device: Device, array: mlx_rs::Array) {
     let mut graves = locked(&worker.graveyard);
     let first = graves.is_empty();
