@@ -10,6 +10,13 @@ a call over 300 calls (bench/results/llm-gpu.md).
   the way ExMLX writes Nx's `put_slice` with tensor starts (native/ex_mlx/
   core/src/ops/shape.rs: starts clamped in 64 bits against host-made
   limits, narrowed to int32, then the dynamic `slice_update`).
+- Attention of a step's query over a cache ({1, 32, 1, 128} against
+  {1, 8 or 32, 160, 128}, bf16): MLX's `fast.scaled_dot_product_attention`
+  with an additive mask array (the form a program of fixed shapes gives it:
+  the whole cache, the positions not written masked), with no mask, and with
+  no mask over the cache's written part only (mlx-lm's form). On CUDA an
+  array mask leaves MLX's one-query kernel (`sdpa_vector`) for its composed
+  fallback.
 
 On the GPU machine, after `bench/gpu/run.sh unpack` (`--cpu`: MLX's CPU):
 
@@ -90,3 +97,25 @@ probe("slice_update, int32 starts", lambda u: mx.slice_update(cache, u, starts[m
 probe("slice_update, int32 offset on axis 1", lambda u: mx.slice_update(cache, u, offset32, (1,)), updates)
 probe("ExMLX's put_slice, int64 starts", lambda u: mx.slice_update(cache, u, clamped(starts[mx.int64]), axes), updates)
 probe("ExMLX's put_slice, int32 starts", lambda u: mx.slice_update(cache, u, clamped(starts[mx.int32]), axes), updates)
+
+# attention of one query over the cache
+T, DH = 160, 128
+queries = [mx.random.normal((1, H, 1, DH)).astype(mx.bfloat16) for _ in range(N)]
+mask = mx.where(mx.arange(T) <= 37, 0.0, -mx.inf).astype(mx.bfloat16).reshape(1, 1, 1, T)
+mx.eval(queries, mask)
+for kv in (H, H // 4):
+    keys = mx.random.normal((1, kv, T, DH)).astype(mx.bfloat16)
+    values = mx.random.normal((1, kv, T, DH)).astype(mx.bfloat16)
+    mx.eval(keys, values)
+
+    def attention(m, k=keys, v=values):
+        return lambda q: mx.fast.scaled_dot_product_attention(q, k, v, scale=DH**-0.5, mask=m)
+
+    probe(f"sdpa, {kv} key heads, additive mask array", attention(mask), queries)
+    probe(f"sdpa, {kv} key heads, no mask", attention(None), queries)
+    written = (keys[:, :, :38], values[:, :, :38])
+    mx.eval(*written)
+    probe(f"sdpa, {kv} key heads, no mask, the 38 written positions", attention(None, *written), queries)
+    masked = attention(mask)(queries[0]).astype(mx.float32)
+    sliced = attention(None, *written)(queries[0]).astype(mx.float32)
+    print(f"  masked against sliced: largest difference {mx.abs(masked - sliced).max().item():.3g}")

@@ -7,7 +7,11 @@
 # static cache). Rows: prefill of 32 and 512 tokens (ms), decode tokens/s
 # ((NEW - 1) / (t(NEW) - t(1)), best of the runs), peak and steady memory,
 # load time and the host memory loading takes, and how many of the greedy
-# tokens agree with PyTorch's.
+# tokens agree with PyTorch's. One more decode row beside mlx-lm's model run
+# with a fixed-length cache, written at a position given as an array and read
+# whole under a mask (scripts/llm_reference.py's FixedCache), as a compiled
+# program's decoding step has it: mlx-lm's own cache is read up to its
+# offset, with no mask, which a program of fixed shapes cannot do.
 #
 #   mix run bench/llm.exs [--shape small|llama-1b|llama-8b|PATH/config.json]
 #                         [--device cpu|gpu] [--new 128] [--quick] [--out FILE]
@@ -311,6 +315,7 @@ rows = [
   "| prefill, 32 tokens (ms) | #{ms.(prefill_32)} | #{ms.(mlx_lm["prefill_32_s"])} | #{ratio.(mlx_lm["prefill_32_s"], prefill_32)} | #{ms.(torch["prefill_32_s"])} | — |",
   "| prefill, 512 tokens (ms) | #{ms.(prefill_512)} | #{ms.(mlx_lm["prefill_512_s"])} | #{ratio.(mlx_lm["prefill_512_s"], prefill_512)} | #{ms.(torch["prefill_512_s"])} | — |",
   "| decode, #{new} new tokens after #{prompt} (tokens/s) | #{num.(decode)} | #{num.(mlx_lm["decode"])} | #{ratio.(decode, mlx_lm["decode"])} | #{num.(torch["decode_dynamic"])} | #{num.(torch["decode_static"])} |",
+  "| decode beside mlx-lm's model with a fixed-length cache read whole under a mask, as a compiled program's step is (tokens/s) | #{num.(decode)} | #{num.(mlx_lm["decode_fixed_cache"])} | #{ratio.(decode, mlx_lm["decode_fixed_cache"])} | — | — |",
   "| peak memory during generation (GB) | #{gb.(stats.peak)} | #{gb.(mlx_lm["peak_gb"])} | #{ratio.(stats.peak / 1.0e9, mlx_lm["peak_gb"])} | #{gb.(torch["peak_gb"])} | — |",
   "| steady memory after load / after generation (GB) | #{gb.(steady_after_load)} / #{gb.(stats.active)} | #{gb.(mlx_lm["active_gb"])} | — | — | — |",
   "| load (s) | #{num.(load_us / 1.0e6)} | #{num.(mlx_lm["load_s"])} | — | #{num.(torch["load_s"])} | — |",

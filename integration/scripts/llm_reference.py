@@ -229,6 +229,7 @@ def run_mlx_lm(directory, device, prompt, new, reps, bits=None):
     rate, _ = decode_rate(generate, new, reps)
     tokens = generate(new)[1]
     peak_gb = mx.get_peak_memory() / 1e9
+    fixed_rate, fixed_tokens = fixed_cache_decode(mx, model, vocab, prompt, new, reps)
     logits = model(mx.array([prompt_ids(vocab, prompt)]))[0, -1].astype(mx.float32)
     mx.eval(logits)
     emit(runtime="mlx-lm", version=__import__("mlx_lm").__version__, decode=round(rate, 1),
@@ -236,7 +237,70 @@ def run_mlx_lm(directory, device, prompt, new, reps, bits=None):
          prefill_32_s=prefill(32), prefill_512_s=prefill(512), load_s=load_s,
          load_host_peak_gb=host_peak, load_host_kept_gb=host_kept,
          peak_gb=peak_gb, active_gb=mx.get_active_memory() / 1e9,
-         tokens=tokens)
+         tokens=tokens, decode_fixed_cache=round(fixed_rate, 1),
+         fixed_cache_tokens_equal=fixed_tokens == tokens)
+
+
+class FixedCache:
+    """A layer's keys and values as a compiled program holds them: buffers
+    of one length for the whole generation (prompt and new tokens, as
+    Bumblebee allocates its cache), written at a position given as an array
+    (MLX's dynamic slice_update) and read whole, under an additive mask that
+    hides the positions not written yet. mlx-lm's own cache instead grows
+    and is read up to its offset, so a decoding step needs no mask."""
+
+    def __init__(self, mx, length, dtype):
+        self.mx, self.length, self.dtype = mx, length, dtype
+        self.keys = self.values = None
+        self.offset = 0
+
+    def update_and_fetch(self, keys, values):
+        mx = self.mx
+        if self.keys is None:
+            b, h, _, d = keys.shape
+            self.keys = mx.zeros((b, h, self.length, d), keys.dtype)
+            self.values = mx.zeros((b, h, self.length, values.shape[3]), values.dtype)
+        start = mx.array([self.offset], dtype=mx.int32)
+        self.keys = mx.slice_update(self.keys, keys, start, (2,))
+        self.values = mx.slice_update(self.values, values, start, (2,))
+        self.offset += keys.shape[2]
+        return self.keys, self.values
+
+    def make_mask(self, n, return_array=False, window_size=None):
+        # (called before the update: query i is at position offset + i and
+        # sees the keys up to it)
+        mx = self.mx
+        seen = mx.arange(self.length)[None, :] <= (self.offset + mx.arange(n))[:, None]
+        return mx.where(seen, 0.0, -mx.inf).astype(self.dtype)
+
+
+def fixed_cache_decode(mx, model, vocab, prompt, new, reps):
+    """mlx-lm's model decoding greedily with FixedCache (ExMLX's static
+    shapes: the whole cache and a mask each step), pipelined as mlx-lm's
+    generate_step is (the next step queued before the last token is read):
+    its decode rate and tokens."""
+    dtype = model.model.norm.weight.dtype  # (never quantized)
+
+    def generate(n):
+        cache = [FixedCache(mx, prompt + n, dtype) for _ in model.layers]
+
+        def step(ids):
+            return mx.argmax(model(ids, cache=cache)[:, -1, :], axis=-1)
+
+        tokens = []
+        t = time.time()
+        y = step(mx.array([prompt_ids(vocab, prompt)]))
+        mx.async_eval(y)
+        for k in range(n):
+            following = step(y[:, None]) if k + 1 < n else None
+            if following is not None:
+                mx.async_eval(following)
+            tokens.append(int(y.item()))
+            y = following
+        return time.time() - t, tokens
+
+    rate, _ = decode_rate(generate, new, reps)
+    return rate, generate(new)[1]
 
 
 def greedy_torch(directory, device, prompt, new):
