@@ -373,9 +373,18 @@ defmodule ExMLX.DistributedTest do
     launch("failure.exs", Keyword.merge(opts, launch_opts))
   end
 
+  # What follows `prefix` on the line rank 0 printed it on. The rank's
+  # standard error comes in the same stream, and MLX's ring backend writes
+  # its messages there in pieces from its own threads, so a piece may start
+  # the line the script's outcome (one write) ends.
   defp outcome(lines, prefix) do
-    case for line <- lines_of(lines, 0), String.starts_with?(line, prefix), do: line do
-      [line] -> String.replace_prefix(line, prefix, "")
+    found =
+      for line <- lines_of(lines, 0),
+          [_, rest] <- [String.split(line, prefix, parts: 2)],
+          do: rest
+
+    case found do
+      [rest] -> rest
       _ -> flunk("rank 0 printed no #{prefix}line:\n" <> Enum.join(lines_of(lines, 0), "\n"))
     end
   end
