@@ -16,7 +16,10 @@ a call over 300 calls (bench/results/llm-gpu.md).
   the whole cache, the positions not written masked), with no mask, and with
   no mask over the cache's written part only (mlx-lm's form). On CUDA an
   array mask leaves MLX's one-query kernel (`sdpa_vector`) for its composed
-  fallback.
+  fallback (two batched matrix products). The same masked attention composed
+  without matrix products (products summed over the depth, then over the
+  positions, in float32), plain and under `mx.compile` (as `fuse: true`
+  runs a program's ops), beside the masked kernel under `mx.compile`.
 
 On the GPU machine, after `bench/gpu/run.sh unpack` (`--cpu`: MLX's CPU):
 
@@ -119,3 +122,27 @@ for kv in (H, H // 4):
     masked = attention(mask)(queries[0]).astype(mx.float32)
     sliced = attention(None, *written)(queries[0]).astype(mx.float32)
     print(f"  masked against sliced: largest difference {mx.abs(masked - sliced).max().item():.3g}")
+
+# the masked one-query attention without matrix products (32 key heads)
+keys = mx.random.normal((1, H, T, DH)).astype(mx.bfloat16)
+values = mx.random.normal((1, H, T, DH)).astype(mx.bfloat16)
+mx.eval(keys, values)
+
+
+def by_sums(q):
+    f32 = mx.float32
+    scores = (q.astype(f32) * keys.astype(f32)).sum(-1) * DH**-0.5
+    weights = mx.softmax(scores + mask.reshape(1, 1, T).astype(f32), axis=-1)
+    out = (weights[..., None] * values.astype(f32)).sum(-2, keepdims=True)
+    return out.astype(q.dtype)
+
+
+def masked(q):
+    return mx.fast.scaled_dot_product_attention(q, keys, values, scale=DH**-0.5, mask=mask)
+
+
+probe("masked attention by sums", by_sums, queries)
+probe("masked attention by sums, mx.compile", mx.compile(by_sums), queries)
+probe("sdpa, additive mask array, mx.compile", mx.compile(masked), queries)
+diff = mx.abs(by_sums(queries[0]).astype(mx.float32) - masked(queries[0]).astype(mx.float32)).max()
+print(f"  by sums against sdpa: largest difference {diff.item():.3g}")
