@@ -166,12 +166,7 @@ fn deallocated() -> Error {
 
 impl Tensor {
     pub fn wrap(array: Array, device: Device, evaluated: bool) -> TensorRef {
-        ResourceArc::new(Tensor {
-            state: Mutex::new(ready(array, evaluated)),
-            filled: Condvar::new(),
-            waiters: AtomicUsize::new(0),
-            device,
-        })
+        Tensor::in_state(ready(array, evaluated), device)
     }
 
     /// At most how many elements MLX computes to evaluate this tensor: 0
@@ -210,18 +205,18 @@ impl Tensor {
         if let State::Ready { made_on_caller, .. } = &mut state {
             *made_on_caller = true;
         }
-        ResourceArc::new(Tensor {
-            state: Mutex::new(state),
-            filled: Condvar::new(),
-            waiters: AtomicUsize::new(0),
-            device,
-        })
+        Tensor::in_state(state, device)
     }
 
     /// A tensor a deferred operation will fill (see `reply::submit`).
     pub fn pending(device: Device) -> TensorRef {
+        Tensor::in_state(State::Pending, device)
+    }
+
+    /// A tensor in `state` on `device`, nobody waiting for it.
+    fn in_state(state: State, device: Device) -> TensorRef {
         ResourceArc::new(Tensor {
-            state: Mutex::new(State::Pending),
+            state: Mutex::new(state),
             filled: Condvar::new(),
             waiters: AtomicUsize::new(0),
             device,
