@@ -252,7 +252,44 @@ end
 ExMLX.Stream.synchronize(device)
 ExMLX.Memory.reset_peak()
 generate_new = build.(new)
+# the first call's parts: ExMLX.Compiler's tracing and compiling (its
+# telemetry event, ExMLX.Telemetry), and the loop's steps (building them,
+# MLX-compiled runs among it: MLX traces and compiles those at their first
+# call); the rest is the device's work outside the loop and waiting for it
+main = self()
+
+:telemetry.attach(
+  "llm-bench-compiles",
+  [:ex_mlx, :compiler, :compile],
+  fn _event, %{duration: d}, _metadata, _ -> send(main, {:compiled, d}) end,
+  nil
+)
+
+[_, first_building_before, first_waiting_before, _, _, first_compiled_before] =
+  ExMLX.Native.program_loop_times()
+
 {first_s, tokens} = run.(generate_new)
+
+[_, first_building_after, first_waiting_after, _, _, first_compiled_after] =
+  ExMLX.Native.program_loop_times()
+
+:telemetry.detach("llm-bench-compiles")
+
+collect_compiles = fn collect, total ->
+  receive do
+    {:compiled, d} -> collect.(collect, total + d)
+  after
+    0 -> System.convert_time_unit(total, :native, :microsecond) / 1.0e6
+  end
+end
+
+first_compiling = collect_compiles.(collect_compiles, 0)
+
+first_loop =
+  (first_building_after - first_building_before + first_waiting_after - first_waiting_before) /
+    1.0e9
+
+first_compiled = (first_compiled_after - first_compiled_before) / 1.0e9
 full = Enum.min(for _ <- 1..reps, do: elem(run.(generate_new), 0))
 # where a decoding step's time goes: one more run, read from the counters
 # of programs' loops (ExMLX.Native.program_loop_times/0): time building
@@ -322,6 +359,7 @@ rows = [
   "| host memory while loading: peak above the start / left resident (GB) | #{gb.(load_host_peak)} / #{gb.(load_host_kept)} | #{gb.(mlx_lm["load_host_peak_gb"])} / #{gb.(mlx_lm["load_host_kept_gb"])} | — | #{gb.(torch["load_host_peak_gb"])} / #{gb.(torch["load_host_kept_gb"])} | — |",
   "| a decoding step of one more run (#{steps_after - steps_before} steps, #{ms.(profiled_s)} ms): building (of which compiled runs, MLX's async_eval) / waiting for the device (ms), device reads | #{ms.(step_building)} (#{ms.(step_compiled)}, #{ms.(step_queueing)}) / #{ms.(step_waiting)}, #{num.(step_reads)} | — | — | — | — |",
   "| first generation call: trace, compile, run (s) | #{num.(first_s)} | — | — | — | — |",
+  "| of the first call: ExMLX.Compiler's tracing and compiling / the loop's steps (of which MLX-compiled runs) (s) | #{:erlang.float_to_binary(first_compiling, decimals: 2)} / #{num.(first_loop)} (#{num.(first_compiled)}) | — | — | — | — |",
   "| prompt's last logits against PyTorch's: largest difference ÷ largest logit | #{gap.(relative_gap.(our_logits, logits_of.(torch)))} | #{gap.(relative_gap.(logits_of.(mlx_lm), logits_of.(torch)))} | — | — | — |",
   "| prompt's last logits against mlx-lm's: largest difference ÷ largest logit | #{gap.(relative_gap.(our_logits, logits_of.(mlx_lm)))} | — | — | — | — |",
   "| leading greedy tokens equal to PyTorch's, of #{new} | #{num.(agree.(tokens, torch["tokens"]))} | #{num.(agree.(mlx_lm["tokens"], torch["tokens"]))} | — | #{new} | — |",

@@ -43,7 +43,10 @@ if Code.ensure_loaded?(Nx) do
     templates (in an ETS table, at most 4,096 programs); every call then is
     one lookup and one NIF call that returns at once, with tensors on
     `ExMLX.Backend` that the device's worker fills: it runs the program and
-    evaluates all its outputs together (reading one waits for that).
+    evaluates all its outputs together (reading one waits for that). Each
+    such tracing emits the telemetry event `[:ex_mlx, :compiler, :compile]`
+    with the time it took (ExMLX.Telemetry); the device's own work at the
+    first run (MLX compiling fused kernels, say) is not part of it.
 
     Quantized arguments (`ExMLX.Quantization`) are inputs as they are
     stored, their format part of the cache key: `Nx.dot` with a quantized
@@ -206,10 +209,26 @@ if Code.ensure_loaded?(Nx) do
     # Compiling: record the backend's ops on symbolic inputs
     # -------------------------------------------------------------------------
 
+    # (a cache miss: the time it took is a telemetry event, ExMLX.Telemetry)
     defp compile(vars, fun, device, fuse, hooked, quantized) do
-      record(vars, fun, device, fuse, hooked, quantized)
-    rescue
-      e in Op.Unrecordable -> evaluator(Exception.message(e))
+      started = System.monotonic_time()
+
+      {compiled, times} =
+        try do
+          record(vars, fun, device, fuse, hooked, quantized)
+        rescue
+          e in Op.Unrecordable -> {evaluator(Exception.message(e)), %{}}
+        end
+
+      measurements = Map.put(times, :duration, System.monotonic_time() - started)
+
+      ExMLX.Telemetry.execute([:ex_mlx, :compiler, :compile], measurements, %{
+        device: device,
+        fuse: fuse,
+        outcome: elem(compiled, 0)
+      })
+
+      compiled
     end
 
     # The parameters' templates (`vars`, flattened in argument order) give
@@ -217,11 +236,15 @@ if Code.ensure_loaded?(Nx) do
     # the graph uses, and only those arguments are called at run time (Nx's
     # lazy arguments, as Nx.Defn.Evaluator and EXLA do).
     defp record(vars, fun, device, fuse, hooked, quantized) do
+      started = System.monotonic_time()
+
       # outputs devectorized, their templates kept (as Nx.Defn.Evaluator does)
       {expr, templates} =
         vars
         |> fun.()
         |> Composite.traverse([], &{Nx.devectorize(&1), [Nx.to_template(&1) | &2]})
+
+      traced = System.monotonic_time()
 
       parameters = Composite.flatten_list(vars)
       sources = QuantizedInputs.sources(length(parameters), quantized)
@@ -238,6 +261,7 @@ if Code.ensure_loaded?(Nx) do
           {result, hooks, values, Enum.map(values, &output_ref(&1, device))}
         end)
 
+      lowered = System.monotonic_time()
       types = Enum.map(values, &ExMLX.Backend.storage_type(&1.type))
 
       # (the program's inputs: the parameters it reads, in order)
@@ -249,15 +273,23 @@ if Code.ensure_loaded?(Nx) do
 
       ExMLX.ProgramCache.put_spec(program, {device, inputs, constants, instructions, slots})
 
-      {:program,
+      compiled =
+        {:program,
+         %{
+           program: program,
+           used: used,
+           sources: List.to_tuple(sources),
+           result: result,
+           templates: Enum.reverse(templates),
+           hooks: hooks,
+           types: types
+         }}
+
+      {compiled,
        %{
-         program: program,
-         used: used,
-         sources: List.to_tuple(sources),
-         result: result,
-         templates: Enum.reverse(templates),
-         hooks: hooks,
-         types: types
+         trace: traced - started,
+         lower: lowered - traced,
+         build: System.monotonic_time() - lowered
        }}
     end
 

@@ -10,6 +10,22 @@ defmodule ExMLX.Telemetry do
     * `[:ex_mlx, :memory, :stats]` - each sample of a memory monitor
       (`ExMLX.Memory.start_monitor/1`). Measurements: the figures of
       `ExMLX.Memory.stats/0` in bytes. Metadata: `:monitor` (its pid).
+    * `[:ex_mlx, :compiler, :compile]` - each time `ExMLX.Compiler` traces
+      a function for new input templates (a miss of its program cache).
+      Measurements, native time units: `:duration` (the whole), and for a
+      program also `:trace` (Nx building the function's expression),
+      `:lower` (recording it as ExMLX ops) and `:build` (making the native
+      program). Metadata: `:device`, `:fuse`, and `:outcome` - `:program`,
+      or `:evaluator` when the function runs on `Nx.Defn.Evaluator`
+      (`ExMLX.Compiler`'s documentation says when).
+
+  A handler that reports how long compiling took:
+
+      :telemetry.attach("log-compiles", [:ex_mlx, :compiler, :compile],
+        fn _event, %{duration: d}, %{outcome: outcome}, _ ->
+          ms = System.convert_time_unit(d, :native, :microsecond) / 1000
+          IO.puts("compiled (\#{outcome}) in \#{ms} ms")
+        end, nil)
   """
 
   @doc false

@@ -456,6 +456,51 @@ if Code.ensure_loaded?(:telemetry) do
         :telemetry.detach(id)
       end
     end
+
+    test "the compiler's tracing for new input templates is an event with its times" do
+      parent = self()
+      id = "ex_mlx-test-#{inspect(make_ref())}"
+
+      :telemetry.attach(
+        id,
+        [:ex_mlx, :compiler, :compile],
+        fn _event, measurements, metadata, _ ->
+          send(parent, {:compiled, measurements, metadata})
+        end,
+        nil
+      )
+
+      try do
+        f = Nx.Defn.jit(fn a -> a |> Nx.add(1) |> Nx.multiply(2) end, compiler: ExMLX.Compiler)
+        assert f.(Nx.tensor([1.0, 2.0])) |> Nx.to_flat_list() == [4.0, 6.0]
+
+        assert_receive {:compiled, %{duration: d, trace: t, lower: l, build: b},
+                        %{device: device, fuse: false, outcome: :program}}
+
+        assert device == ExMLX.default_device()
+        assert Enum.all?([t, l, b], &(is_integer(&1) and &1 >= 0))
+        assert t + l + b <= d
+
+        # the same templates: the cached program, no tracing
+        assert f.(Nx.tensor([5.0, 6.0])) |> Nx.to_flat_list() == [12.0, 14.0]
+        refute_received {:compiled, _, _}
+
+        assert f.(Nx.tensor([1.0, 2.0, 3.0])) |> Nx.to_flat_list() == [4.0, 6.0, 8.0]
+        assert_receive {:compiled, %{duration: _}, %{outcome: :program}}
+
+        # a reducer function cannot be part of a program: Nx.Defn.Evaluator runs it
+        g =
+          Nx.Defn.jit(fn t -> Nx.reduce(t, 0, fn x, acc -> Nx.add(x, acc) end) end,
+            compiler: ExMLX.Compiler
+          )
+
+        assert g.(Nx.tensor([1, 2, 3])) |> Nx.to_number() == 6
+        assert_receive {:compiled, measurements, %{outcome: :evaluator}}
+        assert Map.keys(measurements) == [:duration]
+      after
+        :telemetry.detach(id)
+      end
+    end
   end
 end
 
