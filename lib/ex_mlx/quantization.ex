@@ -287,29 +287,45 @@ if Code.ensure_loaded?(Nx) do
       check_mode!(opts[:mode])
       format = [bits: opts[:bits], group_size: opts[:group_size]]
 
-      Map.new(params, fn
-        {layer, %{} = layer_params} when not is_struct(layer_params) ->
-          # (grouped along `in`: a dense kernel's first axis, a transposed
-          # dense kernel's or an embedding's last)
-          transpose =
-            case kinds do
-              nil -> not embedding?.(to_string(layer))
-              %{^layer => :dense} -> true
-              %{^layer => kind} when kind in [:dense_transposed, :embedding] -> false
-              _other -> nil
-            end
+      # (one tensor held by several parameters, ExMLX.Params.share_equal/2's
+      # tied weights, is quantized once and stays shared)
+      {quantized, _once} =
+        Enum.map_reduce(params, %{}, fn
+          {layer, %{} = layer_params}, once when not is_struct(layer_params) ->
+            # (grouped along `in`: a dense kernel's first axis, a transposed
+            # dense kernel's or an embedding's last)
+            transpose =
+              case kinds do
+                nil -> not embedding?.(to_string(layer))
+                %{^layer => :dense} -> true
+                %{^layer => kind} when kind in [:dense_transposed, :embedding] -> false
+                _other -> nil
+              end
 
-          {layer,
-           Map.new(layer_params, fn {name, value} ->
-             if transpose != nil and kernel?(name, value, opts[:group_size], transpose) and
-                  only.(layer, name),
-                do: {name, quantize(value, [transpose: transpose] ++ format)},
-                else: {name, value}
-           end)}
+            {layer_params, once} =
+              Enum.map_reduce(layer_params, once, fn {name, value}, once ->
+                if transpose != nil and kernel?(name, value, opts[:group_size], transpose) and
+                     only.(layer, name) do
+                  case once do
+                    %{{^value, ^transpose} => done} ->
+                      {{name, done}, once}
 
-        other ->
-          other
-      end)
+                    _ ->
+                      done = quantize(value, [transpose: transpose] ++ format)
+                      {{name, done}, Map.put(once, {value, transpose}, done)}
+                  end
+                else
+                  {{name, value}, once}
+                end
+              end)
+
+            {{layer, Map.new(layer_params)}, once}
+
+          other, once ->
+            {other, once}
+        end)
+
+      Map.new(quantized)
     end
 
     # layer name => Axon op name, for a model's layers

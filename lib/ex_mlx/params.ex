@@ -1,0 +1,134 @@
+if Code.ensure_loaded?(Nx) do
+  defmodule ExMLX.Params do
+    @moduledoc """
+    Functions on containers of model parameters: an `Axon.ModelState`,
+    Bumblebee's parameters, or any Nx container of tensors.
+    """
+
+    alias Nx.Defn.Composite
+
+    @doc """
+    `params` with its tensors of equal values made one tensor: where two or
+    more leaves have the same shape, type and bits, every one of them is
+    replaced by the first in the container's order, so that one buffer
+    holds them all.
+
+    A model with tied weights loaded from a checkpoint that stores them
+    once often has them twice in memory: Bumblebee's loader reads a
+    checkpoint tensor anew for each parameter that names it (a Llama with
+    `tie_word_embeddings` gets its embedding table and its output layer's
+    kernel as two tensors of the same `{vocabulary, hidden}` values). The
+    replaced tensors are freed once nothing else holds them (the container
+    given, say).
+
+    Options:
+
+      * `:min_bytes` - only tensors of at least this many bytes are
+        compared (default 1 MiB): small ones cost more to compare than they
+        hold.
+
+    Values are compared bit for bit (`-0.0` and `0.0` differ; a NaN equals
+    a NaN of the same bits); complex and quantized tensors
+    (`ExMLX.Quantization`) and vectorized ones are left as they are. Each candidate is first
+    told apart by a few of its elements; tensors that agree there are
+    compared whole, on their device.
+
+        iex> table = Nx.iota({4, 3}, type: :f32, backend: ExMLX.Backend)
+        iex> params = %{
+        ...>   "embedding" => %{"kernel" => table},
+        ...>   "head" => %{"kernel" => Nx.add(table, 0)},
+        ...>   "other" => %{"kernel" => Nx.add(table, 1)}
+        ...> }
+        iex> shared = ExMLX.Params.share_equal(params, min_bytes: 0)
+        iex> shared["head"]["kernel"] == shared["embedding"]["kernel"]
+        true
+        iex> shared["other"]["kernel"] == shared["embedding"]["kernel"]
+        false
+    """
+    @spec share_equal(container, keyword()) :: container when container: Nx.Container.t()
+    def share_equal(params, opts \\ []) do
+      opts = Keyword.validate!(opts, min_bytes: 1_048_576)
+      min_bytes = opts[:min_bytes]
+
+      unless is_integer(min_bytes) and min_bytes >= 0,
+        do:
+          raise(
+            ArgumentError,
+            ":min_bytes must be a non-negative integer, got: #{inspect(min_bytes)}"
+          )
+
+      # each candidate's stand-in: the first earlier tensor of its bits
+      {_, replacements} =
+        [params]
+        |> Composite.flatten_list()
+        |> Enum.filter(&candidate?(&1, min_bytes))
+        |> Enum.reduce({%{}, %{}}, fn t, {seen, replacements} ->
+          key = {t.shape, t.type, t.names, probe(t)}
+          earlier = Map.get(seen, key, [])
+
+          case Enum.find(earlier, &(&1 == t or equal_bits?(&1, t))) do
+            nil -> {Map.put(seen, key, [t | earlier]), replacements}
+            same when same == t -> {seen, replacements}
+            first -> {seen, Map.put(replacements, t, first)}
+          end
+        end)
+
+      if replacements == %{},
+        do: params,
+        else: Composite.traverse(params, &Map.get(replacements, &1, &1))
+    end
+
+    defp candidate?(%Nx.Tensor{type: {:c, _}}, _min_bytes), do: false
+    defp candidate?(%Nx.Tensor{vectorized_axes: [_ | _]}, _min_bytes), do: false
+
+    defp candidate?(%Nx.Tensor{data: %ExMLX.Backend{quantization: q}}, _min_bytes)
+         when q != nil,
+         do: false
+
+    defp candidate?(%Nx.Tensor{} = t, min_bytes), do: Nx.byte_size(t) >= min_bytes
+    defp candidate?(_other, _min_bytes), do: false
+
+    # A few elements spread over the tensor, as bytes: equal tensors have
+    # equal probes; most unequal ones differ there already.
+    @probes 16
+    defp probe(%Nx.Tensor{shape: {}} = t), do: Nx.to_binary(t)
+
+    defp probe(%Nx.Tensor{shape: shape} = t) do
+      size = Nx.size(t)
+
+      if size == 0 do
+        <<>>
+      else
+        positions = Enum.uniq(for i <- 0..(@probes - 1), do: div(i * (size - 1), @probes - 1))
+        dims = Tuple.to_list(shape)
+        indices = Enum.map(positions, &unravel(&1, dims))
+
+        t
+        |> Nx.gather(Nx.tensor(indices, type: :s64, backend: Nx.BinaryBackend))
+        |> Nx.to_binary()
+      end
+    end
+
+    # a flat position's index along each axis (row-major)
+    defp unravel(position, dims) do
+      {index, _} =
+        dims
+        |> Enum.reverse()
+        |> Enum.map_reduce(position, fn dim, rest -> {rem(rest, dim), div(rest, dim)} end)
+
+      Enum.reverse(index)
+    end
+
+    defp equal_bits?(a, b) do
+      [a, b]
+      |> Enum.map(&as_bits/1)
+      |> then(fn [a, b] -> Nx.equal(a, b) |> Nx.all() |> Nx.to_number() == 1 end)
+    end
+
+    # floats as unsigned integers of their width, so that equality is of bits
+    defp as_bits(%Nx.Tensor{type: {kind, bits}} = t) when kind in [:f, :bf],
+      do: Nx.bitcast(t, {:u, bits})
+
+    defp as_bits(t), do: t
+  end
+end
