@@ -135,7 +135,15 @@ host_before =
 {load_us, {:ok, model}} =
   :timer.tc(fn ->
     {:ok, loaded} = Bumblebee.load_model({:local, dir}, type: type, backend: backend)
-    loaded = %{loaded | params: ExMLX.Params.share_equal(loaded.params)}
+    {share_us, shared} = :timer.tc(fn -> ExMLX.Params.share_equal(loaded.params) end)
+    kept = fn params -> params |> Nx.Defn.Composite.flatten_list() |> Enum.uniq() |> length() end
+
+    IO.puts(
+      "ExMLX.Params.share_equal/2: #{kept.([loaded.params]) - kept.([shared])} tensors shared, " <>
+        "#{Float.round(share_us / 1.0e6, 2)} s"
+    )
+
+    loaded = %{loaded | params: shared}
     :erlang.garbage_collect()
     ExMLX.Stream.synchronize(device)
     {:ok, loaded}

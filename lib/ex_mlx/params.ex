@@ -29,8 +29,8 @@ if Code.ensure_loaded?(Nx) do
 
     Values are compared bit for bit (`-0.0` and `0.0` differ; a NaN equals
     a NaN of the same bits); complex and quantized tensors
-    (`ExMLX.Quantization`) and vectorized ones are left as they are. Each candidate is first
-    told apart by a few of its elements; tensors that agree there are
+    (`ExMLX.Quantization`) and vectorized ones are left as they are. Each
+    candidate is first told apart by a few of its elements; tensors that agree there are
     compared whole, on their device.
 
         iex> table = Nx.iota({4, 3}, type: :f32, backend: ExMLX.Backend)
@@ -88,35 +88,28 @@ if Code.ensure_loaded?(Nx) do
     defp candidate?(%Nx.Tensor{} = t, min_bytes), do: Nx.byte_size(t) >= min_bytes
     defp candidate?(_other, _min_bytes), do: false
 
-    # A few elements spread over the tensor, as bytes: equal tensors have
-    # equal probes; most unequal ones differ there already.
-    @probes 16
+    # A few elements of the tensor, as bytes: the blocks of at most 4
+    # along each axis at its start, its middle and its end (slices and
+    # copies only: MLX's CUDA gather would build a kernel at its first
+    # use). Equal tensors have equal probes; unequal ones mostly differ
+    # there already.
     defp probe(%Nx.Tensor{shape: {}} = t), do: Nx.to_binary(t)
 
     defp probe(%Nx.Tensor{shape: shape} = t) do
-      size = Nx.size(t)
+      dims = Tuple.to_list(shape)
 
-      if size == 0 do
+      if Enum.any?(dims, &(&1 == 0)) do
         <<>>
       else
-        positions = Enum.uniq(for i <- 0..(@probes - 1), do: div(i * (size - 1), @probes - 1))
-        dims = Tuple.to_list(shape)
-        indices = Enum.map(positions, &unravel(&1, dims))
+        lengths = Enum.map(dims, &min(&1, 4))
+        ends = Enum.zip_with(dims, lengths, &(&1 - &2))
+        middles = Enum.zip_with(dims, ends, &min(div(&1, 2), &2))
 
-        t
-        |> Nx.gather(Nx.tensor(indices, type: :s64, backend: Nx.BinaryBackend))
+        [List.duplicate(0, length(dims)), middles, ends]
+        |> Enum.map(&(t |> Nx.slice(&1, lengths) |> Nx.flatten()))
+        |> Nx.concatenate()
         |> Nx.to_binary()
       end
-    end
-
-    # a flat position's index along each axis (row-major)
-    defp unravel(position, dims) do
-      {index, _} =
-        dims
-        |> Enum.reverse()
-        |> Enum.map_reduce(position, fn dim, rest -> {rem(rest, dim), div(rest, dim)} end)
-
-      Enum.reverse(index)
     end
 
     defp equal_bits?(a, b) do
