@@ -16,14 +16,18 @@ if Code.ensure_loaded?(Nx) do
     # `cond` clause sees its parents, whose values it needs are computed
     # before the `cond` (Nx.Defn.Tree.scope_ids/2 tells which ids are the
     # parents').
+    #
+    # The walk's state is explicit: `state` (the scope: parameters, device,
+    # options) and `cache`, threaded through every node, which maps node
+    # ids to their values and also holds the hooks recorded so far (key
+    # `:hooks`, newest first) and the ids of scopes computed so far (keys
+    # `{:scope_ids, ref}`; node ids are references, never these).
 
     alias ExMLX.Op
     alias Nx.Defn.{Composite, Expr, Tree}
     alias Nx.Tensor, as: T
 
     @creation_ops [:eye, :iota, :from_binary]
-    @hooks :ex_mlx_lowering_hooks
-    @scopes :ex_mlx_lowering_scopes
 
     @doc """
     Evaluates `expr` on `params` (functions returning the input tensors,
@@ -43,19 +47,8 @@ if Code.ensure_loaded?(Nx) do
         fuse: fuse
       }
 
-      previous = Process.put(@hooks, [])
-      previous_scopes = Process.put(@scopes, %{})
-
-      try do
-        {result, _cache} = composite_eval(expr, state, %{})
-        {result, Enum.reverse(Process.get(@hooks))}
-      after
-        if previous, do: Process.put(@hooks, previous), else: Process.delete(@hooks)
-
-        if previous_scopes,
-          do: Process.put(@scopes, previous_scopes),
-          else: Process.delete(@scopes)
-      end
+      {result, cache} = composite_eval(expr, state, %{hooks: []})
+      {result, Enum.reverse(cache.hooks)}
     end
 
     defp composite_eval(composite, state, cache),
@@ -142,8 +135,7 @@ if Code.ensure_loaded?(Nx) do
           cond do
             not state.nested ->
               {value, cache} = composite_eval(hooked, state, cache)
-              push_hook(spec, value)
-              cache
+              push_hook(cache, spec, value)
 
             not hook_calls?(spec, state.hooked) ->
               cache
@@ -199,7 +191,7 @@ if Code.ensure_loaded?(Nx) do
       # (a quantized value, ExMLX.Quantization, is three values of the state)
       types = Enum.flat_map(leaves, &state_types/1)
       refs = Enum.flat_map(leaves, &state_refs(&1, &1, state.device))
-      inner = %{closed(state, {pred, body}, []) | nested: true}
+      inner = closed(state, {pred, body}, [])
 
       with_state = fn state_refs ->
         {tensors, []} = rebuild(List.to_tuple(leaves), state_refs, state.device)
@@ -224,7 +216,8 @@ if Code.ensure_loaded?(Nx) do
     end
 
     defp eval_apply(:cond, %T{data: %Expr{args: [clauses, last]}}, state, cache) do
-      state = %{state | scope: scope_ids(state.scope)}
+      {scope, cache} = scope_ids(state.scope, cache)
+      state = %{state | scope: scope}
       cache = parents_first([last | Enum.flat_map(clauses, &Tuple.to_list/1)], state, cache)
       leaves = Composite.flatten_list([last])
       types = Enum.map(leaves, &ExMLX.Backend.storage_type(&1.type))
@@ -352,33 +345,31 @@ if Code.ensure_loaded?(Nx) do
     # -------------------------------------------------------------------------
 
     # The state of a scope that sees only its parameters (a while body, a
-    # function, a block's default expression).
+    # function, a block's default expression): nested, as its hooks cannot
+    # be the program's outputs (its values are a callback's, or a loop
+    # step's).
     defp closed(state, expr, params),
-      do: %{state | params: params, scope: lazy_scope(expr)}
+      do: %{state | params: params, scope: lazy_scope(expr), nested: true}
 
     # A scope's node ids (Nx.Defn.Tree.scope_ids/2), computed the first time
     # a `cond` needs them: a walk of the whole graph, which a graph without
-    # a `cond` (an LSTM's unrolled training step) never needs. A scope is named by a
-    # reference; its ids, once computed, are kept for the lowering's length.
+    # a `cond` (an LSTM's unrolled training step) never needs. A scope is
+    # named by a reference; its ids, once computed, are kept in the cache
+    # of the scope that computed them, for the `cond`s after.
     defp lazy_scope(expr, parent \\ %{}), do: {:lazy_scope, make_ref(), expr, parent}
 
-    defp scope_ids({:lazy_scope, ref, expr, parent}) do
-      case Process.get(@scopes) do
-        %{^ref => ids} ->
-          ids
+    defp scope_ids({:lazy_scope, ref, expr, parent}, cache) do
+      case cache do
+        %{{:scope_ids, ^ref} => ids} ->
+          {ids, cache}
 
-        %{} = scopes ->
+        %{} ->
           ids = Tree.scope_ids(expr, parent)
-          Process.put(@scopes, Map.put(scopes, ref, ids))
-          ids
-
-        # (outside lower/4: nothing to keep them in)
-        nil ->
-          Tree.scope_ids(expr, parent)
+          {ids, Map.put(cache, {:scope_ids, ref}, ids)}
       end
     end
 
-    defp scope_ids(ids) when is_map(ids), do: ids
+    defp scope_ids(ids, cache) when is_map(ids), do: {ids, cache}
 
     # Computes, in the current scope, the values of the parents' nodes that
     # the `cond` clauses `exprs` read, so that the clauses share them.
@@ -523,11 +514,11 @@ if Code.ensure_loaded?(Nx) do
             {value, spec, cache}
         end
 
-      push_hook(spec, hooked)
-      {hook_result(value, template), cache}
+      {hook_result(value, template), push_hook(cache, spec, hooked)}
     end
 
-    defp push_hook(spec, value), do: Process.put(@hooks, [{spec, value} | Process.get(@hooks)])
+    defp push_hook(%{hooks: hooks} = cache, spec, value),
+      do: %{cache | hooks: [{spec, value} | hooks]}
 
     defp hook_result(value, %T{}), do: value
 
