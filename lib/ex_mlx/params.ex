@@ -19,7 +19,8 @@ if Code.ensure_loaded?(Nx) do
     `tie_word_embeddings` gets its embedding table and its output layer's
     kernel as two tensors of the same `{vocabulary, hidden}` values). The
     replaced tensors are freed once nothing else holds them (the container
-    given, say).
+    given, say). docs/decisions/0016-tied-weights-shared-on-request.md says
+    why this is a call and not something the backend does by itself.
 
     Options:
 
