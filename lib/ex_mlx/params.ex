@@ -9,9 +9,9 @@ if Code.ensure_loaded?(Nx) do
 
     @doc """
     `params` with its tensors of equal values made one tensor: where two or
-    more leaves have the same shape, type and bits, every one of them is
-    replaced by the first in the container's order, so that one buffer
-    holds them all.
+    more leaves have the same shape, type and bits, on the same backend and
+    device, every one of them is replaced by the first in the container's
+    order, so that one buffer holds them all.
 
     A model with tied weights loaded from a checkpoint that stores them
     once often has them twice in memory: Bumblebee's loader reads a
@@ -64,7 +64,7 @@ if Code.ensure_loaded?(Nx) do
         |> Composite.flatten_list()
         |> Enum.filter(&candidate?(&1, min_bytes))
         |> Enum.reduce({%{}, %{}}, fn t, {seen, replacements} ->
-          key = {t.shape, t.type, t.names, probe(t)}
+          key = {t.shape, t.type, t.names, place(t), probe(t)}
           earlier = Map.get(seen, key, [])
 
           case Enum.find(earlier, &(&1 == t or equal_bits?(&1, t))) do
@@ -88,6 +88,11 @@ if Code.ensure_loaded?(Nx) do
 
     defp candidate?(%Nx.Tensor{} = t, min_bytes), do: Nx.byte_size(t) >= min_bytes
     defp candidate?(_other, _min_bytes), do: false
+
+    # Where a tensor lives: only tensors of one backend and device are made
+    # one (sharing must not move a parameter).
+    defp place(%Nx.Tensor{data: %ExMLX.Backend{device: device}}), do: {ExMLX.Backend, device}
+    defp place(%Nx.Tensor{data: %backend{}}), do: backend
 
     # A few elements of the tensor, as bytes: the blocks of at most 4
     # along each axis at its start, its middle and its end (slices and

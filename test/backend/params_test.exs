@@ -75,7 +75,7 @@ if Code.ensure_loaded?(Nx) do
       assert shared == params
     end
 
-    test "tensors below :min_bytes, and other shapes or types, are left alone" do
+    test "tensors below :min_bytes, of other shapes, or on another backend are left alone" do
       small = values(1_000, 4)
       params = {tensor(small), tensor(small)}
       assert Params.share_equal(params) == params
@@ -86,6 +86,10 @@ if Code.ensure_loaded?(Nx) do
       big = values(262_144, 5)
       reshaped = %{"flat" => tensor(big), "matrix" => Nx.reshape(tensor(big), {512, 512})}
       assert Params.share_equal(reshaped) == reshaped
+
+      # (the same values on another backend: sharing would move a parameter)
+      elsewhere = %{"a" => tensor(big), "b" => Nx.backend_copy(tensor(big), Nx.BinaryBackend)}
+      assert Params.share_equal(elsewhere) == elsewhere
     end
 
     test "the replaced tensors' bytes are freed once the container given is gone" do
