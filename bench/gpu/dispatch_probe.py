@@ -21,6 +21,10 @@ a call over 300 calls (bench/results/llm-gpu.md).
   positions, in float32), plain and under `mx.compile` (as `fuse: true`
   runs a program's ops), beside the masked kernel under `mx.compile`.
 
+- The masked attention with the cache stored as Bumblebee's is ({1, 160,
+  32, 128}, read through a transposed view) beside mlx-lm's layout ({1, 32,
+  160, 128}), plain and under `mx.compile` (`--layout-only`: this alone).
+
 On the GPU machine, after `bench/gpu/run.sh unpack` (`--cpu`: MLX's CPU):
 
     PYTHONPATH=/tmp/exmlx-gpu/mlx-cuda python3 bench/gpu/dispatch_probe.py
@@ -34,6 +38,7 @@ import mlx.core as mx
 mx.set_default_device(mx.cpu if "--cpu" in sys.argv else mx.gpu)
 N = 300
 H, D = 32, 64
+LAYOUT_ONLY = "--layout-only" in sys.argv
 
 
 def probe(name, f, inputs):
@@ -51,6 +56,35 @@ def probe(name, f, inputs):
     print(f"{name}: build {(t1-t0)/N*1e6:.2f} us, async_eval {(t2-t1)/N*1e6:.2f} us, "
           f"to done {(t3-t1)/N*1e6:.2f} us a call", flush=True)
 
+
+def layout():
+    """The masked attention over a cache stored as Bumblebee's is,
+    {1, T, heads, DH}, read through a transposed view (as a compiled
+    program's step gives it to MLX), beside the same values stored
+    {1, heads, T, DH} (mlx-lm's layout), plain and under `mx.compile`."""
+    T, DH = 160, 128
+    queries = [mx.random.normal((1, H, 1, DH)).astype(mx.bfloat16) for _ in range(N)]
+    mask = mx.where(mx.arange(T) <= 37, 0.0, -mx.inf).astype(mx.bfloat16).reshape(1, 1, 1, T)
+    stored = [mx.random.normal((1, T, H, DH)).astype(mx.bfloat16) for _ in range(2)]
+    contiguous = [mx.contiguous(s.transpose(0, 2, 1, 3)) for s in stored]
+    mx.eval(queries, mask, *stored, *contiguous)
+
+    def attention(k, v):
+        return lambda q: mx.fast.scaled_dot_product_attention(q, k, v, scale=DH**-0.5, mask=mask)
+
+    views = attention(*(s.transpose(0, 2, 1, 3) for s in stored))
+    heads_first = attention(*contiguous)
+    probe("sdpa, mask, cache {1, T, H, DH} read transposed", views, queries)
+    probe("sdpa, mask, cache {1, H, T, DH}", heads_first, queries)
+    probe("sdpa, mask, cache {1, T, H, DH} read transposed, mx.compile", mx.compile(views), queries)
+    probe("sdpa, mask, cache {1, H, T, DH}, mx.compile", mx.compile(heads_first), queries)
+    diff = mx.abs(views(queries[0]).astype(mx.float32) - heads_first(queries[0]).astype(mx.float32))
+    print(f"  the two layouts: largest difference {diff.max().item():.3g}")
+
+
+if LAYOUT_ONLY:
+    layout()
+    sys.exit(0)
 
 # rotary embedding
 inv = mx.array([10000.0 ** (-2 * i / D) for i in range(D // 2)], dtype=mx.float32)
@@ -146,3 +180,5 @@ probe("masked attention by sums, mx.compile", mx.compile(by_sums), queries)
 probe("sdpa, additive mask array, mx.compile", mx.compile(masked), queries)
 diff = mx.abs(by_sums(queries[0]).astype(mx.float32) - masked(queries[0]).astype(mx.float32)).max()
 print(f"  by sums against sdpa: largest difference {diff.item():.3g}")
+
+layout()
