@@ -31,8 +31,8 @@ if Code.ensure_loaded?(Nx) do
     Values are compared bit for bit (`-0.0` and `0.0` differ; a NaN equals
     a NaN of the same bits); complex and quantized tensors
     (`ExMLX.Quantization`) and vectorized ones are left as they are. Each
-    candidate is first told apart by a few of its elements; tensors that agree there are
-    compared whole, on their device.
+    candidate is first told apart by a few of its elements; tensors that
+    agree there are compared whole, on their device.
 
         iex> table = Nx.iota({4, 3}, type: :f32, backend: ExMLX.Backend)
         iex> params = %{
@@ -82,11 +82,9 @@ if Code.ensure_loaded?(Nx) do
     defp candidate?(%Nx.Tensor{type: {:c, _}}, _min_bytes), do: false
     defp candidate?(%Nx.Tensor{vectorized_axes: [_ | _]}, _min_bytes), do: false
 
-    defp candidate?(%Nx.Tensor{data: %ExMLX.Backend{quantization: q}}, _min_bytes)
-         when q != nil,
-         do: false
+    defp candidate?(%Nx.Tensor{} = t, min_bytes),
+      do: not ExMLX.Quantization.quantized?(t) and Nx.byte_size(t) >= min_bytes
 
-    defp candidate?(%Nx.Tensor{} = t, min_bytes), do: Nx.byte_size(t) >= min_bytes
     defp candidate?(_other, _min_bytes), do: false
 
     # Where a tensor lives: only tensors of one backend and device are made

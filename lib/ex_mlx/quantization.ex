@@ -306,14 +306,8 @@ if Code.ensure_loaded?(Nx) do
               Enum.map_reduce(layer_params, once, fn {name, value}, once ->
                 if transpose != nil and kernel?(name, value, opts[:group_size], transpose) and
                      only.(layer, name) do
-                  case once do
-                    %{{^value, ^transpose} => done} ->
-                      {{name, done}, once}
-
-                    _ ->
-                      done = quantize(value, [transpose: transpose] ++ format)
-                      {{name, done}, Map.put(once, {value, transpose}, done)}
-                  end
+                  {done, once} = quantize_once(value, [transpose: transpose] ++ format, once)
+                  {{name, done}, once}
                 else
                   {{name, value}, once}
                 end
@@ -326,6 +320,20 @@ if Code.ensure_loaded?(Nx) do
         end)
 
       Map.new(quantized)
+    end
+
+    # `quantize(value, opts)`, or what an earlier call with the same tensor
+    # and options gave (`once`): a tensor held by several parameters stays
+    # one tensor
+    defp quantize_once(value, opts, once) do
+      case once do
+        %{{^value, ^opts} => done} ->
+          {done, once}
+
+        _ ->
+          done = quantize(value, opts)
+          {done, Map.put(once, {value, opts}, done)}
+      end
     end
 
     # layer name => Axon op name, for a model's layers
