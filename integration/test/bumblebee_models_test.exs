@@ -100,6 +100,28 @@ if Code.ensure_loaded?(Bumblebee) do
         assert got == expected
       end
 
+      test "#{name}: with fuse: true, the same ids; the loop's caches held heads-first",
+           %{dir: dir} do
+        {model, reference} = load(dir, unquote(name))
+        generate = generate_fun(dir, unquote(name), model, fuse: true)
+
+        inputs = %{
+          "input_ids" => reference["input_ids"][0..0],
+          "attention_mask" => reference["attention_mask"][0..0],
+          "seed" => Nx.tensor([0])
+        }
+
+        %{token_ids: ids} = generate.(model.params, inputs)
+        expected = Nx.to_flat_list(reference["generated"])
+        assert ids |> Nx.to_flat_list() |> Enum.take(length(expected)) == expected
+
+        # every layer's key and value cache (ExMLX.Compiler.CacheLayout)
+        [loop] = generate_loops(dir, unquote(name), model, inputs)
+        [_initial, arg, pred, body] = loop.data.args
+        plan = ExMLX.Compiler.CacheLayout.plan(arg, pred, body)
+        assert MapSet.size(plan.leaves) == 2 * model.spec.num_blocks
+      end
+
       test "#{name}: Bumblebee.Text.generation (a serving, from text) generates PyTorch's tokens",
            %{dir: dir} do
         {model, reference} = load(dir, unquote(name))
@@ -123,15 +145,43 @@ if Code.ensure_loaded?(Bumblebee) do
       end
     end
 
-    defp generate_fun(dir, name, model) do
+    defp generate_fun(dir, name, model, jit_opts \\ []) do
+      model
+      |> build_generate(dir, name)
+      |> Nx.Defn.jit([compiler: ExMLX.Compiler] ++ jit_opts)
+    end
+
+    defp build_generate(model, dir, name) do
       {:ok, config} = Bumblebee.load_generation_config({:local, Path.join(dir, name)})
       # (min_length, not min_new_tokens: Bumblebee 0.7.0 adds the latter to
       # the prompt's length with Elixir's +, which fails inside defn)
       config = Bumblebee.configure(config, max_new_tokens: 20, min_length: 8 + 20)
+      Bumblebee.Text.Generation.build_generate(model.model, model.spec, config)
+    end
 
-      model.model
-      |> Bumblebee.Text.Generation.build_generate(model.spec, config)
-      |> Nx.Defn.jit(compiler: ExMLX.Compiler)
+    # the `while` nodes of the generation's expression outside loops
+    defp generate_loops(dir, name, model, inputs) do
+      alias Nx.Defn.{Composite, Expr, Tree}
+
+      expr = Nx.Defn.debug_expr(build_generate(model, dir, name)).(model.params, inputs)
+
+      walk = fn
+        %Nx.Tensor{data: %Expr{id: id, op: op}} = t, {seen, loops}, walk ->
+          if is_map_key(seen, id) do
+            {t, {seen, loops}}
+          else
+            loops = if op == :while, do: [t | loops], else: loops
+            acc = {Map.put(seen, id, true), loops}
+            {_, acc} = Tree.apply_args(t, :scope, acc, &walk.(&1, &2, walk))
+            {t, acc}
+          end
+
+        other, acc, _walk ->
+          {other, acc}
+      end
+
+      {_, {_seen, loops}} = Composite.traverse(expr, {%{}, []}, &walk.(&1, &2, walk))
+      loops
     end
 
     # 16 callers at once through a serving of batch size `batch_size`; each

@@ -32,7 +32,13 @@ if Code.ensure_loaded?(Nx) do
         `ExMLX.scaled_dot_product_attention/5`): one op each instead of five
         to nine, with MLX's rounding (docs/numerics.md); on a GPU so is
         Bumblebee's rotary embedding of one token per batch entry (a
-        decoding step), as MLX's `rope` (`ExMLX.rope/5`).
+        decoding step), as MLX's `rope` (`ExMLX.rope/5`). A `while` loop's
+        key/value cache that the loop writes `{batch, position, heads,
+        depth}` and reads only through `Nx.transpose(axes: [0, 2, 1, 3])`
+        (Bumblebee's) is held `{batch, heads, position, depth}` while the
+        loop runs: each step writes its rows transposed, and the attention
+        reads the cache as stored. The same values; the loop's result is
+        given back in the first layout.
       * `:hooks` - a map of hook names to functions, replacing named hooks'
         functions (see below).
       * `:batch_keys` - set by `Nx.Serving`; it changes nothing here.

@@ -23,6 +23,7 @@ if Code.ensure_loaded?(Nx) do
     # `:hooks`, newest first) and the ids of scopes computed so far (keys
     # `{:scope_ids, ref}`; node ids are references, never these).
 
+    alias ExMLX.Compiler.CacheLayout
     alias ExMLX.Op
     alias Nx.Defn.{Composite, Expr, Tree}
     alias Nx.Tensor, as: T
@@ -44,7 +45,8 @@ if Code.ensure_loaded?(Nx) do
         scope: lazy_scope(expr),
         nested: false,
         hooked: MapSet.new(hooked),
-        fuse: fuse
+        fuse: fuse,
+        relayout: %{}
       }
 
       {result, cache} = composite_eval(expr, state, %{hooks: []})
@@ -68,7 +70,12 @@ if Code.ensure_loaded?(Nx) do
           {result, cache}
 
         %{} ->
-          {result, cache} = eval_apply(op, ans, state, cache)
+          {result, cache} =
+            case state.relayout do
+              %{^id => action} -> relayout(action, ans, state, cache)
+              %{} -> eval_apply(op, ans, state, cache)
+            end
+
           {result, Map.put(cache, id, result)}
       end
     end
@@ -185,13 +192,14 @@ if Code.ensure_loaded?(Nx) do
     end
 
     defp eval_apply(:while, %T{data: %Expr{args: args}}, state, cache) do
-      [initial, _arg, pred, body] = args
+      [initial, arg, pred, body] = args
+      plan = if state.fuse, do: CacheLayout.plan(arg, pred, body), else: CacheLayout.none()
       {initial, cache} = composite_eval(initial, state, cache)
-      leaves = tuple_leaves(initial)
+      leaves = initial |> tuple_leaves() |> CacheLayout.enter(plan)
       # (a quantized value, ExMLX.Quantization, is three values of the state)
       types = Enum.flat_map(leaves, &state_types/1)
       refs = Enum.flat_map(leaves, &state_refs(&1, &1, state.device))
-      inner = closed(state, {pred, body}, [])
+      inner = %{closed(state, {pred, body}, []) | relayout: plan.actions}
 
       with_state = fn state_refs ->
         {tensors, []} = rebuild(List.to_tuple(leaves), state_refs, state.device)
@@ -212,7 +220,9 @@ if Code.ensure_loaded?(Nx) do
           end
         )
 
-      {rebuild_tuples(initial, results, state.device), cache}
+      {values, []} = rebuild(List.to_tuple(leaves), results, state.device)
+      {result, []} = refill(initial, values |> Tuple.to_list() |> CacheLayout.leave(plan))
+      {result, cache}
     end
 
     defp eval_apply(:cond, %T{data: %Expr{args: [clauses, last]}}, state, cache) do
@@ -324,6 +334,25 @@ if Code.ensure_loaded?(Nx) do
       {Nx.reshape(rotated, shape), cache}
     end
 
+    # A loop-carried cache held with its axes 1 and 2 swapped
+    # (ExMLX.Compiler.CacheLayout): its write swaps the start indices and
+    # the update likewise; a transpose reading it is the stored value.
+    defp relayout(:write, %T{data: %Expr{args: [tensor, starts, update]}} = ans, state, cache) do
+      {[tensor, update], cache} = Enum.map_reduce([tensor, update], cache, &eval(&1, state, &2))
+
+      {starts, cache} =
+        Enum.map_reduce(starts, cache, fn
+          s, cache when is_integer(s) -> {s, cache}
+          s, cache -> eval(s, state, cache)
+        end)
+
+      update = CacheLayout.swap(update)
+      out = %{ans | shape: tensor.shape, names: tensor.names}
+      {ExMLX.Backend.put_slice(out, tensor, CacheLayout.swap_starts(starts), update), cache}
+    end
+
+    defp relayout({:read, written}, _ans, state, cache), do: eval(written, state, cache)
+
     defp generic(op, ans, state, cache) do
       {args, cache} = Tree.apply_args(ans, cache, &eval(&1, state, &2))
 
@@ -411,10 +440,13 @@ if Code.ensure_loaded?(Nx) do
 
     defp tuple_leaves(leaf), do: [leaf]
 
-    defp rebuild_tuples(tuple, refs, device) do
-      {result, []} = rebuild(tuple, refs, device)
-      result
+    # `tuple`'s structure filled with `values`, its leaves in order.
+    defp refill(tuple, values) when is_tuple(tuple) do
+      {items, values} = Enum.map_reduce(Tuple.to_list(tuple), values, &refill/2)
+      {List.to_tuple(items), values}
     end
+
+    defp refill(_leaf, [value | values]), do: {value, values}
 
     defp rebuild(tuple, refs, device) when is_tuple(tuple) do
       {items, refs} = Enum.map_reduce(Tuple.to_list(tuple), refs, &rebuild(&1, &2, device))

@@ -1,0 +1,169 @@
+if Code.ensure_loaded?(Nx) do
+  defmodule ExMLX.Compiler.CacheLayout do
+    @moduledoc false
+    # Which values of a `while` loop's state ExMLX.Compiler with `fuse: true`
+    # keeps with their axes 1 and 2 swapped: a key/value cache that the loop
+    # writes `{batch, position, heads, depth}` and reads only through
+    # `transpose(axes: [0, 2, 1, 3])` (Bumblebee's attention cache and its
+    # attention). Held `{batch, heads, position, depth}` instead, each step
+    # writes its update transposed (a few rows) and the attention reads the
+    # cache as it is stored, instead of MLX reading the whole cache through
+    # a strided view every step (docs/decisions/0017-heads-first-caches.md).
+    # The values are the same ones; only where they are stored changes.
+    #
+    # A state value `i` (rank 4) qualifies when, in the loop's condition and
+    # body (one scope: nested functions and loops have their own
+    # parameters), its parameter's only reader is one `put_slice` of it
+    # (`p`), `p` is the body's value `i` and no other, and every other
+    # reader of `p` is a `transpose` with axes `[0, 2, 1, 3]`, directly or
+    # through `metadata` nodes (Axon's layer names). Then ExMLX.Compiler.Lowering
+    # enters the loop with the value transposed, writes `p` with its start
+    # indices and update swapped likewise, reads `p`'s value for each of
+    # those transposes, and transposes the loop's result back.
+
+    alias Nx.Defn.{Composite, Expr, Tree}
+    alias Nx.Tensor, as: T
+
+    @swap [0, 2, 1, 3]
+
+    @typedoc """
+    `leaves`: the state's indices held swapped; `actions`: node ids of the
+    body to what the lowering does instead of the node (`:write`, the
+    `put_slice`, or `{:read, p}`, a transpose that is `p`'s value).
+    """
+    @type plan :: %{leaves: MapSet.t(non_neg_integer()), actions: map()}
+
+    @doc "A plan that changes nothing."
+    def none, do: %{leaves: MapSet.new(), actions: %{}}
+
+    @doc """
+    The plan of a `while` node's arguments: `arg` (its parameters), `pred`
+    and `body`.
+    """
+    def plan(arg, pred, body) do
+      params = Composite.flatten_list([arg])
+      outputs = Composite.flatten_list([body])
+      readers = readers({pred, body})
+
+      if length(params) == length(outputs) do
+        params
+        |> Enum.with_index()
+        |> Enum.reduce(none(), fn {param, i}, plan ->
+          case swapped(param, i, outputs, readers) do
+            {:ok, actions} ->
+              %{leaves: MapSet.put(plan.leaves, i), actions: Map.merge(plan.actions, actions)}
+
+            :error ->
+              plan
+          end
+        end)
+      else
+        none()
+      end
+    end
+
+    @doc "The loop's initial values (a flat list), the planned ones swapped."
+    def enter(values, %{leaves: leaves}), do: swap_at(values, leaves)
+
+    @doc "The loop's results (a flat list), the planned ones swapped back."
+    def leave(values, %{leaves: leaves}), do: swap_at(values, leaves)
+
+    @doc "`x` with its axes 1 and 2 swapped (a value of the lowering)."
+    def swap(x), do: Nx.transpose(x, axes: @swap)
+
+    @doc "The start indices of a swapped write: the axes' order of `swap/1`."
+    def swap_starts([s0, s1, s2, s3]), do: [s0, s2, s1, s3]
+
+    defp swap_at(values, leaves) do
+      if MapSet.size(leaves) == 0 do
+        values
+      else
+        values
+        |> Enum.with_index()
+        |> Enum.map(fn {v, i} -> if MapSet.member?(leaves, i), do: swap(v), else: v end)
+      end
+    end
+
+    defp swapped(
+           %T{shape: {_, _, _, _}, data: %Expr{op: :parameter, id: id}},
+           i,
+           outputs,
+           readers
+         ) do
+      with [
+             %T{
+               data: %Expr{
+                 op: :put_slice,
+                 id: p_id,
+                 args: [%T{data: %Expr{id: ^id}}, starts, update]
+               }
+             } = p
+           ] <-
+             Map.get(readers, id, []),
+           false <- refers?(update, id) or Enum.any?(starts, &refers?(&1, id)),
+           [^i] <- output_indices(outputs, p_id),
+           {:ok, transposes} <- transposes(p, readers),
+           true <- transposes != [] do
+        reads = Map.new(transposes, &{&1.data.id, {:read, p}})
+        {:ok, Map.put(reads, p_id, :write)}
+      else
+        _ -> :error
+      end
+    end
+
+    defp swapped(_param, _i, _outputs, _readers), do: :error
+
+    defp refers?(%T{data: %Expr{id: id}}, id), do: true
+    defp refers?(_expr, _id), do: false
+
+    defp output_indices(outputs, id) do
+      for {%T{data: %Expr{id: ^id}}, i} <- Enum.with_index(outputs), do: i
+    end
+
+    # The transposes reading `node` (through metadata nodes), or `:error`
+    # if anything else reads it.
+    defp transposes(%T{data: %Expr{id: id}}, readers) do
+      readers
+      |> Map.get(id, [])
+      |> Enum.reduce_while({:ok, []}, fn reader, {:ok, acc} ->
+        case reader do
+          %T{data: %Expr{op: :transpose, args: [_, @swap]}} ->
+            {:cont, {:ok, [reader | acc]}}
+
+          %T{data: %Expr{op: :metadata}} ->
+            case transposes(reader, readers) do
+              {:ok, more} -> {:cont, {:ok, more ++ acc}}
+              :error -> {:halt, :error}
+            end
+
+          _ ->
+            {:halt, :error}
+        end
+      end)
+    end
+
+    # Every node of the scope of `exprs` by id to the distinct nodes that
+    # take it as an argument.
+    defp readers(exprs) do
+      {_, {_seen, readers}} = Composite.traverse(exprs, {%{}, %{}}, &visit/2)
+      Map.new(readers, fn {id, nodes} -> {id, Enum.uniq_by(nodes, & &1.data.id)} end)
+    end
+
+    defp visit(%T{data: %Expr{id: id}} = node, {seen, readers} = acc) do
+      if is_map_key(seen, id) do
+        {node, acc}
+      else
+        Tree.apply_args(node, :scope, {Map.put(seen, id, true), readers}, fn
+          %T{data: %Expr{id: arg}} = t, {seen, readers} ->
+            visit(t, {seen, Map.update(readers, arg, [node], &[node | &1])})
+
+          other, acc ->
+            {other, acc}
+        end)
+        |> then(fn {_args, acc} -> {node, acc} end)
+      end
+    end
+
+    defp visit(other, acc), do: {other, acc}
+  end
+end
