@@ -82,6 +82,12 @@ defmodule ExMLX.ArgsTest do
       data = <<0::size(bits)-little, start::size(bits)-little>>
       starts = ExMLX.from_binary(data, type, {2})
       assert ExMLX.dynamic_slice(row, starts, [1, 1]) |> ExMLX.to_list() == [expected]
+
+      # the same starts computed by an op (clamped by MLX ops, not on the host)
+      computed = ExMLX.add(starts, ExMLX.full(0, type, {2}))
+      assert ExMLX.dynamic_slice(row, computed, [1, 1]) |> ExMLX.to_list() == [expected]
+      written = ExMLX.put_slice(row, computed, ExMLX.full(-1.0, {:f, 32}, {1, 1}))
+      assert written |> ExMLX.to_list() |> Enum.find_index(&(&1 == -1.0)) == trunc(expected)
     end
   end
 

@@ -368,16 +368,21 @@ fn known_block(starts: &Array, shape: &[i32], sizes: &[i32]) -> Option<StaticBlo
 fn clamp_starts(starts: &Array, shape: &[i32], sizes: &[i32]) -> Result<Array> {
     // Clamped in 64 bits (u64 for u64 starts, i64 otherwise: both hold every
     // start and every limit), then narrowed to i32: the clamped values fit,
-    // while narrowing first would wrap a start past i32's range.
-    let wide = if starts.dtype() == mlx_rs::Dtype::Uint64 {
-        mlx_rs::Dtype::Uint64
+    // while narrowing first would wrap a start past i32's range. The limits
+    // and the zero are made in that type, so the clamp queues no casts of
+    // them: a loop step clamps the starts of each of its writes.
+    let limits = shape.iter().zip(sizes).map(|(&d, &s)| i64::from(d - s));
+    let n = [shape.len() as i32];
+    let clamped = if starts.dtype() == mlx_rs::Dtype::Uint64 {
+        // (unsigned starts are never below zero; every limit is)
+        let limits: Vec<u64> = limits.map(|l| l.max(0) as u64).collect();
+        ops::minimum(starts, &Array::from_slice(&limits, &n))?
     } else {
-        mlx_rs::Dtype::Int64
+        let limits: Vec<i64> = limits.collect();
+        let zero = Array::from_slice(&[0i64], &[]);
+        let wide = starts.as_dtype(mlx_rs::Dtype::Int64)?;
+        ops::minimum(ops::maximum(&wide, &zero)?, &Array::from_slice(&limits, &n))?
     };
-    let limits: Vec<i32> = shape.iter().zip(sizes).map(|(&d, &s)| d - s).collect();
-    let limits = Array::from_slice(&limits, &[limits.len() as i32]).as_dtype(wide)?;
-    let zero = Array::from_int(0).as_dtype(wide)?;
-    let clamped = ops::minimum(ops::maximum(starts.as_dtype(wide)?, &zero)?, &limits)?;
     Ok(clamped.as_dtype(mlx_rs::Dtype::Int32)?)
 }
 
