@@ -115,11 +115,15 @@ if Code.ensure_loaded?(Bumblebee) do
         expected = Nx.to_flat_list(reference["generated"])
         assert ids |> Nx.to_flat_list() |> Enum.take(length(expected)) == expected
 
-        # every layer's key and value cache (ExMLX.Compiler.CacheLayout)
+        # every layer's key and value cache (ExMLX.Compiler.CacheLayout),
+        # held at the key/value head count (Llama's grouped-query attention)
         [loop] = generate_loops(dir, unquote(name), model, inputs)
-        [_initial, arg, pred, body] = loop.data.args
-        plan = ExMLX.Compiler.CacheLayout.plan(arg, pred, body)
-        assert MapSet.size(plan.leaves) == 2 * model.spec.num_blocks
+        [initial, arg, pred, body] = loop.data.args
+        plan = ExMLX.Compiler.CacheLayout.plan(initial, arg, pred, body)
+        assert map_size(plan.leaves) == 2 * model.spec.num_blocks
+        heads = model.spec.num_attention_heads
+        groups = div(heads, Map.get(model.spec, :num_key_value_heads) || heads)
+        assert plan.leaves |> Map.values() |> Enum.uniq() == [groups]
       end
 
       test "#{name}: Bumblebee.Text.generation (a serving, from text) generates PyTorch's tokens",

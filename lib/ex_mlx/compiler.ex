@@ -37,8 +37,11 @@ if Code.ensure_loaded?(Nx) do
         depth}` and reads only through `Nx.transpose(axes: [0, 2, 1, 3])`
         (Bumblebee's) is held `{batch, heads, position, depth}` while the
         loop runs: each step writes its rows transposed, and the attention
-        reads the cache as stored. The same values; the loop's result is
-        given back in the first layout.
+        reads the cache as stored. When each step writes key/value heads
+        repeated for grouped-query attention (Bumblebee's
+        `repeat_interleave`) into a cache known to hold such repeats, the
+        cache holds each head once, and MLX's attention repeats them. The
+        same values; the loop's result is given back in the first layout.
       * `:hooks` - a map of hook names to functions, replacing named hooks'
         functions (see below).
       * `:batch_keys` - set by `Nx.Serving`; it changes nothing here.

@@ -35,6 +35,60 @@ if Code.ensure_loaded?(Nx) do
         {cache, scores, mixed}
       end
 
+      # Bumblebee's grouped-query attention in small: two key/value heads
+      # repeated for four query heads (its `repeat_interleave`: `new_axis`,
+      # `tile`, `flatten`) before the cache, which holds two positions of a
+      # prompt; each step writes position `i` and attends to positions up
+      # to `i`; with `slice_read`, the cache is read once more through a
+      # transpose that is no attention's.
+      defn grouped_decode(prompt, query, steps, opts \\ []) do
+        cache = Nx.broadcast(0.0, {1, 5, 4, 3}) |> Nx.put_slice([0, 0, 0, 0], repeat(prompt))
+        grouped_steps(cache, query, steps, opts)
+      end
+
+      # the same steps from a cache given whole (its heads not known to
+      # repeat)
+      defn grouped_steps(cache, query, steps, opts \\ []) do
+        opts = keyword!(opts, slice_read: false)
+
+        {_cache, _i, out, read, _query, _steps} =
+          while {cache, i = 2, out = Nx.broadcast(0.0, {1, 4, 1, 3}), read = 0.0, query, steps},
+                i < steps + 2 do
+            row = Nx.iota({1, 1, 2, 3}, type: :f32) |> Nx.divide(4) |> Nx.add(i / 10)
+            cache = Nx.put_slice(cache, [0, i, 0, 0], repeat(row))
+            mask = Nx.iota({1, 1, 1, 5}) |> Nx.less_equal(i)
+            kt = Nx.transpose(cache, axes: [0, 2, 1, 3])
+            vt = Nx.transpose(cache, axes: [0, 2, 1, 3])
+            attended = attention(query, kt, vt, mask)
+
+            read =
+              if opts[:slice_read] do
+                read + Nx.sum(Nx.transpose(cache, axes: [0, 2, 1, 3])[[0, 3, .., 1]])
+              else
+                read
+              end
+
+            {cache, i + 1, out + attended, read, query, steps}
+          end
+
+        {out, read}
+      end
+
+      defnp repeat(x) do
+        x |> Nx.new_axis(3) |> Nx.tile([1, 1, 1, 2, 1]) |> Nx.flatten(axes: [2, 3])
+      end
+
+      # Bumblebee's attention weights and output (layers.ex)
+      defnp attention(q, kt, vt, mask) do
+        weights = Nx.dot(q, [3], [0, 1], kt, [3], [0, 1])
+        weights = weights * (1 / Nx.sqrt(3.0))
+        weights = weights + Nx.select(mask, 0.0, Nx.Constants.min_finite(:f32))
+        max = stop_grad(Nx.reduce_max(weights, axes: [3], keep_axes: true))
+        e = Nx.exp(weights - max)
+        p = Nx.multiply(1 / Nx.sum(e, axes: [3], keep_axes: true), e)
+        Nx.dot(p, [3], [0, 1], vt, [2], [0, 1])
+      end
+
       # the same loop reading the cache without a transpose too: kept as
       # Nx stores it
       defn decode_and_sum(cache, steps) do
@@ -152,6 +206,89 @@ if Code.ensure_loaded?(Nx) do
       # the two reads' transposes gone, the written row's added
       transposes = fn fuse -> fun |> loop_ops(fuse) |> Enum.count(&(&1 == :transpose)) end
       assert transposes.(true) == transposes.(false) - 1
+    end
+
+    # Funs.grouped_steps computed on lists: the summed attention outputs
+    # ({4 heads, 3 depth}) and the summed reads of head 3, depth 1; `prompt`
+    # the four heads of the first two positions
+    defp grouped_expected(prompt, query, steps) do
+      row = fn i ->
+        for h <- 0..3, do: for(d <- 0..2, do: (div(h, 2) * 3 + d) / 4 + i / 10)
+      end
+
+      zero = {List.duplicate(List.duplicate(0.0, 3), 4), 0.0}
+
+      Enum.reduce(2..(steps + 1), zero, fn i, {out, read} ->
+        # positions 0..i, each {4 heads, 3}
+        kv = prompt ++ Enum.map(2..i, row)
+
+        attended =
+          for h <- 0..3 do
+            q = Enum.at(query, h)
+            keys = Enum.map(kv, &Enum.at(&1, h))
+            scores = Enum.map(keys, &(dot(q, &1) / :math.sqrt(3.0)))
+            top = Enum.max(scores)
+            e = Enum.map(scores, &:math.exp(&1 - top))
+            total = Enum.sum(e)
+            for d <- 0..2, do: Enum.sum(Enum.zip_with(e, keys, &(&1 / total * Enum.at(&2, d))))
+          end
+
+        # (positions past i are still zero)
+        {add(out, attended), read + Enum.sum(for k <- kv, do: k |> Enum.at(3) |> Enum.at(1))}
+      end)
+    end
+
+    for slice_read <- [false, true] do
+      test "a cache of repeated heads, held at its source's, slice_read: #{slice_read}" do
+        slice_read = unquote(slice_read)
+        prompt = [[[1.0, 0.5, -1.0], [0.25, 2.0, 0.0]], [[-0.5, 1.5, 1.0], [0.75, -1.0, 0.5]]]
+        query = [[1.0, -2.0, 0.5], [0.25, 3.0, -1.0], [0.0, 1.0, 1.0], [-1.0, 0.5, 2.0]]
+        repeated = Enum.map(prompt, fn [a, b] -> [a, a, b, b] end)
+        {expected_out, expected_read} = grouped_expected(repeated, query, 3)
+
+        for fuse <- [true, false] do
+          fun = &Funs.grouped_decode(&1, &2, &3, slice_read: slice_read)
+          jit = Nx.Defn.jit(fun, compiler: ExMLX.Compiler, device: :cpu, fuse: fuse)
+          {out, read} = jit.(cpu([prompt]), cpu([Enum.map(query, &[&1])]), 3)
+          got = out |> Nx.to_flat_list()
+          ExMLX.TestHelpers.assert_close(got, List.flatten(expected_out), 1.0e-5, "outputs")
+          expected = if slice_read, do: expected_read, else: 0.0
+          ExMLX.TestHelpers.assert_close([Nx.to_number(read)], [expected], 1.0e-5, "read")
+        end
+      end
+    end
+
+    test "a cache given whole keeps every head, its heads not known to repeat" do
+      # four distinct heads at the prompt's positions
+      prompt = for p <- 0..1, do: for(h <- 0..3, do: for(d <- 0..2, do: (p - h + d) / 2))
+      cache = prompt ++ List.duplicate(List.duplicate([0.0, 0.0, 0.0], 4), 3)
+      query = [[1.0, -2.0, 0.5], [0.25, 3.0, -1.0], [0.0, 1.0, 1.0], [-1.0, 0.5, 2.0]]
+      {expected_out, expected_read} = grouped_expected(prompt, query, 3)
+      fun = &Funs.grouped_steps(&1, &2, &3, slice_read: true)
+
+      for fuse <- [true, false] do
+        jit = Nx.Defn.jit(fun, compiler: ExMLX.Compiler, device: :cpu, fuse: fuse)
+        {out, read} = jit.(cpu([cache]), cpu([Enum.map(query, &[&1])]), 3)
+        got = Nx.to_flat_list(out)
+        ExMLX.TestHelpers.assert_close(got, List.flatten(expected_out), 1.0e-5, "outputs")
+        ExMLX.TestHelpers.assert_close([Nx.to_number(read)], [expected_read], 1.0e-5, "read")
+      end
+    end
+
+    test "a step writes the source of repeated heads, not the repeat" do
+      fun = &Funs.grouped_decode(&1, &2, &3, slice_read: false)
+
+      prompt =
+        cpu([[[[1.0, 0.5, -1.0], [0.25, 2.0, 0.0]], [[-0.5, 1.5, 1.0], [0.75, -1.0, 0.5]]]])
+
+      query = Nx.iota({1, 4, 1, 3}, type: :f32, backend: {ExMLX.Backend, device: :cpu})
+
+      for fuse <- [true, false] do
+        Nx.Defn.jit(fun, compiler: ExMLX.Compiler, device: :cpu, fuse: fuse).(prompt, query, 2)
+      end
+
+      broadcasts = fn fuse -> fun |> loop_ops(fuse) |> Enum.count(&(&1 == :broadcast_to)) end
+      assert {broadcasts.(true), broadcasts.(false)} == {0, 1}
     end
 
     test "a cache also read without a transpose keeps its layout" do

@@ -21,37 +21,47 @@ if Code.ensure_loaded?(Nx) do
     # indices and update swapped likewise, reads `p`'s value for each of
     # those transposes, and transposes the loop's result back.
 
+    alias ExMLX.Compiler.RepeatedHeads
     alias Nx.Defn.{Composite, Expr, Tree}
     alias Nx.Tensor, as: T
 
     @swap [0, 2, 1, 3]
 
     @typedoc """
-    `leaves`: the state's indices held swapped; `actions`: node ids of the
-    body to what the lowering does instead of the node (`:write`, the
-    `put_slice`, or `{:read, p}`, a transpose that is `p`'s value).
+    `leaves`: the state's indices held swapped, each to its head groups (1,
+    or `g` when the cache repeats each head `g` times and is held at its
+    source's head count: ExMLX.Compiler.RepeatedHeads); `actions`: node ids
+    of the body to what the lowering does instead of the node
+    (`{:write, update}`, the `put_slice` writing `update`, or
+    `{:read, p, g}`, a transpose that is `p`'s value, its heads repeated
+    `g` times).
     """
-    @type plan :: %{leaves: MapSet.t(non_neg_integer()), actions: map()}
+    @type plan :: %{leaves: %{non_neg_integer() => pos_integer()}, actions: map()}
 
     @doc "A plan that changes nothing."
-    def none, do: %{leaves: MapSet.new(), actions: %{}}
+    def none, do: %{leaves: %{}, actions: %{}}
 
     @doc """
-    The plan of a `while` node's arguments: `arg` (its parameters), `pred`
-    and `body`.
+    The plan of a `while` node's arguments: `initial` (the expressions of
+    its initial state), `arg` (its parameters), `pred` and `body`.
     """
-    def plan(arg, pred, body) do
+    def plan(initial, arg, pred, body) do
+      initials = Composite.flatten_list([initial])
       params = Composite.flatten_list([arg])
       outputs = Composite.flatten_list([body])
       readers = readers({pred, body})
 
-      if length(params) == length(outputs) do
-        params
+      if length(params) == length(outputs) and length(params) == length(initials) do
+        [params, initials]
+        |> Enum.zip()
         |> Enum.with_index()
-        |> Enum.reduce(none(), fn {param, i}, plan ->
-          case swapped(param, i, outputs, readers) do
-            {:ok, actions} ->
-              %{leaves: MapSet.put(plan.leaves, i), actions: Map.merge(plan.actions, actions)}
+        |> Enum.reduce(none(), fn {{param, initial}, i}, plan ->
+          case swapped(param, initial, i, outputs, readers) do
+            {:ok, groups, actions} ->
+              %{
+                leaves: Map.put(plan.leaves, i, groups),
+                actions: Map.merge(plan.actions, actions)
+              }
 
             :error ->
               plan
@@ -62,11 +72,26 @@ if Code.ensure_loaded?(Nx) do
       end
     end
 
-    @doc "The loop's initial values (a flat list), the planned ones swapped."
-    def enter(values, %{leaves: leaves}), do: swap_at(values, leaves)
+    @doc "The loop's initial values (a flat list), as the plan holds them."
+    def enter(values, %{leaves: leaves}) do
+      map_at(values, leaves, fn v, groups ->
+        {b, t, h, d} = v.shape
 
-    @doc "The loop's results (a flat list), the planned ones swapped back."
-    def leave(values, %{leaves: leaves}), do: swap_at(values, leaves)
+        v =
+          if groups > 1,
+            do: Nx.slice(v, [0, 0, 0, 0], [b, t, h, d], strides: [1, 1, groups, 1]),
+            else: v
+
+        swap(v)
+      end)
+    end
+
+    @doc "The loop's results (a flat list), back in Nx's layout."
+    def leave(values, %{leaves: leaves}),
+      do: map_at(values, leaves, fn v, groups -> v |> swap() |> repeat(2, groups) end)
+
+    @doc "A stored cache `p` as a transpose of the planned loop reads it."
+    def read(p, groups), do: repeat(p, 1, groups)
 
     @doc "`x` with its axes 1 and 2 swapped (a value of the lowering)."
     def swap(x), do: Nx.transpose(x, axes: @swap)
@@ -74,18 +99,36 @@ if Code.ensure_loaded?(Nx) do
     @doc "The start indices of a swapped write: the axes' order of `swap/1`."
     def swap_starts([s0, s1, s2, s3]), do: [s0, s2, s1, s3]
 
-    defp swap_at(values, leaves) do
-      if MapSet.size(leaves) == 0 do
-        values
-      else
-        values
-        |> Enum.with_index()
-        |> Enum.map(fn {v, i} -> if MapSet.member?(leaves, i), do: swap(v), else: v end)
-      end
+    # `x` with each index of `axis` repeated `groups` times in a row
+    defp repeat(x, _axis, 1), do: x
+
+    defp repeat(x, axis, groups) do
+      shape = Tuple.to_list(x.shape)
+      wide = List.insert_at(shape, axis + 1, groups)
+      merged = List.update_at(shape, axis, &(&1 * groups))
+
+      x
+      |> Nx.new_axis(axis + 1)
+      |> Nx.broadcast(List.to_tuple(wide))
+      |> Nx.reshape(List.to_tuple(merged))
+    end
+
+    defp map_at(values, leaves, _fun) when map_size(leaves) == 0, do: values
+
+    defp map_at(values, leaves, fun) do
+      values
+      |> Enum.with_index()
+      |> Enum.map(fn {v, i} ->
+        case leaves do
+          %{^i => groups} -> fun.(v, groups)
+          %{} -> v
+        end
+      end)
     end
 
     defp swapped(
            %T{shape: {_, _, _, _}, data: %Expr{op: :parameter, id: id}},
+           initial,
            i,
            outputs,
            readers
@@ -104,14 +147,28 @@ if Code.ensure_loaded?(Nx) do
            [^i] <- output_indices(outputs, p_id),
            {:ok, transposes} <- transposes(p, readers),
            true <- transposes != [] do
-        reads = Map.new(transposes, &{&1.data.id, {:read, p}})
-        {:ok, Map.put(reads, p_id, :write)}
+        {groups, written} = groups(update, initial)
+        reads = Map.new(transposes, &{&1.data.id, {:read, p, groups}})
+        {:ok, groups, Map.put(reads, p_id, {:write, written})}
       else
         _ -> :error
       end
     end
 
-    defp swapped(_param, _i, _outputs, _readers), do: :error
+    defp swapped(_param, _initial, _i, _outputs, _readers), do: :error
+
+    # How many times the cache repeats each head, and what a step writes:
+    # the update's source and its groups when the update repeats heads and
+    # the initial value is known to (ExMLX.Compiler.RepeatedHeads), else 1
+    # and the update.
+    defp groups(update, initial) do
+      with {:ok, source, groups} <- RepeatedHeads.source(update),
+           true <- RepeatedHeads.repeated?(initial, groups) do
+        {groups, source}
+      else
+        _ -> {1, update}
+      end
+    end
 
     defp refers?(%T{data: %Expr{id: id}}, id), do: true
     defp refers?(_expr, _id), do: false

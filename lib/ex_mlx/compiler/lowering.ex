@@ -193,7 +193,12 @@ if Code.ensure_loaded?(Nx) do
 
     defp eval_apply(:while, %T{data: %Expr{args: args}}, state, cache) do
       [initial, arg, pred, body] = args
-      plan = if state.fuse, do: CacheLayout.plan(arg, pred, body), else: CacheLayout.none()
+
+      plan =
+        if state.fuse,
+          do: CacheLayout.plan(initial, arg, pred, body),
+          else: CacheLayout.none()
+
       {initial, cache} = composite_eval(initial, state, cache)
       leaves = initial |> tuple_leaves() |> CacheLayout.enter(plan)
       # (a quantized value, ExMLX.Quantization, is three values of the state)
@@ -286,6 +291,7 @@ if Code.ensure_loaded?(Nx) do
     defp eval_apply(:dot, ans, %{fuse: true} = state, cache) do
       case ExMLX.Compiler.FusedKernels.match(ans) do
         {:attention, q, k, v, mask, scale} ->
+          {[k, v], cache} = Enum.map_reduce([k, v], cache, &attention_input(&1, state, &2))
           fused(:scaled_dot_product_attention, ans, [q, k, v, mask], [scale], state, cache)
 
         nil ->
@@ -304,7 +310,23 @@ if Code.ensure_loaded?(Nx) do
 
     defp eval_apply(op, ans, state, cache), do: generic(op, ans, state, cache)
 
-    # `ans` as one op of the op table on `inputs` (expressions), with `params`
+    # The keys or values of a fused attention: a loop's cache as it is
+    # stored, even at fewer heads than the queries (MLX's attention repeats
+    # them itself), else the expression.
+    defp attention_input(%T{data: %Expr{id: id}} = expr, state, cache) do
+      case state.relayout do
+        %{^id => {:read, written, _groups}} ->
+          eval(written, state, cache)
+
+        %{} ->
+          {expr, cache}
+      end
+    end
+
+    defp attention_input(expr, _state, cache), do: {expr, cache}
+
+    # `ans` as one op of the op table on `inputs` (expressions, or values),
+    # with `params`
     defp fused(name, ans, inputs, params, state, cache) do
       {values, cache} = Enum.map_reduce(inputs, cache, &eval(&1, state, &2))
       refs = Enum.map(values, &typed_ref(&1, nil, state.device))
@@ -334,10 +356,16 @@ if Code.ensure_loaded?(Nx) do
       {Nx.reshape(rotated, shape), cache}
     end
 
-    # A loop-carried cache held with its axes 1 and 2 swapped
-    # (ExMLX.Compiler.CacheLayout): its write swaps the start indices and
-    # the update likewise; a transpose reading it is the stored value.
-    defp relayout(:write, %T{data: %Expr{args: [tensor, starts, update]}} = ans, state, cache) do
+    # A loop-carried cache held with its axes 1 and 2 swapped, possibly at
+    # fewer heads (ExMLX.Compiler.CacheLayout): its write swaps the start
+    # indices and the update (the repeat's source then) likewise; a
+    # transpose reading it is the stored value, its heads repeated.
+    defp relayout(
+           {:write, update},
+           %T{data: %Expr{args: [tensor, starts, _]}} = ans,
+           state,
+           cache
+         ) do
       {[tensor, update], cache} = Enum.map_reduce([tensor, update], cache, &eval(&1, state, &2))
 
       {starts, cache} =
@@ -351,7 +379,10 @@ if Code.ensure_loaded?(Nx) do
       {ExMLX.Backend.put_slice(out, tensor, CacheLayout.swap_starts(starts), update), cache}
     end
 
-    defp relayout({:read, written}, _ans, state, cache), do: eval(written, state, cache)
+    defp relayout({:read, written, groups}, _ans, state, cache) do
+      {value, cache} = eval(written, state, cache)
+      {CacheLayout.read(value, groups), cache}
+    end
 
     defp generic(op, ans, state, cache) do
       {args, cache} = Tree.apply_args(ans, cache, &eval(&1, state, &2))
