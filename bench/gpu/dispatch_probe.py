@@ -8,8 +8,8 @@ a call over 300 calls (bench/results/llm-gpu.md).
 - Cache write of one position into a bf16 cache {1, 160, 32, 64}: MLX's
   dynamic `slice_update` with int32 starts, with an offset on one axis, and
   the way ExMLX writes Nx's `put_slice` with tensor starts (native/ex_mlx/
-  core/src/ops/shape.rs: starts clamped in 64 bits against host-made
-  limits, narrowed to int32, then the dynamic `slice_update`).
+  core/src/ops/shape.rs: starts clamped in 64 bits against limits made in
+  that type, narrowed to int32, then the dynamic `slice_update`).
 - Attention of a step's query over a cache ({1, 32, 1, 128} against
   {1, 8 or 32, 160, 128}, bf16): MLX's `fast.scaled_dot_product_attention`
   with an additive mask array (the form a program of fixed shapes gives it:
@@ -23,7 +23,11 @@ a call over 300 calls (bench/results/llm-gpu.md).
 
 - The masked attention with the cache stored as Bumblebee's is ({1, 160,
   32, 128}, read through a transposed view) beside mlx-lm's layout ({1, 32,
-  160, 128}), plain and under `mx.compile` (`--layout-only`: this alone).
+  160, 128}) and held once per key/value head ({1, 8, 160, 128}), plain and
+  under `mx.compile` (`--layout-only`: these alone).
+- The masked attention over a heads-first cache of all 32 heads or of the
+  8 key/value heads, at depths 64 and 128, plain and under `mx.compile`
+  (`--grouped-only`: this alone).
 
 On the GPU machine, after `bench/gpu/run.sh unpack` (`--cpu`: MLX's CPU):
 
@@ -81,6 +85,39 @@ def layout():
     diff = mx.abs(views(queries[0]).astype(mx.float32) - heads_first(queries[0]).astype(mx.float32))
     print(f"  the two layouts: largest difference {diff.max().item():.3g}")
 
+    # the same cache held once per key/value head (8, grouped-query
+    # attention: MLX's attention repeats them), heads-first
+    grouped = [mx.contiguous(c[:, ::4]) for c in contiguous]
+    mx.eval(*grouped)
+    by_kv_head = attention(*grouped)
+    probe("sdpa, mask, cache {1, KVH, T, DH}", by_kv_head, queries)
+    probe("sdpa, mask, cache {1, KVH, T, DH}, mx.compile", mx.compile(by_kv_head), queries)
+
+
+def grouped():
+    """The masked attention of one query of 32 heads over a cache of 160
+    positions, heads-first, holding all 32 heads or once per key/value head
+    (8: MLX's attention repeats them), at a depth of 64 (the 1B shape's) and
+    128 (the 8B shape's), plain and under `mx.compile`."""
+    T, KVH = 160, 8
+    mask = mx.where(mx.arange(T) <= 37, 0.0, -mx.inf).astype(mx.bfloat16).reshape(1, 1, 1, T)
+    for DH in (64, 128):
+        queries = [mx.random.normal((1, H, 1, DH)).astype(mx.bfloat16) for _ in range(N)]
+        kv = [mx.random.normal((1, KVH, T, DH)).astype(mx.bfloat16) for _ in range(2)]
+        repeated = [mx.contiguous(mx.repeat(c, H // KVH, axis=1)) for c in kv]
+        mx.eval(queries, mask, *kv, *repeated)
+
+        def attention(k, v):
+            return lambda q: mx.fast.scaled_dot_product_attention(q, k, v, scale=DH**-0.5, mask=mask)
+
+        for name, f in [(f"{H} heads", attention(*repeated)), (f"{KVH} key/value heads", attention(*kv))]:
+            probe(f"sdpa, mask, depth {DH}, cache of {name}", f, queries)
+            probe(f"sdpa, mask, depth {DH}, cache of {name}, mx.compile", mx.compile(f), queries)
+
+
+if "--grouped-only" in sys.argv:
+    grouped()
+    sys.exit(0)
 
 if LAYOUT_ONLY:
     layout()
@@ -124,8 +161,8 @@ mx.eval(cache, updates, offset32, *starts.values())
 
 
 def clamped(s):
-    limits = mx.array([0, 159, 0, 0], dtype=mx.int32).astype(mx.int64)
-    zero = mx.array(0).astype(mx.int64)
+    limits = mx.array([0, 159, 0, 0], dtype=mx.int64)
+    zero = mx.array(0, dtype=mx.int64)
     return mx.minimum(mx.maximum(s.astype(mx.int64), zero), limits).astype(mx.int32)
 
 

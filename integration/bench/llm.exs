@@ -15,13 +15,15 @@
 #
 #   mix run bench/llm.exs [--shape small|llama-1b|llama-8b|PATH/config.json]
 #                         [--device cpu|gpu] [--new 128] [--quick] [--out FILE]
-#                         [--fuse] [--bits 4|8]
+#                         [--fuse] [--bits 4|8] [--no-references]
 #
 # `--fuse` compiles with `fuse: true` (ExMLX.Compiler: on a GPU, MLX's
 # compile of the runs of ops in the decoding loop). `--bits N` quantizes the
 # weights for ExMLX (ExMLX.Quantization.quantize_model/2: the dense kernels
 # and embeddings) and for mlx-lm (`mlx.nn.quantize`: its linear and embedding
 # layers), N bits in groups of 64; PyTorch stays unquantized.
+# `--no-references` runs ExMLX alone (its rows beside empty ones: to compare
+# two builds of ExMLX on one machine).
 # Defaults: the `small` shape (hidden 512, 8 layers) in float32 on the CPU,
 # written to ../bench/results/llm-cpu.md; `--device gpu` defaults to bf16
 # and ../bench/results/llm-gpu.md. `--quick` (one run each, 16 new tokens)
@@ -39,7 +41,8 @@ alias ExMLX.Integration
       quick: :boolean,
       out: :string,
       fuse: :boolean,
-      bits: :integer
+      bits: :integer,
+      references: :boolean
     ]
   )
 
@@ -59,7 +62,8 @@ dir = Integration.data_path("llm/#{Path.basename(shape, ".json")}-#{torch_type}"
 IO.puts("model: #{dir}")
 Integration.python!("llm_reference.py", ["make", dir, shape, torch_type])
 
-IO.puts("PyTorch and mlx-lm (scripts/llm_reference.py)...")
+references? = Keyword.get(opts, :references, true)
+if references?, do: IO.puts("PyTorch and mlx-lm (scripts/llm_reference.py)...")
 
 # mlx-lm on Python mlx with ExMLX's own libmlx build (OpenBLAS-relinked on
 # the CPU; on a GPU machine the CUDA one), where it can be installed
@@ -79,12 +83,14 @@ mlx_paths =
       []
   end
 
+reference_args =
+  ["run", dir, torch_device, "#{prompt}", "#{new}"] ++
+    if(quick, do: ["--quick"], else: []) ++ if(bits, do: ["--bits", "#{bits}"], else: [])
+
 references =
-  Integration.python!(
-    "llm_reference.py",
-    ["run", dir, torch_device, "#{prompt}", "#{new}"] ++
-      if(quick, do: ["--quick"], else: []) ++ if(bits, do: ["--bits", "#{bits}"], else: []),
-    mlx_paths
+  if(references?,
+    do: Integration.python!("llm_reference.py", reference_args, mlx_paths),
+    else: ""
   )
   |> String.split("\n", trim: true)
   |> Enum.flat_map(fn line ->
@@ -357,6 +363,7 @@ gap = fn
 end
 
 ratio = fn
+  nil, _ -> "—"
   _, nil -> "—"
   ours, theirs -> :erlang.float_to_binary(ours / theirs, decimals: 2) <> "×"
 end
