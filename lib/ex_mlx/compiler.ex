@@ -37,8 +37,8 @@ if Code.ensure_loaded?(Nx) do
         depth}` and reads only through `Nx.transpose(axes: [0, 2, 1, 3])`
         (Bumblebee's) is held `{batch, heads, position, depth}` while the
         loop runs: each step writes its rows transposed, and the attention
-        reads the cache as stored. When each step writes key/value heads
-        repeated for grouped-query attention (Bumblebee's
+        reads the cache as stored. On the CPU, when each step writes
+        key/value heads repeated for grouped-query attention (Bumblebee's
         `repeat_interleave`) into a cache known to hold such repeats, the
         cache holds each head once, and MLX's attention repeats them. The
         same values; the loop's result is given back in the first layout.

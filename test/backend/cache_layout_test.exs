@@ -275,6 +275,26 @@ if Code.ensure_loaded?(Nx) do
       end
     end
 
+    test "the plan holds repeated heads once, or all with grouped: false" do
+      prompt = Nx.iota({1, 2, 2, 3}, type: :f32)
+      query = Nx.iota({1, 4, 1, 3}, type: :f32)
+      expr = Nx.Defn.debug_expr(&Funs.grouped_decode/3).(prompt, query, 2)
+
+      # the loop's state: cache, i, out, read, query, steps
+      [initial, arg, pred, body] = find_loop(expr).data.args
+      plan = ExMLX.Compiler.CacheLayout.plan(initial, arg, pred, body)
+      assert plan.leaves == %{0 => 2}
+      plan = ExMLX.Compiler.CacheLayout.plan(initial, arg, pred, body, grouped: false)
+      assert plan.leaves == %{0 => 1}
+    end
+
+    # the `while` of `expr`'s outputs (a tuple of two)
+    defp find_loop({out, _read}) do
+      %Nx.Tensor{data: %Nx.Defn.Expr{op: :elem, args: [tuple, _]}} = out
+      %Nx.Tensor{data: %Nx.Defn.Expr{op: :while}} = tuple
+      tuple
+    end
+
     test "a step writes the source of repeated heads, not the repeat" do
       fun = &Funs.grouped_decode(&1, &2, &3, slice_read: false)
 

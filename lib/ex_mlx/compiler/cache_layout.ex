@@ -43,9 +43,11 @@ if Code.ensure_loaded?(Nx) do
 
     @doc """
     The plan of a `while` node's arguments: `initial` (the expressions of
-    its initial state), `arg` (its parameters), `pred` and `body`.
+    its initial state), `arg` (its parameters), `pred` and `body`. With
+    `grouped: false` a cache keeps every head even where it repeats them.
     """
-    def plan(initial, arg, pred, body) do
+    def plan(initial, arg, pred, body, opts \\ []) do
+      grouped = Keyword.get(opts, :grouped, true)
       initials = Composite.flatten_list([initial])
       params = Composite.flatten_list([arg])
       outputs = Composite.flatten_list([body])
@@ -56,6 +58,8 @@ if Code.ensure_loaded?(Nx) do
         |> Enum.zip()
         |> Enum.with_index()
         |> Enum.reduce(none(), fn {{param, initial}, i}, plan ->
+          initial = if grouped, do: initial, else: nil
+
           case swapped(param, initial, i, outputs, readers) do
             {:ok, groups, actions} ->
               %{
@@ -161,6 +165,8 @@ if Code.ensure_loaded?(Nx) do
     # the update's source and its groups when the update repeats heads and
     # the initial value is known to (ExMLX.Compiler.RepeatedHeads), else 1
     # and the update.
+    defp groups(update, nil), do: {1, update}
+
     defp groups(update, initial) do
       with {:ok, source, groups} <- RepeatedHeads.source(update),
            true <- RepeatedHeads.repeated?(initial, groups) do

@@ -194,9 +194,13 @@ if Code.ensure_loaded?(Nx) do
     defp eval_apply(:while, %T{data: %Expr{args: args}}, state, cache) do
       [initial, arg, pred, body] = args
 
+      # (grouped-query caches held at the key/value head count on the CPU
+      # only: MLX's CUDA attention over fewer key/value heads than queries
+      # queues more host work than the repeats it saves;
+      # bench/results/llm-gpu.md, "Loop-carried caches heads-first")
       plan =
         if state.fuse,
-          do: CacheLayout.plan(initial, arg, pred, body),
+          do: CacheLayout.plan(initial, arg, pred, body, grouped: state.device == :cpu),
           else: CacheLayout.none()
 
       {initial, cache} = composite_eval(initial, state, cache)
