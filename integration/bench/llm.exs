@@ -275,13 +275,18 @@ generate_new = build.(new)
 # telemetry event, ExMLX.Telemetry), and the loop's steps (building them,
 # MLX-compiled runs among it: MLX traces and compiles those at their first
 # call); the rest is the device's work outside the loop and waiting for it
-main = self()
+defmodule LLMBench.Compiles do
+  @moduledoc false
+  # the handler of ExMLX.Compiler's telemetry event: each tracing's time to
+  # the process `pid` (a function of a module, as :telemetry prefers)
+  def handle(_event, %{duration: d}, _metadata, pid), do: send(pid, {:compiled, d})
+end
 
 :telemetry.attach(
   "llm-bench-compiles",
   [:ex_mlx, :compiler, :compile],
-  fn _event, %{duration: d}, _metadata, _ -> send(main, {:compiled, d}) end,
-  nil
+  &LLMBench.Compiles.handle/4,
+  self()
 )
 
 [_, first_building_before, first_waiting_before, _, _, first_compiled_before] =

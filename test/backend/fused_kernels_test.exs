@@ -68,6 +68,12 @@ if Code.ensure_loaded?(Nx) do
         Nx.concatenate([-x2, x1], axis: -1)
       end
 
+      # the last position's logits, as Bumblebee's generation reads them
+      defn(last_logits(hidden, kernel), do: Nx.dot(hidden, kernel)[[.., -1]])
+
+      # a slice of the vocabulary: it needs the whole product
+      defn(some_logits(hidden, kernel), do: Nx.dot(hidden, kernel)[[.., .., 0..1]])
+
       # the mean over the first axis: not RMS normalization
       defn column_norm(x, w) do
         variance = x |> Nx.pow(2) |> Nx.mean(axes: [0], keep_axes: true)
@@ -419,6 +425,55 @@ if Code.ensure_loaded?(Nx) do
                    "tensor: rope needs a tensor of rank 3 or more ({..., sequence, features}), " <>
                      "got shape {8}",
                    fn -> ExMLX.rope(ExMLX.full(1.0, {:f, 32}, {8}), offsets, freqs, 8) end
+    end
+
+    # hidden {1, 3, 4} · kernel {4, 5}: small integers, exact in float32
+    defp logits_inputs do
+      hidden = for p <- 0..2, do: for(i <- 0..3, do: (p + 1) * (i - 1) * 1.0)
+      kernel = for i <- 0..3, do: for(v <- 0..4, do: (v - i) * 1.0)
+      {hidden, kernel}
+    end
+
+    defp product_rows(hidden, kernel) do
+      for row <- hidden do
+        for v <- 0..4, do: Enum.sum(Enum.zip_with(row, kernel, &(&1 * Enum.at(&2, v))))
+      end
+    end
+
+    test "the last row of a product is the product of the last row with fuse: true" do
+      {hidden, kernel} = logits_inputs()
+
+      args = [
+        Nx.tensor([hidden], backend: ExMLX.Backend),
+        Nx.tensor(kernel, backend: ExMLX.Backend)
+      ]
+
+      expected = [List.last(product_rows(hidden, kernel))]
+
+      for fuse <- [true, false] do
+        fun = fn h, k -> Funs.last_logits(h, k) end
+        {got, ops} = run(fun, args, fuse: fuse)
+        assert Nx.to_list(got) == expected
+        # fused: the hidden row sliced, then its product; else the other way
+        sliced_first =
+          Enum.find_index(ops, &(&1 == :slice)) < Enum.find_index(ops, &(&1 == :tensordot))
+
+        assert sliced_first == fuse
+      end
+    end
+
+    test "a slice of the product's columns keeps the whole product" do
+      {hidden, kernel} = logits_inputs()
+
+      args = [
+        Nx.tensor([hidden], backend: ExMLX.Backend),
+        Nx.tensor(kernel, backend: ExMLX.Backend)
+      ]
+
+      fun = fn h, k -> Funs.some_logits(h, k) end
+      {got, ops} = run(fun, args, fuse: true)
+      assert Nx.to_list(got) == [Enum.map(product_rows(hidden, kernel), &Enum.take(&1, 2))]
+      assert Enum.find_index(ops, &(&1 == :tensordot)) < Enum.find_index(ops, &(&1 == :slice))
     end
 
     test "a normalization over another axis keeps its ops" do

@@ -76,23 +76,63 @@ if Code.ensure_loaded?(Nx) do
       end
     end
 
-    @doc "The loop's initial values (a flat list), as the plan holds them."
-    def enter(values, %{leaves: leaves}) do
-      map_at(values, leaves, fn v, groups ->
-        {b, t, h, d} = v.shape
-
-        v =
-          if groups > 1,
-            do: Nx.slice(v, [0, 0, 0, 0], [b, t, h, d], strides: [1, 1, groups, 1]),
-            else: v
-
-        swap(v)
+    @doc """
+    The loop's initial values (a flat list), as the plan holds them;
+    `stored` maps indices to values already made so (`initial_write/2`).
+    """
+    def enter(values, %{leaves: leaves}, stored \\ %{}) do
+      map_at(values, leaves, fn v, groups, i ->
+        case stored do
+          %{^i => value} -> value
+          %{} -> v |> heads_of(groups) |> swap()
+        end
       end)
     end
 
+    # every `groups`-th head of `v` (the first of each repeat)
+    defp heads_of(v, 1), do: v
+
+    defp heads_of(%T{shape: {b, t, h, d}} = v, groups),
+      do: Nx.slice(v, [0, 0, 0, 0], [b, t, h, d], strides: [1, 1, groups, 1])
+
     @doc "The loop's results (a flat list), back in Nx's layout."
     def leave(values, %{leaves: leaves}),
-      do: map_at(values, leaves, fn v, groups -> v |> swap() |> repeat(2, groups) end)
+      do: map_at(values, leaves, fn v, groups, _i -> unstored(v, groups) end)
+
+    @doc "A stored cache in Nx's layout again: its axes swapped back, its heads repeated."
+    def unstored(v, groups), do: v |> swap() |> repeat(2, groups)
+
+    @doc """
+    The parts of a planned loop's initial value that can be written as the
+    loop stores it: `{:ok, zeros, starts, update}` when `expr` is a
+    `put_slice` (under metadata) of `update` into a constant (a prompt's
+    cache made from zeros), else `:error`.
+    """
+    def initial_write(expr) do
+      case without_metadata(expr) do
+        %T{data: %Expr{op: :put_slice, args: [%T{data: %Expr{op: :constant}} = c, starts, u]}} ->
+          {:ok, c, starts, u}
+
+        _ ->
+          :error
+      end
+    end
+
+    @doc "The shape a planned cache of `shape` is stored in, at `groups`."
+    def stored_shape({b, t, h, d}, groups), do: {b, div(h, groups), t, d}
+
+    @doc "What a write of `update` into a cache at `groups` stores (a repeat's source)."
+    def stored_update(update, 1), do: update
+
+    def stored_update(update, groups) do
+      {:ok, source, ^groups} = RepeatedHeads.source(update)
+      source
+    end
+
+    defp without_metadata(%T{data: %Expr{op: :metadata, args: [expr, _]}}),
+      do: without_metadata(expr)
+
+    defp without_metadata(expr), do: expr
 
     @doc "A stored cache `p` as a transpose of the planned loop reads it."
     def read(p, groups), do: repeat(p, 1, groups)
@@ -124,7 +164,7 @@ if Code.ensure_loaded?(Nx) do
       |> Enum.with_index()
       |> Enum.map(fn {v, i} ->
         case leaves do
-          %{^i => groups} -> fun.(v, groups)
+          %{^i => groups} -> fun.(v, groups, i)
           %{} -> v
         end
       end)

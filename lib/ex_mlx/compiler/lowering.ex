@@ -71,9 +71,11 @@ if Code.ensure_loaded?(Nx) do
 
         %{} ->
           {result, cache} =
-            case state.relayout do
-              %{^id => action} -> relayout(action, ans, state, cache)
-              %{} -> eval_apply(op, ans, state, cache)
+            case {state.relayout, cache} do
+              {%{^id => action}, _} -> relayout(action, ans, state, cache)
+              # (a prompt's cache made as a loop stores it: stored_initials/4)
+              {_, %{{:stored, ^id} => {v, groups}}} -> {CacheLayout.unstored(v, groups), cache}
+              _ -> eval_apply(op, ans, state, cache)
             end
 
           {result, Map.put(cache, id, result)}
@@ -203,8 +205,9 @@ if Code.ensure_loaded?(Nx) do
           do: CacheLayout.plan(initial, arg, pred, body, grouped: state.device == :cpu),
           else: CacheLayout.none()
 
-      {initial, cache} = composite_eval(initial, state, cache)
-      leaves = initial |> tuple_leaves() |> CacheLayout.enter(plan)
+      {stored, cache} = stored_initials(initial, plan, state, cache)
+      {initial, cache} = initial_values(initial, stored, state, cache)
+      leaves = initial |> tuple_leaves() |> CacheLayout.enter(plan, stored)
       # (a quantized value, ExMLX.Quantization, is three values of the state)
       types = Enum.flat_map(leaves, &state_types/1)
       refs = Enum.flat_map(leaves, &state_refs(&1, &1, state.device))
@@ -303,6 +306,31 @@ if Code.ensure_loaded?(Nx) do
       end
     end
 
+    # A slice of a matrix product that keeps the right operand's axes whole
+    # is the product of the left operand's slice: Bumblebee's generation
+    # reads the last position of the prompt's logits, and the product then
+    # makes one row of logits instead of one per prompt position. (Only
+    # with `fuse: true`: a product of fewer rows may round differently.)
+    defp eval_apply(
+           :slice,
+           %T{data: %Expr{args: [x | slicing]}} = ans,
+           %{fuse: true} = state,
+           cache
+         ) do
+      case sliced_operand(without_metadata(x), slicing) do
+        {:ok, a, a_slicing, contract_a, b, contract_b} ->
+          {[a, b], cache} = Enum.map_reduce([a, b], cache, &eval(&1, state, &2))
+          [starts, lengths, strides] = a_slicing
+          shape = Enum.zip_with(lengths, strides, &div(&1 + &2 - 1, &2)) |> List.to_tuple()
+          a_out = %{a | shape: shape, names: List.duplicate(nil, tuple_size(shape))}
+          rows = ExMLX.Backend.slice(a_out, a, starts, lengths, strides)
+          {ExMLX.Backend.dot(ans, rows, contract_a, [], b, contract_b, []), cache}
+
+        :error ->
+          generic(:slice, ans, state, cache)
+      end
+    end
+
     # (on the GPU only: MLX's CPU `rope` is its composed form, more ops
     # than the table lookups it replaces; bench/gpu/dispatch_probe.py)
     defp eval_apply(:add, ans, %{fuse: true, device: :gpu} = state, cache) do
@@ -318,12 +346,12 @@ if Code.ensure_loaded?(Nx) do
     # stored, even at fewer heads than the queries (MLX's attention repeats
     # them itself), else the expression.
     defp attention_input(%T{data: %Expr{id: id}} = expr, state, cache) do
-      case state.relayout do
-        %{^id => {:read, written, _groups}} ->
-          eval(written, state, cache)
+      stored = {:stored, transposed_id(expr)}
 
-        %{} ->
-          {expr, cache}
+      case {state.relayout, cache} do
+        {%{^id => {:read, written, _groups}}, _} -> eval(written, state, cache)
+        {_, %{^stored => {value, _groups}}} -> {value, cache}
+        _ -> {expr, cache}
       end
     end
 
@@ -370,7 +398,74 @@ if Code.ensure_loaded?(Nx) do
            state,
            cache
          ) do
-      {[tensor, update], cache} = Enum.map_reduce([tensor, update], cache, &eval(&1, state, &2))
+      {tensor, cache} = eval(tensor, state, cache)
+      out = %{ans | shape: tensor.shape, names: tensor.names}
+      write_swapped(out, tensor, starts, update, state, cache)
+    end
+
+    defp relayout({:read, written, groups}, _ans, state, cache) do
+      {value, cache} = eval(written, state, cache)
+      {CacheLayout.read(value, groups), cache}
+    end
+
+    # The planned caches of a loop whose initial value is a write into
+    # zeros (the prompt's cache: ExMLX.Compiler.CacheLayout.initial_write/1),
+    # made as the loop stores them, so the loop takes them as they are (no
+    # copy of the cache when it starts, no second cache while it runs):
+    # `{index => stored value}`, and the walk's cache with each such
+    # write's node valued in Nx's layout (a view of the stored value, for
+    # the prompt's own attention).
+    defp stored_initials(initial, %{leaves: leaves}, state, cache) do
+      exprs = Composite.flatten_list([initial])
+
+      Enum.reduce(leaves, {%{}, cache}, fn {i, groups}, {stored, cache} ->
+        expr = Enum.at(exprs, i)
+
+        with {:ok, zeros, starts, update} <- CacheLayout.initial_write(expr),
+             %T{data: %Expr{id: id}} = written = without_metadata(expr),
+             false <- is_map_key(cache, id) do
+          shape = CacheLayout.stored_shape(written.shape, groups)
+          out = %{written | shape: shape, names: [nil, nil, nil, nil]}
+          [value] = zeros.data.args
+          empty = ExMLX.Backend.constant(out, value, device: state.device)
+          update = CacheLayout.stored_update(update, groups)
+          {value, cache} = write_swapped(out, empty, starts, update, state, cache)
+
+          cache = Map.put(cache, {:stored, id}, {value, groups})
+
+          {Map.put(stored, i, value), cache}
+        else
+          _ -> {stored, cache}
+        end
+      end)
+    end
+
+    # A loop's initial values, those of `stored` (index => value) as given
+    # (their expressions are not evaluated: nothing else needs their Nx
+    # layout, and an unread op would hold the stored value).
+    defp initial_values(initial, stored, state, cache) when map_size(stored) == 0,
+      do: composite_eval(initial, state, cache)
+
+    defp initial_values(initial, stored, state, cache) do
+      {values, {cache, _}} =
+        Composite.traverse(initial, {cache, 0}, fn leaf, {cache, i} ->
+          case stored do
+            %{^i => value} ->
+              {value, {cache, i + 1}}
+
+            %{} ->
+              {value, cache} = eval(leaf, state, cache)
+              {value, {cache, i + 1}}
+          end
+        end)
+
+      {values, cache}
+    end
+
+    # `update` (an expression) written with its axes 1 and 2 swapped into
+    # `tensor` (a value stored so) at `starts` swapped likewise
+    defp write_swapped(out, tensor, starts, update, state, cache) do
+      {update, cache} = eval(update, state, cache)
 
       {starts, cache} =
         Enum.map_reduce(starts, cache, fn
@@ -378,14 +473,8 @@ if Code.ensure_loaded?(Nx) do
           s, cache -> eval(s, state, cache)
         end)
 
-      update = CacheLayout.swap(update)
-      out = %{ans | shape: tensor.shape, names: tensor.names}
-      {ExMLX.Backend.put_slice(out, tensor, CacheLayout.swap_starts(starts), update), cache}
-    end
-
-    defp relayout({:read, written, groups}, _ans, state, cache) do
-      {value, cache} = eval(written, state, cache)
-      {CacheLayout.read(value, groups), cache}
+      swapped = CacheLayout.swap(update)
+      {ExMLX.Backend.put_slice(out, tensor, CacheLayout.swap_starts(starts), swapped), cache}
     end
 
     defp generic(op, ans, state, cache) do
@@ -554,6 +643,55 @@ if Code.ensure_loaded?(Nx) do
         do: ref,
         else: Op.defer(:as_type, [ref], [type], type) |> elem(0)
     end
+
+    # For a slice (`[starts, lengths, strides]`, all integers) of `product`:
+    # `{:ok, a, a_slicing, contract_a, b, contract_b}` when `product` is
+    # `dot(a, contract_a, [], b, contract_b, [])` and the slice keeps every
+    # axis of the result that comes from `b` whole; `a_slicing` slices `a`'s
+    # free axes as the slice does theirs and keeps its contracted axes whole.
+    defp sliced_operand(
+           %T{data: %Expr{op: :dot, args: [a, contract_a, [], b, contract_b, []]}} = product,
+           [starts, lengths, strides]
+         ) do
+      free_a = Enum.reject(0..(tuple_size(a.shape) - 1), &(&1 in contract_a))
+      {of_a, of_b} = Enum.split(Enum.zip([starts, lengths, strides]), length(free_a))
+      dims_b = product.shape |> Tuple.to_list() |> Enum.drop(length(free_a))
+
+      whole_b? =
+        Enum.zip(of_b, dims_b)
+        |> Enum.all?(fn {{s, l, st}, d} -> s == 0 and l == d and st == 1 end)
+
+      if Enum.all?(starts, &is_integer/1) and whole_b? do
+        by_axis = Map.new(Enum.zip(free_a, of_a))
+
+        a_slicing =
+          for axis <- 0..(tuple_size(a.shape) - 1),
+              reduce: [[], [], []] do
+            [ss, ls, sts] ->
+              {s, l, st} = Map.get(by_axis, axis, {0, elem(a.shape, axis), 1})
+              [ss ++ [s], ls ++ [l], sts ++ [st]]
+          end
+
+        {:ok, a, a_slicing, contract_a, b, contract_b}
+      else
+        :error
+      end
+    end
+
+    defp sliced_operand(_x, _slicing), do: :error
+
+    # The id of the node `expr` transposes as Bumblebee's attention reads
+    # its cache (through metadata), or nil. (A prompt's cache made as a loop
+    # stores it is kept under `{:stored, id}`: stored_initials/4.)
+    defp transposed_id(%T{data: %Expr{op: :transpose, args: [inner, [0, 2, 1, 3]]}}),
+      do: without_metadata(inner).data.id
+
+    defp transposed_id(_expr), do: nil
+
+    defp without_metadata(%T{data: %Expr{op: :metadata, args: [expr, _]}}),
+      do: without_metadata(expr)
+
+    defp without_metadata(expr), do: expr
 
     # A function of `n` arguments calling `fun` with their list (the
     # backend calls a block's default implementation with its arguments).
