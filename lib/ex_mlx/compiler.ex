@@ -42,6 +42,9 @@ if Code.ensure_loaded?(Nx) do
         `repeat_interleave`) into a cache known to hold such repeats, the
         cache holds each head once, and MLX's attention repeats them. The
         same values; the loop's result is given back in the first layout.
+        A slice of a matrix product that keeps the right operand's axes
+        whole (the prompt's last logits) is the product of the left
+        operand's slice.
       * `:hooks` - a map of hook names to functions, replacing named hooks'
         functions (see below).
       * `:batch_keys` - set by `Nx.Serving`; it changes nothing here.
