@@ -79,8 +79,14 @@ if Code.ensure_loaded?(Bumblebee) do
     # largest one: the token must be PyTorch's. Where they are closer, either
     # token may come out, and once the tokens part the two runs continue
     # from different texts: the comparison ends there.
-    test "greedy generation gives PyTorch's tokens wherever the logits' bound decides them",
-         %{dir: dir, reference: reference, model: model, ids: ids} do
+    for jit_opts <- [[], [fuse: true]] do
+      test "greedy generation gives PyTorch's tokens wherever the logits' bound decides them, #{inspect(jit_opts)}",
+           %{dir: dir, reference: reference, model: model, ids: ids} do
+        greedy_against_pytorch(dir, reference, model, ids, unquote(jit_opts))
+      end
+    end
+
+    defp greedy_against_pytorch(dir, reference, model, ids, jit_opts) do
       {:ok, generation} = Bumblebee.load_generation_config({:local, dir})
 
       config =
@@ -90,7 +96,7 @@ if Code.ensure_loaded?(Bumblebee) do
           pad_token_id: 0
         )
 
-      ours = Integration.greedy_token_ids(model, config, ids)
+      ours = Integration.greedy_token_ids(model, config, ids, jit_opts)
       theirs = reference["tokens"]
       assert length(ours) == @new and length(theirs) == @new
 
@@ -114,7 +120,9 @@ if Code.ensure_loaded?(Bumblebee) do
           end
         end)
 
-      IO.puts("1B shape, bf16: #{equal} of #{@new} greedy tokens equal to PyTorch's")
+      IO.puts(
+        "1B shape, bf16, #{inspect(jit_opts)}: #{equal} of #{@new} greedy tokens equal to PyTorch's"
+      )
     end
   end
 end

@@ -102,16 +102,16 @@ defmodule ExMLX.Integration do
     The token ids Bumblebee's greedy generation gives after `input_ids` (a
     `{1, n}` tensor, every position attended to): `model`'s
     `build_generate` with the generation config `config`, compiled with
-    ExMLX.Compiler.
+    ExMLX.Compiler and the options `jit_opts` (`fuse: true`, say).
     """
-    @spec greedy_token_ids(map(), struct(), Nx.Tensor.t()) :: [integer()]
-    def greedy_token_ids(model, config, input_ids) do
+    @spec greedy_token_ids(map(), struct(), Nx.Tensor.t(), keyword()) :: [integer()]
+    def greedy_token_ids(model, config, input_ids, jit_opts \\ []) do
       config = Bumblebee.configure(config, strategy: %{type: :greedy_search})
 
       generate =
         model.model
         |> Bumblebee.Text.Generation.build_generate(model.spec, config)
-        |> Nx.Defn.jit(compiler: ExMLX.Compiler)
+        |> Nx.Defn.jit([compiler: ExMLX.Compiler] ++ jit_opts)
 
       %{token_ids: ids} =
         generate.(model.params, %{
