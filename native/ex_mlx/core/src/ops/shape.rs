@@ -376,12 +376,12 @@ fn clamp_starts(starts: &Array, shape: &[i32], sizes: &[i32]) -> Result<Array> {
     let clamped = if starts.dtype() == mlx_rs::Dtype::Uint64 {
         // (unsigned starts are never below zero; every limit is)
         let limits: Vec<u64> = limits.map(|l| l.max(0) as u64).collect();
-        ops::minimum(starts, &Array::from_slice(&limits, &n))?
+        ops::minimum(starts, Array::from_slice(&limits, &n))?
     } else {
         let limits: Vec<i64> = limits.collect();
         let zero = Array::from_slice(&[0i64], &[]);
         let wide = starts.as_dtype(mlx_rs::Dtype::Int64)?;
-        ops::minimum(ops::maximum(&wide, &zero)?, &Array::from_slice(&limits, &n))?
+        ops::minimum(ops::maximum(&wide, &zero)?, Array::from_slice(&limits, &n))?
     };
     Ok(clamped.as_dtype(mlx_rs::Dtype::Int32)?)
 }
