@@ -128,6 +128,12 @@ if Code.ensure_loaded?(Nx) do
       assert Nx.to_binary(got) == Nx.to_binary(left.(wq, y))
       ops = program_ops(left)
       assert :quantized_matmul in ops and :dequantize not in ops
+
+      # a slice of its product's rows with fuse: true: the quantized operand
+      # is not sliced (its product is made whole, then sliced)
+      last_row = fn w, y -> Nx.dot(w, [1], y, [0])[-1] end
+      got = Nx.Defn.jit(last_row, compiler: ExMLX.Compiler, fuse: true).(wq, y)
+      assert_close([Nx.to_flat_list(got)], [List.last(rows(left.(wq, y)))], 1.0e-6)
     end
 
     test "bfloat16 kernels run quantized in bfloat16" do

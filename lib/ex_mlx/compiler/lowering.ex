@@ -320,11 +320,17 @@ if Code.ensure_loaded?(Nx) do
       case sliced_operand(without_metadata(x), slicing) do
         {:ok, a, a_slicing, contract_a, b, contract_b} ->
           {[a, b], cache} = Enum.map_reduce([a, b], cache, &eval(&1, state, &2))
-          [starts, lengths, strides] = a_slicing
-          shape = Enum.zip_with(lengths, strides, &div(&1 + &2 - 1, &2)) |> List.to_tuple()
-          a_out = %{a | shape: shape, names: List.duplicate(nil, tuple_size(shape))}
-          rows = ExMLX.Backend.slice(a_out, a, starts, lengths, strides)
-          {ExMLX.Backend.dot(ans, rows, contract_a, [], b, contract_b, []), cache}
+
+          # (a quantized left operand is sliced no further)
+          if ExMLX.Quantization.quantized?(a) do
+            generic(:slice, ans, state, cache)
+          else
+            [starts, lengths, strides] = a_slicing
+            shape = Enum.zip_with(lengths, strides, &div(&1 + &2 - 1, &2)) |> List.to_tuple()
+            a_out = %{a | shape: shape, names: List.duplicate(nil, tuple_size(shape))}
+            rows = ExMLX.Backend.slice(a_out, a, starts, lengths, strides)
+            {ExMLX.Backend.dot(ans, rows, contract_a, [], b, contract_b, []), cache}
+          end
 
         :error ->
           generic(:slice, ans, state, cache)
@@ -426,14 +432,11 @@ if Code.ensure_loaded?(Nx) do
              false <- is_map_key(cache, id) do
           shape = CacheLayout.stored_shape(written.shape, groups)
           out = %{written | shape: shape, names: [nil, nil, nil, nil]}
-          [value] = zeros.data.args
-          empty = ExMLX.Backend.constant(out, value, device: state.device)
+          [zero] = zeros.data.args
+          empty = ExMLX.Backend.constant(out, zero, device: state.device)
           update = CacheLayout.stored_update(update, groups)
           {value, cache} = write_swapped(out, empty, starts, update, state, cache)
-
-          cache = Map.put(cache, {:stored, id}, {value, groups})
-
-          {Map.put(stored, i, value), cache}
+          {Map.put(stored, i, value), Map.put(cache, {:stored, id}, {value, groups})}
         else
           _ -> {stored, cache}
         end
