@@ -87,12 +87,7 @@ if Code.ensure_loaded?(Bumblebee) do
         {model, reference} = load(dir, unquote(name))
         generate = generate_fun(dir, unquote(name), model)
 
-        inputs = %{
-          "input_ids" => reference["input_ids"][0..0],
-          "attention_mask" => reference["attention_mask"][0..0],
-          "seed" => Nx.tensor([0])
-        }
-
+        inputs = first_prompt(reference)
         %{token_ids: ids} = generate.(model.params, inputs)
         expected = Nx.to_flat_list(reference["generated"])
         got = ids |> Nx.to_flat_list() |> Enum.take(length(expected))
@@ -105,12 +100,7 @@ if Code.ensure_loaded?(Bumblebee) do
         {model, reference} = load(dir, unquote(name))
         generate = generate_fun(dir, unquote(name), model, fuse: true)
 
-        inputs = %{
-          "input_ids" => reference["input_ids"][0..0],
-          "attention_mask" => reference["attention_mask"][0..0],
-          "seed" => Nx.tensor([0])
-        }
-
+        inputs = first_prompt(reference)
         %{token_ids: ids} = generate.(model.params, inputs)
         expected = Nx.to_flat_list(reference["generated"])
         assert ids |> Nx.to_flat_list() |> Enum.take(length(expected)) == expected
@@ -147,6 +137,15 @@ if Code.ensure_loaded?(Bumblebee) do
         expected = reference["generated"] |> Nx.to_flat_list() |> words.()
         assert text == expected
       end
+    end
+
+    # the reference's first prompt, as generation's inputs
+    defp first_prompt(reference) do
+      %{
+        "input_ids" => reference["input_ids"][0..0],
+        "attention_mask" => reference["attention_mask"][0..0],
+        "seed" => Nx.tensor([0])
+      }
     end
 
     defp generate_fun(dir, name, model, jit_opts \\ []) do

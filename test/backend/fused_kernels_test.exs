@@ -427,11 +427,18 @@ if Code.ensure_loaded?(Nx) do
                    fn -> ExMLX.rope(ExMLX.full(1.0, {:f, 32}, {8}), offsets, freqs, 8) end
     end
 
-    # hidden {1, 3, 4} · kernel {4, 5}: small integers, exact in float32
+    # hidden {1, 3, 4} · kernel {4, 5}: small integers, exact in float32;
+    # the lists, and the tensors on ExMLX.Backend
     defp logits_inputs do
       hidden = for p <- 0..2, do: for(i <- 0..3, do: (p + 1) * (i - 1) * 1.0)
       kernel = for i <- 0..3, do: for(v <- 0..4, do: (v - i) * 1.0)
-      {hidden, kernel}
+
+      args = [
+        Nx.tensor([hidden], backend: ExMLX.Backend),
+        Nx.tensor(kernel, backend: ExMLX.Backend)
+      ]
+
+      {hidden, kernel, args}
     end
 
     defp product_rows(hidden, kernel) do
@@ -441,12 +448,7 @@ if Code.ensure_loaded?(Nx) do
     end
 
     test "the last row of a product is the product of the last row with fuse: true" do
-      {hidden, kernel} = logits_inputs()
-
-      args = [
-        Nx.tensor([hidden], backend: ExMLX.Backend),
-        Nx.tensor(kernel, backend: ExMLX.Backend)
-      ]
+      {hidden, kernel, args} = logits_inputs()
 
       expected = [List.last(product_rows(hidden, kernel))]
 
@@ -463,12 +465,7 @@ if Code.ensure_loaded?(Nx) do
     end
 
     test "a slice of the product's columns keeps the whole product" do
-      {hidden, kernel} = logits_inputs()
-
-      args = [
-        Nx.tensor([hidden], backend: ExMLX.Backend),
-        Nx.tensor(kernel, backend: ExMLX.Backend)
-      ]
+      {hidden, kernel, args} = logits_inputs()
 
       fun = fn h, k -> Funs.some_logits(h, k) end
       {got, ops} = run(fun, args, fuse: true)

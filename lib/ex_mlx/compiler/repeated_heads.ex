@@ -1,6 +1,10 @@
 if Code.ensure_loaded?(Nx) do
   defmodule ExMLX.Compiler.RepeatedHeads do
     @moduledoc false
+
+    alias Nx.Defn.Expr
+    alias Nx.Tensor, as: T
+
     # Grouped-query attention's repeated heads in an `Nx.Defn.Expr` graph:
     # a `{batch, sequence, heads, depth}` tensor whose heads are each of the
     # `heads / groups` heads of a source `x` repeated `groups` times in a
@@ -15,14 +19,9 @@ if Code.ensure_loaded?(Nx) do
     # `{:merged, outer, inner}` for two adjacent axes a reshape joined, `nil`
     # for axes of length 1), so the answer never depends on the sizes.
 
-    alias Nx.Defn.Expr
-    alias Nx.Tensor, as: T
-
-    @doc """
-    `{:ok, x, groups}` if `expr` (rank 4) is `x`'s heads (axis 2) each
-    repeated `groups` (> 1) times in a row through reshapes, broadcasts and
-    metadata; `:error` otherwise.
-    """
+    # `{:ok, x, groups}` if `expr` (rank 4) is `x`'s heads (axis 2) each
+    # repeated `groups` (> 1) times in a row through reshapes, broadcasts
+    # and metadata; `:error` otherwise.
     def source(%T{shape: {_, _, heads, _}} = expr) do
       with {:ok, x, chain} <- chain(expr, heads, []),
            {b, s, kv_heads, d} = x.shape,
@@ -37,12 +36,10 @@ if Code.ensure_loaded?(Nx) do
 
     def source(_expr), do: :error
 
-    @doc """
-    Whether every value of `expr` (`{batch, sequence, heads, depth}`) is
-    known to repeat its heads in groups of `groups`: a constant, a broadcast
-    along the heads, a repeat (`source/1`) of that many, or a `put_slice` of
-    such a value at head 0 into another such value.
-    """
+    # Whether every value of `expr` (`{batch, sequence, heads, depth}`) is
+    # known to repeat its heads in groups of `groups`: a constant, a broadcast
+    # along the heads, a repeat (`source/1`) of that many, or a `put_slice` of
+    # such a value at head 0 into another such value.
     def repeated?(%T{data: %Expr{op: :metadata, args: [inner, _]}}, groups),
       do: repeated?(inner, groups)
 
