@@ -180,8 +180,7 @@ if Code.ensure_loaded?(Nx) do
         jit = Nx.Defn.jit(fun, compiler: ExMLX.Compiler, device: :cpu, fuse: fuse)
         steps = 4
 
-        {cache, scores, mixed} =
-          jit.(cpu([initial]), cpu([Enum.map(query, &[&1])]), steps)
+        {cache, scores, mixed} = jit.(cpu([initial]), cpu([Enum.map(query, &[&1])]), steps)
 
         {expected_scores, expected_mixed} = steps_expected(initial, query, steps)
         assert Nx.shape(cache) == {1, @positions, @heads, @depth}
