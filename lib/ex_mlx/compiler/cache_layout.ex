@@ -21,7 +21,7 @@ if Code.ensure_loaded?(Nx) do
     # indices and update swapped likewise, reads `p`'s value for each of
     # those transposes, and transposes the loop's result back.
 
-    alias ExMLX.Compiler.RepeatedHeads
+    alias ExMLX.Compiler.{FusedKernels, RepeatedHeads}
     alias Nx.Defn.{Composite, Expr, Tree}
     alias Nx.Tensor, as: T
 
@@ -58,9 +58,7 @@ if Code.ensure_loaded?(Nx) do
         |> Enum.zip()
         |> Enum.with_index()
         |> Enum.reduce(none(), fn {{param, initial}, i}, plan ->
-          initial = if grouped, do: initial, else: nil
-
-          case swapped(param, initial, i, outputs, readers) do
+          case swapped(param, initial, grouped, i, outputs, readers) do
             {:ok, groups, actions} ->
               %{
                 leaves: Map.put(plan.leaves, i, groups),
@@ -78,9 +76,10 @@ if Code.ensure_loaded?(Nx) do
 
     @doc """
     The loop's initial values (a flat list), as the plan holds them;
-    `stored` maps indices to values already made so (`initial_write/2`).
+    `stored` maps indices to values already made so (from
+    `initial_write/1`'s parts).
     """
-    def enter(values, %{leaves: leaves}, stored \\ %{}) do
+    def enter(values, %{leaves: leaves}, stored) do
       map_at(values, leaves, fn v, groups, i ->
         case stored do
           %{^i => value} -> value
@@ -104,14 +103,15 @@ if Code.ensure_loaded?(Nx) do
 
     @doc """
     The parts of a planned loop's initial value that can be written as the
-    loop stores it: `{:ok, zeros, starts, update}` when `expr` is a
-    `put_slice` (under metadata) of `update` into a constant (a prompt's
-    cache made from zeros), else `:error`.
+    loop stores it: `{:ok, write, zeros, starts, update}` when `expr` is
+    `write`, a `put_slice` (under metadata) of `update` into a constant (a
+    prompt's cache made from zeros), else `:error`.
     """
     def initial_write(expr) do
-      case without_metadata(expr) do
-        %T{data: %Expr{op: :put_slice, args: [%T{data: %Expr{op: :constant}} = c, starts, u]}} ->
-          {:ok, c, starts, u}
+      case FusedKernels.without_metadata(expr) do
+        %T{data: %Expr{op: :put_slice, args: [%T{data: %Expr{op: :constant}} = c, starts, u]}} =
+            write ->
+          {:ok, write, c, starts, u}
 
         _ ->
           :error
@@ -128,11 +128,6 @@ if Code.ensure_loaded?(Nx) do
       {:ok, source, ^groups} = RepeatedHeads.source(update)
       source
     end
-
-    defp without_metadata(%T{data: %Expr{op: :metadata, args: [expr, _]}}),
-      do: without_metadata(expr)
-
-    defp without_metadata(expr), do: expr
 
     @doc "A stored cache `p` as a transpose of the planned loop reads it."
     def read(p, groups), do: repeat(p, 1, groups)
@@ -173,6 +168,7 @@ if Code.ensure_loaded?(Nx) do
     defp swapped(
            %T{shape: {_, _, _, _}, data: %Expr{op: :parameter, id: id}},
            initial,
+           grouped,
            i,
            outputs,
            readers
@@ -191,7 +187,7 @@ if Code.ensure_loaded?(Nx) do
            [^i] <- output_indices(outputs, p_id),
            {:ok, transposes} <- transposes(p, readers),
            true <- transposes != [] do
-        {groups, written} = groups(update, initial)
+        {groups, written} = if grouped, do: groups(update, initial), else: {1, update}
         reads = Map.new(transposes, &{&1.data.id, {:read, p, groups}})
         {:ok, groups, Map.put(reads, p_id, {:write, written})}
       else
@@ -199,14 +195,12 @@ if Code.ensure_loaded?(Nx) do
       end
     end
 
-    defp swapped(_param, _initial, _i, _outputs, _readers), do: :error
+    defp swapped(_param, _initial, _grouped, _i, _outputs, _readers), do: :error
 
     # How many times the cache repeats each head, and what a step writes:
     # the update's source and its groups when the update repeats heads and
     # the initial value is known to (ExMLX.Compiler.RepeatedHeads), else 1
     # and the update.
-    defp groups(update, nil), do: {1, update}
-
     defp groups(update, initial) do
       with {:ok, source, groups} <- RepeatedHeads.source(update),
            true <- RepeatedHeads.repeated?(initial, groups) do

@@ -294,10 +294,11 @@ if Code.ensure_loaded?(Nx) do
     # Helpers
     # ---------------------------------------------------------------------
 
-    defp without_metadata(%T{data: %Expr{op: :metadata, args: [expr, _meta]}}),
+    @doc "`expr` without the `metadata` nodes around it (Axon's layer names)."
+    def without_metadata(%T{data: %Expr{op: :metadata, args: [expr, _meta]}}),
       do: without_metadata(expr)
 
-    defp without_metadata(expr), do: expr
+    def without_metadata(expr), do: expr
 
     defp constant(%T{data: %Expr{op: :constant, args: [c]}}) when is_number(c), do: c
     defp constant(_expr), do: nil

@@ -23,7 +23,7 @@ if Code.ensure_loaded?(Nx) do
     # `:hooks`, newest first) and the ids of scopes computed so far (keys
     # `{:scope_ids, ref}`; node ids are references, never these).
 
-    alias ExMLX.Compiler.CacheLayout
+    alias ExMLX.Compiler.{CacheLayout, FusedKernels}
     alias ExMLX.Op
     alias Nx.Defn.{Composite, Expr, Tree}
     alias Nx.Tensor, as: T
@@ -288,7 +288,7 @@ if Code.ensure_loaded?(Nx) do
     end
 
     defp eval_apply(op, ans, %{fuse: true} = state, cache) when op in [:multiply, :divide] do
-      case ExMLX.Compiler.FusedKernels.match(ans) do
+      case FusedKernels.match(ans) do
         {:rms_norm, x, w, eps} -> fused(:rms_norm, ans, [x, w], [eps], state, cache)
         {:softmax, x, axes} -> fused(:softmax, ans, [x], [axes], state, cache)
         nil -> generic(op, ans, state, cache)
@@ -296,7 +296,7 @@ if Code.ensure_loaded?(Nx) do
     end
 
     defp eval_apply(:dot, ans, %{fuse: true} = state, cache) do
-      case ExMLX.Compiler.FusedKernels.match(ans) do
+      case FusedKernels.match(ans) do
         {:attention, q, k, v, mask, scale} ->
           {[k, v], cache} = Enum.map_reduce([k, v], cache, &attention_input(&1, state, &2))
           fused(:scaled_dot_product_attention, ans, [q, k, v, mask], [scale], state, cache)
@@ -317,7 +317,7 @@ if Code.ensure_loaded?(Nx) do
            %{fuse: true} = state,
            cache
          ) do
-      case sliced_operand(without_metadata(x), slicing) do
+      case sliced_operand(FusedKernels.without_metadata(x), slicing) do
         {:ok, a, a_slicing, contract_a, b, contract_b} ->
           {[a, b], cache} = Enum.map_reduce([a, b], cache, &eval(&1, state, &2))
 
@@ -340,7 +340,7 @@ if Code.ensure_loaded?(Nx) do
     # (on the GPU only: MLX's CPU `rope` is its composed form, more ops
     # than the table lookups it replaces; bench/gpu/dispatch_probe.py)
     defp eval_apply(:add, ans, %{fuse: true, device: :gpu} = state, cache) do
-      case ExMLX.Compiler.FusedKernels.match(ans) do
+      case FusedKernels.match(ans) do
         {:rope, x, idx, f} -> rope(ans, x, idx, f, state, cache)
         nil -> generic(:add, ans, state, cache)
       end
@@ -427,8 +427,8 @@ if Code.ensure_loaded?(Nx) do
       Enum.reduce(leaves, {%{}, cache}, fn {i, groups}, {stored, cache} ->
         expr = Enum.at(exprs, i)
 
-        with {:ok, zeros, starts, update} <- CacheLayout.initial_write(expr),
-             %T{data: %Expr{id: id}} = written = without_metadata(expr),
+        with {:ok, written, zeros, starts, update} <- CacheLayout.initial_write(expr),
+             %T{data: %Expr{id: id}} = written,
              false <- is_map_key(cache, id) do
           shape = CacheLayout.stored_shape(written.shape, groups)
           out = %{written | shape: shape, names: [nil, nil, nil, nil]}
@@ -667,14 +667,11 @@ if Code.ensure_loaded?(Nx) do
       if Enum.all?(starts, &is_integer/1) and whole_b? do
         by_axis = Map.new(Enum.zip(free_a, of_a))
 
-        a_slicing =
+        by_a_axis =
           for axis <- 0..(tuple_size(a.shape) - 1),
-              reduce: [[], [], []] do
-            [ss, ls, sts] ->
-              {s, l, st} = Map.get(by_axis, axis, {0, elem(a.shape, axis), 1})
-              [ss ++ [s], ls ++ [l], sts ++ [st]]
-          end
+              do: Map.get(by_axis, axis, {0, elem(a.shape, axis), 1})
 
+        a_slicing = for k <- 0..2, do: Enum.map(by_a_axis, &elem(&1, k))
         {:ok, a, a_slicing, contract_a, b, contract_b}
       else
         :error
@@ -687,14 +684,9 @@ if Code.ensure_loaded?(Nx) do
     # its cache (through metadata), or nil. (A prompt's cache made as a loop
     # stores it is kept under `{:stored, id}`: stored_initials/4.)
     defp transposed_id(%T{data: %Expr{op: :transpose, args: [inner, [0, 2, 1, 3]]}}),
-      do: without_metadata(inner).data.id
+      do: FusedKernels.without_metadata(inner).data.id
 
     defp transposed_id(_expr), do: nil
-
-    defp without_metadata(%T{data: %Expr{op: :metadata, args: [expr, _]}}),
-      do: without_metadata(expr)
-
-    defp without_metadata(expr), do: expr
 
     # A function of `n` arguments calling `fun` with their list (the
     # backend calls a block's default implementation with its arguments).
