@@ -35,6 +35,7 @@ pub mod program;
 pub mod program_format;
 pub mod simd;
 pub mod split_work;
+pub mod step_graph;
 #[cfg(test)]
 mod test_arrays;
 pub mod unified;

@@ -14,6 +14,7 @@ use crate::item::{self, Number};
 use crate::memory;
 use crate::ops::params::Param;
 use crate::ops::table::Op;
+use crate::step_graph;
 
 /// A program's slots while it runs, and the small integer tensors among them
 /// whose values are known here (crate::host_tensor): such a slot's MLX
@@ -417,7 +418,7 @@ impl<'a> Run<'a> {
             // of the device without bound, each holding its own state.)
             step += 1;
             if self.pipelined && self.host[pred].is_none() && step > PIPELINE_AFTER {
-                return self.pipelined_steps(l, state);
+                return self.pipelined_steps(l, state, step - 1);
             }
             let large = self.slots[state.clone()]
                 .iter()
@@ -443,18 +444,22 @@ impl<'a> Run<'a> {
                 self.clear(state.end..l.results);
                 return Ok(());
             }
-            self.step(l, &state)?;
+            self.step(l, &state, step)?;
             if self.loops == 1 {
                 LOOP_STEPS.fetch_add(1, Ordering::Relaxed);
             }
         }
     }
 
-    /// One step of `l`: its body on the state in `state`, whose slots then
-    /// hold the next state.
-    fn step(&mut self, l: &Loop, state: &Range<usize>) -> Result<()> {
+    /// Step `index` (from 1) of `l`: its body on the state in `state`, whose
+    /// slots then hold the next state.
+    fn step(&mut self, l: &Loop, state: &Range<usize>, index: usize) -> Result<()> {
         self.block(&l.body.instructions)?;
         let next = self.values_of(l.body.outputs.iter().copied());
+        if self.loops == 1 && index == step_graph::STEP && step_graph::enabled() {
+            let arrays: Vec<Array> = next.iter().filter_map(|(a, _)| a.clone()).collect();
+            step_graph::write(&arrays).map_err(Error::Mlx)?;
+        }
         // The step's new values are checked against the memory limit
         // as every new tensor is (crate::memory::check_allocation).
         let fresh: usize = l
@@ -470,7 +475,8 @@ impl<'a> Run<'a> {
         Ok(())
     }
 
-    /// The rest of loop `l`, whose state is in `state` and whose condition
+    /// The rest of loop `l` after its first `done` steps, whose state is in
+    /// `state` and whose condition
     /// on it was just built and is not known here: while the device
     /// computes a step and its condition, the next step and its condition
     /// are built and queued (MLX's `async_eval`), then the condition is
@@ -481,7 +487,8 @@ impl<'a> Run<'a> {
     /// but its values (ExMLX.Compiler runs a loop with a hook on
     /// Nx.Defn.Evaluator), so the results are those of a loop that builds
     /// a step only once its condition is read.
-    fn pipelined_steps(&mut self, l: &Loop, state: Range<usize>) -> Result<()> {
+    fn pipelined_steps(&mut self, l: &Loop, state: Range<usize>, done: usize) -> Result<()> {
+        let mut step = done;
         let pred = l.condition.outputs[0];
         let mut condition = self.read(pred)?;
         let queue = |run: &Self, condition: &Array| {
@@ -497,7 +504,8 @@ impl<'a> Run<'a> {
         loop {
             self.check_stop()?;
             let kept = self.values_of(state.clone());
-            let ahead = self.step(l, &state).and_then(|()| {
+            step += 1;
+            let ahead = self.step(l, &state, step).and_then(|()| {
                 self.block(&l.condition.instructions)?;
                 let next = self.read(pred)?;
                 queue(self, &next)?;
