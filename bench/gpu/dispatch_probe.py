@@ -40,7 +40,7 @@ import time
 import mlx.core as mx
 
 mx.set_default_device(mx.cpu if "--cpu" in sys.argv else mx.gpu)
-N = 300
+N = int(__import__("os").environ.get("PROBE_CALLS", "300"))
 H, D = 32, 64
 LAYOUT_ONLY = "--layout-only" in sys.argv
 
@@ -114,6 +114,52 @@ def grouped():
             probe(f"sdpa, mask, depth {DH}, cache of {name}", f, queries)
             probe(f"sdpa, mask, depth {DH}, cache of {name}, mx.compile", mx.compile(f), queries)
 
+
+def two_queries():
+    """The masked attention of one query (MLX's composed fallback on CUDA)
+    beside the same query given twice, whose masked attention MLX's CUDA
+    backend hands to cuDNN (it keeps cuDNN from one-query attention with a
+    mask array), its first row taken; the query broadcast to two rows or
+    concatenated; caches of 32 heads and of 8 key/value heads, heads-first,
+    160 positions, depths 64 and 128; plain and under `mx.compile`; and,
+    for scale, the unmasked one-query kernel over the 38 written positions
+    (mlx-lm's form)."""
+    T = 160
+    mask = mx.where(mx.arange(T) <= 37, 0.0, -mx.inf).astype(mx.bfloat16).reshape(1, 1, 1, T)
+    for DH in (64, 128):
+        queries = [mx.random.normal((1, H, 1, DH)).astype(mx.bfloat16) for _ in range(N)]
+        for KVH in (H, 8):
+            keys, values = (mx.random.normal((1, KVH, T, DH)).astype(mx.bfloat16) for _ in range(2))
+            mx.eval(queries, mask, keys, values)
+
+            def sdpa(q, k=keys, v=values, m=mask):
+                return mx.fast.scaled_dot_product_attention(q, k, v, scale=DH**-0.5, mask=m)
+
+            def broadcast(q):
+                return sdpa(mx.broadcast_to(q, (1, H, 2, DH)))[:, :, :1]
+
+            def concatenated(q):
+                return sdpa(mx.concatenate([q, q], axis=2))[:, :, :1]
+
+            written = (keys[:, :, :38], values[:, :, :38])
+            mx.eval(*written)
+            forms = [("one query", sdpa), ("two queries, broadcast", broadcast),
+                     ("two queries, concatenated", concatenated),
+                     ("one query, no mask, written positions", lambda q: sdpa(q, *written, None))]
+            one = sdpa(queries[0]).astype(mx.float32)
+            for name, f in forms:
+                try:
+                    probe(f"sdpa, mask, depth {DH}, {KVH} key heads, {name}", f, queries)
+                    probe(f"sdpa, mask, depth {DH}, {KVH} key heads, {name}, mx.compile", mx.compile(f), queries)
+                    d = mx.abs(f(queries[0]).astype(mx.float32) - one).max().item()
+                    print(f"  {name} against one query: largest difference {d:.3g}")
+                except RuntimeError as e:
+                    print(f"sdpa, mask, depth {DH}, {KVH} key heads, {name}: MLX refused: {e}")
+
+
+if "--two-queries-only" in sys.argv:
+    two_queries()
+    sys.exit(0)
 
 if "--grouped-only" in sys.argv:
     grouped()

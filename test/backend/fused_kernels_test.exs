@@ -256,6 +256,46 @@ if Code.ensure_loaded?(Nx) do
       assert_close(got, Nx.to_flat_list(unfused), 1.0e-6)
     end
 
+    # One query row per head under an additive mask, in bfloat16 at a depth
+    # of 16, on the default device: on a CUDA GPU given to MLX as two equal
+    # rows (cuDNN's attention, ops/fast.rs), elsewhere as it is; either way
+    # one result row within bfloat16's rounding of the formula
+    test "one query's masked attention in bfloat16 is within rounding of the formula" do
+      device = ExMLX.default_device()
+      {batch, heads, keys, depth} = {2, 4, 7, 16}
+
+      bf16 = fn values, shape ->
+        values
+        |> Nx.tensor(type: :bf16)
+        |> Nx.reshape(shape)
+        |> Nx.transpose(axes: [0, 2, 1, 3])
+      end
+
+      q = bf16.(values(batch * heads * depth, 1.0), {batch, 1, heads, depth})
+      k = bf16.(values(batch * keys * heads * depth, 1.5), {batch, keys, heads, depth})
+      v = bf16.(values(batch * keys * heads * depth, 2.0), {batch, keys, heads, depth})
+      allowed = fn _i, j -> j <= 4 end
+      min = Nx.Constants.min_finite(:bf16) |> Nx.to_number()
+      mask = for j <- 0..(keys - 1), do: if(allowed.(0, j), do: 0.0, else: min)
+
+      to_mlx = fn t ->
+        ExMLX.from_binary(Nx.to_binary(t), Nx.type(t), Nx.shape(t), device: device)
+      end
+
+      [qx, kx, vx, mx] = Enum.map([q, k, v, bf16.(mask, {1, 1, 1, keys})], to_mlx)
+      got = ExMLX.scaled_dot_product_attention(qx, kx, vx, mx, scale: 1 / :math.sqrt(depth))
+      assert ExMLX.shape(got) == {batch, heads, 1, depth}
+      assert ExMLX.type(got) == {:bf, 16}
+
+      layout = fn t -> t |> Nx.transpose(axes: [0, 2, 1, 3]) |> to_lists() end
+      expected = attention_formula(layout.(q), layout.(k), layout.(v), allowed)
+
+      got =
+        got |> ExMLX.to_binary() |> Nx.from_binary(:bf16) |> Nx.reshape({batch, heads, 1, depth})
+
+      assert_close(Nx.transpose(got, axes: [0, 2, 1, 3]), expected, 4 * 2 ** -8)
+    end
+
     test "scaled_dot_product_attention names what its inputs lack" do
       t = fn shape, type -> ExMLX.full(0.0, type, shape) end
       q = t.({1, 4, 2, 8}, {:f, 32})

@@ -136,6 +136,22 @@ pub fn scaled_dot_product_attention(
             ),
         ));
     }
+    if cuda_one_masked_query(queries, values) {
+        // (the same query twice, its first result row kept: see
+        // cuda_one_masked_query)
+        let twice = ops::concatenate(&[queries, queries], 2)?;
+        let rows = mlx_rs::fast::scaled_dot_product_attention(
+            &twice,
+            keys,
+            values,
+            scale as f32,
+            mask,
+            None,
+        )?;
+        let mut stops: Vec<i64> = rows.shape().iter().map(|&d| d as i64).collect();
+        stops[2] = 1;
+        return super::shape::slice(&rows, &[0; 4], &stops, &[1; 4]);
+    }
     Ok(mlx_rs::fast::scaled_dot_product_attention(
         queries,
         keys,
@@ -144,6 +160,28 @@ pub fn scaled_dot_product_attention(
         mask,
         None,
     )?)
+}
+
+/// Whether the attention of a single query row under a mask is given to
+/// MLX as two equal query rows, of which the first result row is kept: on
+/// a CUDA GPU (a GPU of a Linux build) for half-precision inputs of a depth
+/// cuDNN takes (a multiple of 8, at most 128). MLX 0.32's CUDA backend
+/// runs one query under a mask array through its composed form (a scaling,
+/// two batched products, the mask's addition and a softmax: five kernels),
+/// and two query rows under the same mask through one cuDNN attention: the
+/// same softmax-weighted sum, computed by another kernel (its rounding
+/// differs within half precision; docs/numerics.md). Measured in
+/// bench/results/llm-gpu.md ("One query's masked attention through
+/// cuDNN"); decision 0018.
+fn cuda_one_masked_query(queries: &Array, values: &Array) -> bool {
+    let (q, v) = (queries.shape(), values.shape());
+    let depth_ok = |d: i32| d % 8 == 0 && d <= 128;
+    cfg!(target_os = "linux")
+        && q[2] == 1
+        && matches!(queries.dtype(), Dtype::Bfloat16 | Dtype::Float16)
+        && depth_ok(q[3])
+        && depth_ok(v[3])
+        && !crate::device::Device::current_is_cpu()
 }
 
 /// Rotary position embedding (MLX's `fast::rope`, not the traditional
