@@ -89,6 +89,70 @@ if Code.ensure_loaded?(Nx) do
         Nx.dot(p, [3], [0, 1], vt, [2], [0, 1])
       end
 
+      # Bumblebee's prompt pass and decoding loop over `layers` layers in
+      # small: each layer's keys and values (two key/value heads repeated
+      # for four query heads) written into zeros at the prompt's two
+      # positions, then, each step, at position `i`, each layer attending
+      # to them with the previous layer's output in its update
+      defn deep_decode(prompt, query, steps, opts \\ []) do
+        opts = keyword!(opts, layers: 17)
+        mask = Nx.iota({1, 1, 1, 5}) |> Nx.less_equal(1)
+        {caches, _x} = prompt_pass(prompt, query, mask, opts[:layers])
+
+        {_caches, _i, out, _query, _steps} =
+          while {caches, i = 2, out = Nx.broadcast(0.0, {1, 1, 2, 3}), query, steps},
+                i < steps + 2 do
+            row = Nx.iota({1, 1, 2, 3}, type: :f32) |> Nx.divide(4) |> Nx.add(i / 10)
+            mask = Nx.iota({1, 1, 1, 5}) |> Nx.less_equal(i)
+            {caches, x} = decode_step(caches, row, query, mask, i)
+            {caches, i + 1, out + x, query, steps}
+          end
+
+        out
+      end
+
+      # every layer's {keys, values} caches (a flat tuple) and the last
+      # layer's output
+      deftransformp prompt_pass(prompt, query, mask, layers) do
+        zeros = Nx.broadcast(0.0, {1, 5, 4, 3})
+
+        {caches, x} =
+          Enum.map_reduce(1..layers, prompt, fn _layer, x ->
+            k = Nx.put_slice(zeros, [0, 0, 0, 0], repeat(x))
+            v = Nx.put_slice(zeros, [0, 0, 0, 0], repeat(Nx.multiply(x, 0.5)))
+            out = layer_attention(query, k, v, mask)
+            {[k, v], Nx.add(prompt, Nx.reshape(out, {1, 2, 2, 3}) |> Nx.multiply(0.25))}
+          end)
+
+        {caches |> List.flatten() |> List.to_tuple(), x}
+      end
+
+      deftransformp decode_step(caches, row, query, mask, i) do
+        {written, x} =
+          caches
+          |> Tuple.to_list()
+          |> Enum.chunk_every(2)
+          |> Enum.map_reduce(row, fn [k, v], x ->
+            k = Nx.put_slice(k, [0, i, 0, 0], repeat(x))
+            v = Nx.put_slice(v, [0, i, 0, 0], repeat(Nx.multiply(x, 0.5)))
+            out = layer_attention(query, k, v, mask)
+
+            {[k, v],
+             Nx.add(row, Nx.reshape(out, {1, 1, 2, 6}) |> Nx.slice_along_axis(0, 3, axis: 3))}
+          end)
+
+        {written |> List.flatten() |> List.to_tuple(), x}
+      end
+
+      deftransformp layer_attention(query, k, v, mask) do
+        attention(
+          query,
+          Nx.transpose(k, axes: [0, 2, 1, 3]),
+          Nx.transpose(v, axes: [0, 2, 1, 3]),
+          mask
+        )
+      end
+
       # the same loop reading the cache without a transpose too: kept as
       # Nx stores it
       defn decode_and_sum(cache, steps) do
@@ -254,6 +318,26 @@ if Code.ensure_loaded?(Nx) do
           expected = if slice_read, do: expected_read, else: 0.0
           ExMLX.TestHelpers.assert_close([Nx.to_number(read)], [expected], 1.0e-5, "read")
         end
+      end
+    end
+
+    test "a prompt's caches of many layers are stored as the loop holds them" do
+      # 17 layers: 34 planned caches, more than an Erlang map keeps in key
+      # order; each layer's prompt caches are read by its attention before
+      # a later layer's are written. The values against Nx's own evaluator
+      # on Nx.BinaryBackend.
+      prompt = [[[[1.0, 0.5, -1.0], [0.25, 2.0, 0.0]], [[-0.5, 1.5, 1.0], [0.75, -1.0, 0.5]]]]
+      query = [[[[1.0, -2.0, 0.5]], [[0.25, 3.0, -1.0]], [[0.0, 1.0, 1.0]], [[-1.0, 0.5, 2.0]]]]
+      binary = fn l -> Nx.tensor(l, backend: Nx.BinaryBackend) end
+      fun = &Funs.deep_decode(&1, &2, &3)
+
+      expected =
+        Nx.Defn.jit(fun, compiler: Nx.Defn.Evaluator).(binary.(prompt), binary.(query), 3)
+
+      for fuse <- [true, false] do
+        jit = Nx.Defn.jit(fun, compiler: ExMLX.Compiler, device: :cpu, fuse: fuse)
+        got = jit.(cpu(prompt), cpu(query), 3) |> Nx.to_flat_list()
+        ExMLX.TestHelpers.assert_close(got, Nx.to_flat_list(expected), 1.0e-5, "outputs")
       end
     end
 

@@ -72,10 +72,18 @@ if Code.ensure_loaded?(Nx) do
         %{} ->
           {result, cache} =
             case {state.relayout, cache} do
-              {%{^id => action}, _} -> relayout(action, ans, state, cache)
+              {%{^id => action}, _} ->
+                relayout(action, ans, state, cache)
+
               # (a prompt's cache made as a loop stores it: stored_initials/4)
-              {_, %{{:stored, ^id} => {v, groups}}} -> {CacheLayout.unstored(v, groups), cache}
-              _ -> eval_apply(op, ans, state, cache)
+              {_, %{{:stored, ^id} => {v, groups}}} ->
+                {CacheLayout.unstored(v, groups), cache}
+
+              {_, %{{:pending, ^id} => _}} ->
+                stored_write(id, state, cache, &CacheLayout.unstored/2)
+
+              _ ->
+                eval_apply(op, ans, state, cache)
             end
 
           {result, Map.put(cache, id, result)}
@@ -352,11 +360,13 @@ if Code.ensure_loaded?(Nx) do
     # stored, even at fewer heads than the queries (MLX's attention repeats
     # them itself), else the expression.
     defp attention_input(%T{data: %Expr{id: id}} = expr, state, cache) do
-      stored = {:stored, transposed_id(expr)}
+      written = transposed_id(expr)
+      stored = {:stored, written}
 
       case {state.relayout, cache} do
         {%{^id => {:read, written, _groups}}, _} -> eval(written, state, cache)
         {_, %{^stored => {value, _groups}}} -> {value, cache}
+        {_, %{{:pending, ^written} => _}} -> stored_write(written, state, cache, fn v, _ -> v end)
         _ -> {expr, cache}
       end
     end
@@ -420,27 +430,49 @@ if Code.ensure_loaded?(Nx) do
     # copy of the cache when it starts, no second cache while it runs):
     # `{index => stored value}`, and the walk's cache with each such
     # write's node valued in Nx's layout (a view of the stored value, for
-    # the prompt's own attention).
+    # the prompt's own attention). Every such write is noted as pending
+    # (`{:pending, id}`) before any is made: the update of one reaches the
+    # prompt's attentions over others (a later layer's keys need the
+    # earlier layers), and an attention, or any other reader, that meets a
+    # pending write makes it as stored (stored_write/4) whatever the order
+    # the writes are made in here. So a layer's keys and values are both
+    # stored, at their planned head counts, when its attention reads them.
     defp stored_initials(initial, %{leaves: leaves}, state, cache) do
       exprs = Composite.flatten_list([initial])
 
-      Enum.reduce(leaves, {%{}, cache}, fn {i, groups}, {stored, cache} ->
-        expr = Enum.at(exprs, i)
+      pending =
+        for {i, groups} <- Enum.sort(leaves),
+            {:ok, written, zeros, starts, update} <-
+              [CacheLayout.initial_write(Enum.at(exprs, i))],
+            %T{data: %Expr{id: id}} = written,
+            not is_map_key(cache, id),
+            do: {id, {i, groups, written, zeros, starts, update}}
 
-        with {:ok, written, zeros, starts, update} <- CacheLayout.initial_write(expr),
-             %T{data: %Expr{id: id}} = written,
-             false <- is_map_key(cache, id) do
+      cache = Enum.reduce(pending, cache, fn {id, p}, c -> Map.put(c, {:pending, id}, p) end)
+
+      Enum.reduce(pending, {%{}, cache}, fn {id, {i, _, _, _, _, _}}, {stored, cache} ->
+        {value, cache} = stored_write(id, state, cache, fn v, _ -> v end)
+        {Map.put(stored, i, value), cache}
+      end)
+    end
+
+    # The stored value of the planned write `id` (made now if pending:
+    # stored_initials/4), as `view.(value, groups)`.
+    defp stored_write(id, state, cache, view) do
+      case cache do
+        %{{:stored, ^id} => {value, groups}} ->
+          {view.(value, groups), cache}
+
+        %{{:pending, ^id} => {_i, groups, written, zeros, starts, update}} ->
+          cache = Map.delete(cache, {:pending, id})
           shape = CacheLayout.stored_shape(written.shape, groups)
           out = %{written | shape: shape, names: [nil, nil, nil, nil]}
           [zero] = zeros.data.args
           empty = ExMLX.Backend.constant(out, zero, device: state.device)
           update = CacheLayout.stored_update(update, groups)
           {value, cache} = write_swapped(out, empty, starts, update, state, cache)
-          {Map.put(stored, i, value), Map.put(cache, {:stored, id}, {value, groups})}
-        else
-          _ -> {stored, cache}
-        end
-      end)
+          {view.(value, groups), Map.put(cache, {:stored, id}, {value, groups})}
+      end
     end
 
     # A loop's initial values, those of `stored` (index => value) as given
