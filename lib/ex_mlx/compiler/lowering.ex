@@ -204,13 +204,11 @@ if Code.ensure_loaded?(Nx) do
     defp eval_apply(:while, %T{data: %Expr{args: args}}, state, cache) do
       [initial, arg, pred, body] = args
 
-      # (grouped-query caches held at the key/value head count on the CPU
-      # only: MLX's CUDA attention over fewer key/value heads than queries
-      # queues more host work than the repeats it saves;
-      # bench/results/llm-gpu.md, "Loop-carried caches heads-first")
+      # (grouped-query caches held at the key/value head count on every
+      # device: docs/decisions/0017 and 0018)
       plan =
         if state.fuse,
-          do: CacheLayout.plan(initial, arg, pred, body, grouped: state.device == :cpu),
+          do: CacheLayout.plan(initial, arg, pred, body),
           else: CacheLayout.none()
 
       {stored, cache} = stored_initials(initial, plan, state, cache)
