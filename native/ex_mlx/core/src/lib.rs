@@ -7,7 +7,8 @@
 //! stopped before MLX's static objects go at the process's exit), [`ahead`] (evaluation
 //! ahead of reads on an idle worker), [`host`] (bytes in and
 //! out), [`item`], [`memory`], [`wire`], [`ops`] (the op table and the op
-//! families), [`program`] (op-table instructions run in one go), [`fusion`] and
+//! families), [`program`] (op-table instructions run in one go), [`step_graph`]
+//! (a loop step's MLX graph written out for profiling), [`fusion`] and
 //! [`elementwise_fusion`] (`fuse: true` on the GPU and on the CPU), [`simd`] (loops
 //! compiled for AVX-512F/AVX2 chosen at run time), [`split_work`] (halves of a
 //! product that a thread waiting for the worker computes), [`distributed`]
