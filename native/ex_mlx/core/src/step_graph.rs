@@ -51,7 +51,7 @@ pub fn write(outputs: &[Array]) -> Result<(), String> {
     // SAFETY: `handles` are live arrays borrowed from `outputs` for the
     // call (the vector copies its references); `file` is open until closed
     // here; the namer and the vector are freed once each.
-    let status = unsafe {
+    unsafe {
         let vector = mlx_sys::mlx_vector_array_new_data(handles.as_ptr(), handles.len());
         let namer = mlx_sys::mlx_node_namer_new();
         let status = crate::mlx_c::call("print_graph", || {
@@ -61,6 +61,5 @@ pub fn write(outputs: &[Array]) -> Result<(), String> {
         mlx_sys::mlx_vector_array_free(vector);
         libc::fclose(file);
         status
-    };
-    status
+    }
 }
