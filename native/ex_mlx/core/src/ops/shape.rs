@@ -371,19 +371,55 @@ fn clamp_starts(starts: &Array, shape: &[i32], sizes: &[i32]) -> Result<Array> {
     // while narrowing first would wrap a start past i32's range. The limits
     // and the zero are made in that type, so the clamp queues no casts of
     // them: a loop step clamps the starts of each of its writes.
-    let limits = shape.iter().zip(sizes).map(|(&d, &s)| i64::from(d - s));
-    let n = [shape.len() as i32];
+    let limits: Vec<i64> = shape
+        .iter()
+        .zip(sizes)
+        .map(|(&d, &s)| i64::from(d - s))
+        .collect();
     let clamped = if starts.dtype() == mlx_rs::Dtype::Uint64 {
         // (unsigned starts are never below zero; every limit is)
-        let limits: Vec<u64> = limits.map(|l| l.max(0) as u64).collect();
-        ops::minimum(starts, Array::from_slice(&limits, &n))?
+        let limits: Vec<i64> = limits.iter().map(|&l| l.max(0)).collect();
+        ops::minimum(starts, clamp_constant(&limits, true))?
     } else {
-        let limits: Vec<i64> = limits.collect();
-        let zero = Array::from_slice(&[0i64], &[]);
+        let zero = clamp_constant(&[], false);
         let wide = starts.as_dtype(mlx_rs::Dtype::Int64)?;
-        ops::minimum(ops::maximum(&wide, &zero)?, Array::from_slice(&limits, &n))?
+        ops::minimum(ops::maximum(&wide, &zero)?, clamp_constant(&limits, false))?
     };
     Ok(clamped.as_dtype(mlx_rs::Dtype::Int32)?)
+}
+
+/// `values` as an i64 vector (u64 when `unsigned`), or the i64 scalar 0
+/// for no values: one array per list of values on this thread, so the
+/// clamps of writes of equal starts and shapes (a decoding step's keys and
+/// values, in every layer) have equal inputs, which MLX's compile makes one
+/// op of.
+fn clamp_constant(values: &[i64], unsigned: bool) -> Array {
+    use std::cell::RefCell;
+    use std::collections::HashMap;
+    // (bounded: programs' writes have few distinct shapes)
+    const KEPT: usize = 256;
+    thread_local! {
+        static MADE: RefCell<HashMap<(bool, Vec<i64>), Array>> = RefCell::new(HashMap::new());
+    }
+    MADE.with(|made| {
+        let mut made = made.borrow_mut();
+        if let Some(a) = made.get(&(unsigned, values.to_vec())) {
+            return a.clone();
+        }
+        let a = match (values.is_empty(), unsigned) {
+            (true, _) => Array::from_slice(&[0i64], &[]),
+            (false, true) => {
+                let v: Vec<u64> = values.iter().map(|&l| l as u64).collect();
+                Array::from_slice(&v, &[v.len() as i32])
+            }
+            (false, false) => Array::from_slice(values, &[values.len() as i32]),
+        };
+        if made.len() >= KEPT {
+            made.clear();
+        }
+        made.insert((unsigned, values.to_vec()), a.clone());
+        a
+    })
 }
 
 /// A block of `sizes` starting at `starts` (a tensor, so it can come from a
@@ -645,6 +681,29 @@ mod tests {
         assert_eq!(from_u8, vec![-1, 2, 3, 4]);
         assert_eq!(from_f32, vec![-1, 2, 3, -1]);
         assert_eq!(from_i64, vec![1, -1, 3, 4]);
+    }
+
+    #[test]
+    fn clamps_of_equal_writes_share_their_constants() {
+        // (MLX's compile merges ops of equal inputs: two writes of one shape
+        // at one computed start clamp with the same limit arrays)
+        let (same, other, values) = run_blocking(Device::Cpu, || {
+            // (one array: one buffer)
+            let a = clamp_constant(&[3, 0], false);
+            let b = clamp_constant(&[3, 0], false);
+            let c = clamp_constant(&[3, 0], true);
+            let handle = |a: &Array| a.as_slice::<i64>().as_ptr() as usize;
+            let starts = Array::from_slice(&[-2i64, 9], &[2]);
+            let clamped = clamp_starts(&starts, &[4, 2], &[1, 2])?;
+            Ok((
+                handle(&a) == handle(&b),
+                handle(&a) != c.as_slice::<u64>().as_ptr() as usize,
+                clamped.as_slice::<i32>().to_vec(),
+            ))
+        })
+        .unwrap();
+        assert!(same && other);
+        assert_eq!(values, vec![0, 0]);
     }
 
     #[test]
