@@ -56,5 +56,51 @@ if Code.ensure_loaded?(Nx) do
       # evaluations kept a copy of its own (10 to 15 states)
       assert report.peak - report.active_before <= 2 * @state_bytes + 64 * 1024
     end
+
+    # as write_and_read/2, a branch on the read deciding what the step
+    # adds: the program reads the branch's predicate from MLX, which
+    # evaluates the step's write before the step ends
+    defn write_then_branch(cache, row) do
+      {cache, _row, _i, total} =
+        while {cache, row, i = 0, total = 0.0}, i < @steps do
+          cache = Nx.put_slice(cache, [0, i, 0, 0], row * (i + 1))
+          read = Nx.sum(Nx.transpose(cache, axes: [0, 2, 1, 3])[[0, 0, 0..3, 0]])
+          added = if read > 5.0, do: read, else: -read
+          {cache, row, i + 1, total + added}
+        end
+
+      {cache, total}
+    end
+
+    test "a write into the state evaluated before its step ends is made in place" do
+      row = Nx.broadcast(Nx.tensor(1.0, backend: ExMLX.Backend), {1, 1, 4, 8})
+      fresh = fn -> Nx.broadcast(Nx.tensor(0.0, backend: ExMLX.Backend), @shape) |> Nx.add(0) end
+      run = Nx.Defn.jit(&write_then_branch/2, compiler: ExMLX.Compiler)
+
+      run.(fresh.(), row)
+      cache = fresh.()
+      0.0 = Nx.to_number(cache[[0, 0, 0, 0]])
+      :erlang.garbage_collect()
+
+      {{written, total}, report} =
+        ExMLX.Memory.profile(fn ->
+          {written, total} = run.(cache, row)
+          {Nx.to_number(written[[0, @steps - 1, 3, 7]]), Nx.to_number(total)}
+        end)
+
+      # step i reads the sum of the first min(i + 1, 4) rows written (row
+      # k holding k + 1): 1, 3, 6, then 10; it adds that sum above 5, its
+      # negation otherwise
+      sums = for i <- 0..(@steps - 1), do: Enum.sum(for k <- 0..min(i, 3), do: k + 1)
+      expected = Enum.sum(for s <- sums, do: if(s > 5, do: s, else: -s))
+      assert written == @steps * 1.0
+      assert total == expected * 1.0
+
+      # the state once: the step's write takes over the state's buffer
+      # (the state's slot has no reference once the write has read it),
+      # and a step's small arrays; beside the state's own reference, the
+      # write would copy the state at every step
+      assert report.peak - report.active_before <= @state_bytes + 64 * 1024
+    end
   end
 end

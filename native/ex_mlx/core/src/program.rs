@@ -333,33 +333,10 @@ impl Program {
     /// For each top-level instruction, the slots no later top-level
     /// instruction reads (nor the program's outputs) that it, or a block
     /// nested in it, reads: a run drops them once it has run; and for a
-    /// loop, which of its initial values it can take over (`handed_over`).
+    /// loop, which of its initial values it can take over (`handed_over`)
+    /// and the same for each instruction of its body (`body`).
     fn last_reads(&self) -> Vec<LastReads> {
-        let mut last: Vec<Option<usize>> = vec![None; self.slots];
-        for (k, ins) in self.main.instructions.iter().enumerate() {
-            passes::visit_instruction_reads(ins, &mut |s, _| last[s] = Some(k));
-        }
-        for &s in &self.main.outputs {
-            last[s] = None;
-        }
-        let mut frees = vec![Vec::new(); self.main.instructions.len()];
-        for (s, k) in last.into_iter().enumerate() {
-            if let Some(k) = k {
-                frees[k].push(s);
-            }
-        }
-        self.main
-            .instructions
-            .iter()
-            .zip(frees)
-            .map(|(ins, done)| LastReads {
-                handed_over: match ins {
-                    Instruction::Loop(l) => handed_over(l, &done),
-                    _ => Vec::new(),
-                },
-                done,
-            })
-            .collect()
+        last_reads_of(&self.main, self.slots, &|_| true)
     }
 
     /// How many times each slot is read (instructions' inputs and blocks'
@@ -522,7 +499,8 @@ impl Program {
     }
 }
 
-/// What a run does after a top-level instruction ([`Program::last_reads`]).
+/// What a run does after a top-level instruction, or after an
+/// instruction of a loop's body at each step ([`Program::last_reads`]).
 #[derive(Debug)]
 pub(super) struct LastReads {
     /// The slots it read last, dropped once it has run.
@@ -530,6 +508,49 @@ pub(super) struct LastReads {
     /// For a loop, by position of its initial values, those whose slots
     /// its state takes over.
     pub(super) handed_over: Vec<bool>,
+    /// For a loop, what a step does after each instruction of its body.
+    pub(super) body: Vec<LastReads>,
+}
+
+/// For each instruction of `block` (of `slots` slots), the slots that
+/// `droppable` admits which no later instruction of the block reads, nor
+/// its outputs, and which it, or a block nested in it, reads. In a loop's
+/// body the droppable slots are the step's own (its state, condition and
+/// body: the next step writes them again): a state value read last by a
+/// write into it then has no reference but the write's, and MLX writes
+/// it in place, also when a step evaluates the write before it ends (a
+/// key/value cache that a step's attention reads).
+fn last_reads_of(block: &Block, slots: usize, droppable: &dyn Fn(usize) -> bool) -> Vec<LastReads> {
+    let mut last: Vec<Option<usize>> = vec![None; slots];
+    for (k, ins) in block.instructions.iter().enumerate() {
+        passes::visit_instruction_reads(ins, &mut |s, _| last[s] = Some(k));
+    }
+    for &s in &block.outputs {
+        last[s] = None;
+    }
+    let mut frees = vec![Vec::new(); block.instructions.len()];
+    for (s, k) in last.into_iter().enumerate() {
+        if let Some(k) = k.filter(|_| droppable(s)) {
+            frees[k].push(s);
+        }
+    }
+    block
+        .instructions
+        .iter()
+        .zip(frees)
+        .map(|(ins, done)| match ins {
+            Instruction::Loop(l) => LastReads {
+                handed_over: handed_over(l, &done),
+                body: last_reads_of(&l.body, slots, &|s| (l.state..l.results).contains(&s)),
+                done,
+            },
+            _ => LastReads {
+                done,
+                handed_over: Vec::new(),
+                body: Vec::new(),
+            },
+        })
+        .collect()
 }
 
 /// For each of loop `l`'s initial values, whether its slot can be handed

@@ -216,9 +216,10 @@ impl<'a> Run<'a> {
         result
     }
 
-    /// [`Run::block`] for the program's top-level block, dropping after
-    /// each instruction the slots `last_reads` names for it (nothing later
-    /// reads them: MLX frees their buffers once no graph needs them).
+    /// [`Run::block`] for the program's top-level block or a loop's body,
+    /// dropping after each instruction the slots `last_reads` names for it
+    /// (nothing later reads them: MLX frees their buffers once no graph
+    /// needs them).
     pub(super) fn main_block(
         &mut self,
         instructions: &[Instruction],
@@ -230,7 +231,7 @@ impl<'a> Run<'a> {
                 // handed to its state, not copied: a state value of which
                 // the loop holds the only reference can be updated in place
                 // by MLX, a key/value cache written at each step)
-                Instruction::Loop(l) => self.run_loop(l, &reads.handed_over)?,
+                Instruction::Loop(l) => self.run_loop(l, &reads.handed_over, &reads.body)?,
                 _ => self.block(std::slice::from_ref(ins))?,
             }
             for &s in &reads.done {
@@ -247,7 +248,7 @@ impl<'a> Run<'a> {
                 Instruction::Op(call) => self.op(call)?,
                 Instruction::Fused(group) => self.fused(group)?,
                 Instruction::Compiled(run) => self.compiled(run)?,
-                Instruction::Loop(l) => self.run_loop(l, &[])?,
+                Instruction::Loop(l) => self.run_loop(l, &[], &[])?,
                 Instruction::Branch(b) => self.branch(b)?,
             }
         }
@@ -358,8 +359,10 @@ impl<'a> Run<'a> {
     }
 
     /// Runs loop `l`; the initial values `handed_over` marks (by position)
-    /// leave their slots for the loop's state.
-    fn run_loop(&mut self, l: &Loop, handed_over: &[bool]) -> Result<()> {
+    /// leave their slots for the loop's state, and a step drops the slots
+    /// `body` names after each instruction of the body (none when `body`
+    /// is empty).
+    fn run_loop(&mut self, l: &Loop, handed_over: &[bool], body: &[LastReads]) -> Result<()> {
         let n = l.initial.len();
         let state = l.state..l.state + n;
         for (k, &s) in l.initial.iter().enumerate() {
@@ -385,7 +388,7 @@ impl<'a> Run<'a> {
         }
         let (started, waited) = (Instant::now(), self.waited);
         self.loops += 1;
-        let result = self.loop_steps(l, state.clone());
+        let result = self.loop_steps(l, state.clone(), body);
         self.loops -= 1;
         if self.loops == 0 {
             let all = started.elapsed().as_nanos() as u64;
@@ -403,7 +406,7 @@ impl<'a> Run<'a> {
 
     /// The steps of loop `l`, whose state is in `state`, until its
     /// condition is false.
-    fn loop_steps(&mut self, l: &Loop, state: Range<usize>) -> Result<()> {
+    fn loop_steps(&mut self, l: &Loop, state: Range<usize>, body: &[LastReads]) -> Result<()> {
         let mut step = 0usize;
         loop {
             self.check_stop()?;
@@ -418,7 +421,7 @@ impl<'a> Run<'a> {
             // of the device without bound, each holding its own state.)
             step += 1;
             if self.pipelined && self.host[pred].is_none() && step > PIPELINE_AFTER {
-                return self.pipelined_steps(l, state, step - 1);
+                return self.pipelined_steps(l, state, step - 1, body);
             }
             let large = self.slots[state.clone()]
                 .iter()
@@ -444,7 +447,7 @@ impl<'a> Run<'a> {
                 self.clear(state.end..l.results);
                 return Ok(());
             }
-            self.step(l, &state, step)?;
+            self.step(l, &state, step, body)?;
             if self.loops == 1 {
                 LOOP_STEPS.fetch_add(1, Ordering::Relaxed);
             }
@@ -453,8 +456,18 @@ impl<'a> Run<'a> {
 
     /// Step `index` (from 1) of `l`: its body on the state in `state`, whose
     /// slots then hold the next state.
-    fn step(&mut self, l: &Loop, state: &Range<usize>, index: usize) -> Result<()> {
-        self.block(&l.body.instructions)?;
+    fn step(
+        &mut self,
+        l: &Loop,
+        state: &Range<usize>,
+        index: usize,
+        body: &[LastReads],
+    ) -> Result<()> {
+        if body.len() == l.body.instructions.len() {
+            self.main_block(&l.body.instructions, body)?;
+        } else {
+            self.block(&l.body.instructions)?;
+        }
         let next = self.values_of(l.body.outputs.iter().copied());
         if self.loops == 1 && index == step_graph::STEP && step_graph::enabled() {
             let arrays: Vec<Array> = next.iter().filter_map(|(a, _)| a.clone()).collect();
@@ -487,7 +500,13 @@ impl<'a> Run<'a> {
     /// but its values (ExMLX.Compiler runs a loop with a hook on
     /// Nx.Defn.Evaluator), so the results are those of a loop that builds
     /// a step only once its condition is read.
-    fn pipelined_steps(&mut self, l: &Loop, state: Range<usize>, done: usize) -> Result<()> {
+    fn pipelined_steps(
+        &mut self,
+        l: &Loop,
+        state: Range<usize>,
+        done: usize,
+        body: &[LastReads],
+    ) -> Result<()> {
         let mut step = done;
         let pred = l.condition.outputs[0];
         let mut condition = self.read(pred)?;
@@ -505,7 +524,7 @@ impl<'a> Run<'a> {
             self.check_stop()?;
             let kept = self.values_of(state.clone());
             step += 1;
-            let ahead = self.step(l, &state, step).and_then(|()| {
+            let ahead = self.step(l, &state, step, body).and_then(|()| {
                 self.block(&l.condition.instructions)?;
                 let next = self.read(pred)?;
                 queue(self, &next)?;
