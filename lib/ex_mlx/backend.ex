@@ -206,8 +206,8 @@ if Code.ensure_loaded?(Nx) do
     @impl true
     def constant(%T{shape: shape, type: type} = out, number, opts) do
       device = opts_device(opts)
-
-      defer(out, :full, [], [scalar_value(number, type), storage_type(type), shape, device])
+      params = [scalar_value(number, type), storage_type(type), shape, device]
+      created(out, :full, params, device)
     end
 
     @impl true
@@ -247,7 +247,16 @@ if Code.ensure_loaded?(Nx) do
     @impl true
     def iota(%T{shape: shape, type: type} = out, axis, opts) do
       device = opts_device(opts)
-      defer(out, :iota, [], [storage_type(type), shape, axis, device])
+      created(out, :iota, [storage_type(type), shape, axis, device], device)
+    end
+
+    # `out` made by creation op `name` on `device` (a large one is made at
+    # each run of a program being recorded: ExMLX.Op.defer_created/5)
+    defp created(%T{shape: shape, type: type} = out, name, params, device) do
+      {_, bits} = storage = storage_type(type)
+      bytes = Tuple.product(shape) * div(bits, 8)
+      {ref, device} = Op.defer_created(name, params, storage, bytes, device)
+      %{out | data: %__MODULE__{ref: ref, device: device}}
     end
 
     # -------------------------------------------------------------------------

@@ -20,7 +20,8 @@ defmodule ExMLX.Op do
     # `instructions` the current block's instructions (newest first),
     # `results` how many result values there are, `memo` the constants
     # made from real tensors (memo_constant/2), `read_inputs` the indices of
-    # the inputs an instruction or an output reads.
+    # the inputs an instruction or an output reads, `depth` how many loop or
+    # branch blocks the current block is nested in (0: the top level).
     defstruct [
       :device,
       values: %{},
@@ -28,7 +29,8 @@ defmodule ExMLX.Op do
       instructions: [],
       results: 0,
       memo: %{},
-      read_inputs: MapSet.new()
+      read_inputs: MapSet.new(),
+      depth: 0
     ]
   end
 
@@ -93,6 +95,27 @@ defmodule ExMLX.Op do
         made = make.()
         put_recording(%{recording | memo: Map.put(memo, key, made)})
         made
+    end
+  end
+
+  @doc """
+  Like `defer/4` for `name`, an op without tensor inputs (a creation) on
+  `device` whose result takes `bytes`. While a program for `device` is
+  recorded and the result is larger than a small constant, it is recorded
+  at the program's top level as an instruction, made at each run, rather
+  than as a constant: a program held in the cache would otherwise hold it
+  between runs, and its one reader could not take its buffer over (a
+  key/value cache written into zeros is then written in place, not
+  copied). Inside a loop or branch it stays a constant, made once.
+  """
+  def defer_created(name, params, type, bytes, device) do
+    case current_recording() do
+      %Recording{device: ^device, depth: 0} when bytes > @memo_bytes ->
+        [{ref, _shape, _type, device}] = record(name, [], params, type)
+        {ref, device}
+
+      _ ->
+        defer(name, [], params, type)
     end
   end
 
@@ -269,20 +292,20 @@ defmodule ExMLX.Op do
   # Runs `fun` (giving `{result, carry}`) with a new block of instructions:
   # `{{instructions, output_ids}, carry}`, the outputs being `outputs.(result)`.
   defp record_block(fun, outputs) do
-    outer = current_recording().instructions
-    put_recording(%{current_recording() | instructions: []})
+    %Recording{instructions: outer, depth: depth} = current_recording()
+    put_recording(%{current_recording() | instructions: [], depth: depth + 1})
 
     {result, carry} =
       try do
         fun.()
       rescue
         e ->
-          put_recording(%{current_recording() | instructions: outer})
+          put_recording(%{current_recording() | instructions: outer, depth: depth})
           reraise e, __STACKTRACE__
       end
 
     {ids, state} = Enum.map_reduce(outputs.(result), current_recording(), &value_id/2)
-    put_recording(%{state | instructions: outer})
+    put_recording(%{state | instructions: outer, depth: depth})
     {{Enum.reverse(state.instructions), ids}, carry}
   end
 

@@ -3,7 +3,10 @@ if Code.ensure_loaded?(Nx) do
     # The memory a compiled `while` loop holds while it runs: a large state
     # is evaluated at every step (ex_mlx_core's program::run,
     # EVAL_STATE_BYTES), so MLX can update it in place and free what a step
-    # replaced, even where the loop's condition needs no evaluation.
+    # replaced, even where the loop's condition needs no evaluation; and a
+    # large tensor a program makes from nothing (zeros to write a cache
+    # into) is made at each run, not kept as the program's constant
+    # (ExMLX.Op.defer_created/5).
     use ExUnit.Case, async: false
 
     import Nx.Defn
@@ -101,6 +104,55 @@ if Code.ensure_loaded?(Nx) do
       # and a step's small arrays; beside the state's own reference, the
       # write would copy the state at every step
       assert report.peak - report.active_before <= @state_bytes + 64 * 1024
+    end
+
+    # a prompt's pass writing rows into a cache of zeros the function makes
+    # (Bumblebee's key/value caches), then a loop writing one row a step
+    defn prompt_then_loop(prompt, row) do
+      cache = Nx.put_slice(Nx.broadcast(0.0, @shape), [0, 0, 0, 0], prompt)
+
+      {_cache, _row, _i, total} =
+        while {cache, row, i = 8, total = 0.0}, i < 8 + @steps do
+          cache = Nx.put_slice(cache, [0, i, 0, 0], row * (i + 1))
+          read = Nx.transpose(cache, axes: [0, 2, 1, 3])[[0, 0, 0..15, 0]]
+          {cache, row, i + 1, total + Nx.sum(read)}
+        end
+
+      total
+    end
+
+    for fuse <- [false, true] do
+      test "a cache of zeros made by the function is held by no program, and written in place (fuse: #{fuse})" do
+        prompt = Nx.broadcast(Nx.tensor(1.0, backend: ExMLX.Backend), {1, 8, 4, 8})
+        row = Nx.broadcast(Nx.tensor(1.0, backend: ExMLX.Backend), {1, 1, 4, 8})
+        run = Nx.Defn.jit(&prompt_then_loop/2, compiler: ExMLX.Compiler, fuse: unquote(fuse))
+
+        # step i (from 8) reads rows 0..15 of head 0, depth 0: the prompt's
+        # eight 1.0s and the rows written so far, row k holding k + 1
+        expected =
+          Enum.sum(for i <- 8..(7 + @steps), k <- 8..min(i, 15)//1, do: k + 1) + 8 * @steps
+
+        settled = fn ->
+          :erlang.garbage_collect()
+          0 = ExMLX.full(0, {:u, 8}, {}) |> ExMLX.item()
+          ExMLX.Memory.stats().active
+        end
+
+        start = settled.()
+        assert Nx.to_number(run.(prompt, row)) == expected * 1.0
+
+        # the first call traced and compiled: what its program holds now
+        # is the program's constants, none of them the cache (a constant
+        # of zeros made once would be, and each call would copy it)
+        assert settled.() - start <= 64 * 1024
+
+        {total, report} = ExMLX.Memory.profile(fn -> Nx.to_number(run.(prompt, row)) end)
+        assert total == expected * 1.0
+        # the cache once (MLX writes the prompt's rows into the zeros and
+        # each step's row into the state in place), and a step's small
+        # arrays
+        assert report.peak - report.active_before <= @state_bytes + 64 * 1024
+      end
     end
   end
 end

@@ -107,6 +107,10 @@ fn merge_in(block: &mut Block, renamed: &mut std::collections::HashMap<usize, us
     let mut kept: Vec<Instruction> = Vec::with_capacity(block.instructions.len());
     for mut ins in std::mem::take(&mut block.instructions) {
         match &mut ins {
+            // (an op without inputs makes a buffer of its own, which its
+            // one reader may write in place: merged, every reader but the
+            // last would copy it)
+            Instruction::Op(call) if call.inputs.is_empty() => {}
             Instruction::Op(call) => {
                 rename(&mut call.inputs, renamed);
                 let key = (call.op, call.inputs.clone());
