@@ -53,28 +53,50 @@ if Code.ensure_loaded?(Bumblebee) do
 
       # The tiny Llama repeats each of its 2 key/value heads for 2 of its 4
       # query heads: on the CPU ExMLX.Compiler holds the cache heads-first
-      # at 2 heads, the prompt's pass writes it so, and attention reads it
-      # as stored, without copies: within two and a half held caches (the
-      # cache, a step's next one beside it, and small values), a quarter
-      # over the repeated cache's size. (Heads-first with the heads
-      # repeated held 2.1 repeated caches; with the prompt's cache copied
-      # into the loop's layout when it starts, 1.6.)
+      # at 2 heads, and attention reads it as stored. The peak is the
+      # prompt's pass: the cache, written in place; one layer's attention
+      # scores and their softmax, 4 query heads by the 8 prompt positions by
+      # the cache's length in float32 each (at this shape together as large
+      # as the held cache); the keys of one layer that MLX's attention
+      # copies to read them transposed (a quarter of the held cache: 2
+      # layers, keys and values); and small values.
       held = fn new -> div(cache.(new), 2) end
-      assert extra[2000] <= 2.5 * held.(2000)
+      scores = fn new -> 2 * 4 * 8 * (8 + new) * 4 end
+
+      for new <- [500, 2000] do
+        assert extra[new] <= 1.25 * held.(new) + scores.(new) + 64 * 1024
+      end
+
       assert extra[2000] - extra[500] <= 2.5 * (held.(2000) - held.(500))
     end
 
+    test "with fuse: true and a one-token prompt, the peak is the held cache", %{dir: dir} do
+      {extra, cache} = extra_memory(dir, [fuse: true], 1)
+
+      # The cache at 2 key/value heads, each step writing its row in place
+      # (the state's cache has no reference but the write's once the write
+      # is made), the keys of one layer that MLX's attention copies to read
+      # them transposed (a quarter of the held cache: 2 layers, keys and
+      # values), and a step's small values. (Before each step's writes took
+      # the cache over, the step held the old and the new: 2.2 held caches.)
+      held = fn new -> div(cache.(new), 2) end
+
+      for new <- [500, 2000] do
+        assert extra[new] <= 1.25 * held.(new) + 64 * 1024
+      end
+    end
+
     # The peak above the start of generations of 500 and 2,000 tokens
-    # compiled with `jit_opts`, and the size of their key/value cache
-    # ({batch, length, heads, depth}, f32, the heads repeated) by the number
-    # of new tokens, computed from the model's shape.
-    defp extra_memory(dir, jit_opts) do
+    # compiled with `jit_opts` after a prompt of `prompt_length` tokens, and
+    # the size of their key/value cache ({batch, length, heads, depth}, f32,
+    # the heads repeated) by the number of new tokens, computed from the
+    # model's shape.
+    defp extra_memory(dir, jit_opts, prompt_length \\ 8) do
       {:ok, model} = Bumblebee.load_model({:local, dir}, spec_overrides: [max_positions: 4096])
       {:ok, config} = Bumblebee.load_generation_config({:local, dir})
-      prompt_length = 8
 
       prompt = %{
-        "input_ids" => Nx.tensor([[1, 17, 42, 99, 5, 63, 7, 88]]),
+        "input_ids" => Nx.tensor([Enum.take([1, 17, 42, 99, 5, 63, 7, 88], prompt_length)]),
         "attention_mask" => Nx.broadcast(1, {1, prompt_length}),
         "seed" => Nx.tensor([0])
       }
@@ -101,7 +123,8 @@ if Code.ensure_loaded?(Bumblebee) do
           assert length(ids) == new
 
           IO.puts(
-            "\n#{new} tokens#{inspect(jit_opts)}: peak #{extra} bytes above the start, " <>
+            "\n#{new} tokens after #{prompt_length}#{inspect(jit_opts)}: " <>
+              "peak #{extra} bytes above the start, " <>
               "#{Float.round(extra / cache.(new), 2)}× the cache's #{cache.(new)}"
           )
 

@@ -46,6 +46,24 @@ if Code.ensure_loaded?(Nx) do
         grouped_steps(cache, query, steps, opts)
       end
 
+      # grouped_steps' attention from a longer cache of zeros, its
+      # positions written from 0
+      defn zeros_decode(query, steps) do
+        cache = Nx.broadcast(0.0, {1, 256, 4, 3})
+
+        {_cache, _i, out, _query, _steps} =
+          while {cache, i = 0, out = Nx.broadcast(0.0, {1, 4, 1, 3}), query, steps}, i < steps do
+            row = Nx.iota({1, 1, 2, 3}, type: :f32) |> Nx.divide(4) |> Nx.add(i / 10)
+            cache = Nx.put_slice(cache, [0, i, 0, 0], repeat(row))
+            mask = Nx.iota({1, 1, 1, 256}) |> Nx.less_equal(i)
+            kt = Nx.transpose(cache, axes: [0, 2, 1, 3])
+            vt = Nx.transpose(cache, axes: [0, 2, 1, 3])
+            {cache, i + 1, out + attention(query, kt, vt, mask), query, steps}
+          end
+
+        out
+      end
+
       # the same steps from a cache given whole (its heads not known to
       # repeat)
       defn grouped_steps(cache, query, steps, opts \\ []) do
@@ -218,14 +236,20 @@ if Code.ensure_loaded?(Nx) do
       end
     end
 
-    # the ops of the while loop's body in the program `fun` ran with `fuse`
-    defp loop_ops(fun, fuse) do
+    # what the program `fun` ran with `fuse` was made from: `{device,
+    # inputs, constants, instructions, outputs}`
+    defp program_spec(fun, fuse) do
       [program] =
         for {{^fun, _device, ^fuse, _templates, _hooked}, {:program, %{program: p}}} <-
               ExMLX.ProgramCache.entries(),
             do: p
 
-      {_device, _inputs, _constants, instructions, _outputs} = ExMLX.ProgramCache.spec(program)
+      ExMLX.ProgramCache.spec(program)
+    end
+
+    # the ops of the while loop's body in the program `fun` ran with `fuse`
+    defp loop_ops(fun, fuse) do
+      {_device, _inputs, _constants, instructions, _outputs} = program_spec(fun, fuse)
 
       [{:while, _initial, _condition, {body, _}}] =
         Enum.filter(instructions, &(elem(&1, 0) == :while))
@@ -339,6 +363,29 @@ if Code.ensure_loaded?(Nx) do
         got = jit.(cpu(prompt), cpu(query), 3) |> Nx.to_flat_list()
         ExMLX.TestHelpers.assert_close(got, Nx.to_flat_list(expected), 1.0e-5, "outputs")
       end
+    end
+
+    test "a cache of zeros enters the loop made as the loop stores it" do
+      query = [[[[1.0, -2.0, 0.5]], [[0.25, 3.0, -1.0]], [[0.0, 1.0, 1.0]], [[-1.0, 0.5, 2.0]]]]
+      fun = &Funs.zeros_decode/2
+      binary = Nx.tensor(query, backend: Nx.BinaryBackend)
+      expected = Nx.Defn.jit(fun, compiler: Nx.Defn.Evaluator).(binary, 5)
+
+      for fuse <- [true, false] do
+        jit = Nx.Defn.jit(fun, compiler: ExMLX.Compiler, device: :cpu, fuse: fuse)
+        got = jit.(cpu(query), 5) |> Nx.to_flat_list()
+        ExMLX.TestHelpers.assert_close(got, Nx.to_flat_list(expected), 1.0e-5, "outputs")
+      end
+
+      # the zeros (12 KiB, made at each run) made heads-first at the two
+      # key/value heads, not in Nx's layout at four heads, then sliced and
+      # transposed
+      made = fn fuse ->
+        {_device, _inputs, _constants, instructions, _outputs} = program_spec(fun, fuse)
+        for {:full, _inputs, [_value, _type, shape, _device], _, _} <- instructions, do: shape
+      end
+
+      assert {made.(true), made.(false)} == {[{1, 2, 256, 3}], [{1, 256, 4, 3}]}
     end
 
     test "a cache given whole keeps every head, its heads not known to repeat" do

@@ -118,6 +118,18 @@ if Code.ensure_loaded?(Nx) do
       end
     end
 
+    @doc """
+    `{:ok, number}` when a planned loop's initial value `expr` is a
+    constant (under metadata: the zeros of a cache not yet written), else
+    `:error`.
+    """
+    def initial_constant(expr) do
+      case FusedKernels.without_metadata(expr) do
+        %T{data: %Expr{op: :constant, args: [number]}} -> {:ok, number}
+        _ -> :error
+      end
+    end
+
     @doc "The shape a planned cache of `shape` is stored in, at `groups`."
     def stored_shape({b, t, h, d}, groups), do: {b, div(h, groups), t, d}
 

@@ -438,6 +438,16 @@ if Code.ensure_loaded?(Nx) do
     defp stored_initials(initial, %{leaves: leaves}, state, cache) do
       exprs = Composite.flatten_list([initial])
 
+      # (a planned cache whose initial value is a constant, zeros before
+      # the first write, is made as stored: the loop's first write then
+      # takes its buffer over, and no cache of Nx's layout is made)
+      constants =
+        for {i, groups} <- leaves,
+            expr = Enum.at(exprs, i),
+            {:ok, number} <- [CacheLayout.initial_constant(expr)],
+            into: %{},
+            do: {i, stored_constant(expr, groups, number, state)}
+
       pending =
         for {i, groups} <- Enum.sort(leaves),
             {:ok, written, zeros, starts, update} <-
@@ -448,10 +458,18 @@ if Code.ensure_loaded?(Nx) do
 
       cache = Enum.reduce(pending, cache, fn {id, p}, c -> Map.put(c, {:pending, id}, p) end)
 
-      Enum.reduce(pending, {%{}, cache}, fn {id, {i, _, _, _, _, _}}, {stored, cache} ->
+      Enum.reduce(pending, {constants, cache}, fn {id, {i, _, _, _, _, _}}, {stored, cache} ->
         {value, cache} = stored_write(id, state, cache, fn v, _ -> v end)
         {Map.put(stored, i, value), cache}
       end)
+    end
+
+    # `number` everywhere in the stored shape of a planned cache of `expr`'s
+    # shape at `groups`
+    defp stored_constant(expr, groups, number, state) do
+      shape = CacheLayout.stored_shape(expr.shape, groups)
+      out = %{expr | shape: shape, names: [nil, nil, nil, nil]}
+      ExMLX.Backend.constant(out, number, device: state.device)
     end
 
     # The stored value of the planned write `id` (made now if pending:
@@ -463,10 +481,9 @@ if Code.ensure_loaded?(Nx) do
 
         %{{:pending, ^id} => {_i, groups, written, zeros, starts, update}} ->
           cache = Map.delete(cache, {:pending, id})
-          shape = CacheLayout.stored_shape(written.shape, groups)
-          out = %{written | shape: shape, names: [nil, nil, nil, nil]}
           [zero] = zeros.data.args
-          empty = ExMLX.Backend.constant(out, zero, device: state.device)
+          empty = stored_constant(written, groups, zero, state)
+          out = %{written | shape: empty.shape, names: empty.names}
           update = CacheLayout.stored_update(update, groups)
           {value, cache} = write_swapped(out, empty, starts, update, state, cache)
           {view.(value, groups), Map.put(cache, {:stored, id}, {value, groups})}
