@@ -333,8 +333,9 @@ impl Program {
     /// For each top-level instruction, the slots no later top-level
     /// instruction reads (nor the program's outputs) that it, or a block
     /// nested in it, reads: a run drops them once it has run; and for a
-    /// loop, which of its initial values it can take over (`handed_over`)
-    /// and the same for each instruction of its body (`body`).
+    /// loop, which of its initial values it can take over (`handed_over`),
+    /// which of its results nothing reads (`unread`), and the same for each
+    /// instruction of its body (`body`).
     fn last_reads(&self) -> Vec<LastReads> {
         last_reads_of(&self.main, self.slots, &|_| true)
     }
@@ -510,6 +511,20 @@ pub(super) struct LastReads {
     pub(super) handed_over: Vec<bool>,
     /// For a loop, what a step does after each instruction of its body.
     pub(super) body: Vec<LastReads>,
+    /// For a loop, by position of its results, those nothing reads after
+    /// it: a pipelined loop keeps no earlier state of them to end with.
+    pub(super) unread: Vec<bool>,
+}
+
+impl LastReads {
+    /// What a run does after an instruction of a block it does not
+    /// follow (a branch's): nothing dropped, nothing handed over.
+    pub(super) const NONE: LastReads = LastReads {
+        done: Vec::new(),
+        handed_over: Vec::new(),
+        body: Vec::new(),
+        unread: Vec::new(),
+    };
 }
 
 /// For each instruction of `block` (of `slots` slots), the slots that
@@ -522,11 +537,16 @@ pub(super) struct LastReads {
 /// key/value cache that a step's attention reads).
 fn last_reads_of(block: &Block, slots: usize, droppable: &dyn Fn(usize) -> bool) -> Vec<LastReads> {
     let mut last: Vec<Option<usize>> = vec![None; slots];
+    let mut read = vec![false; slots];
     for (k, ins) in block.instructions.iter().enumerate() {
-        passes::visit_instruction_reads(ins, &mut |s, _| last[s] = Some(k));
+        passes::visit_instruction_reads(ins, &mut |s, _| {
+            last[s] = Some(k);
+            read[s] = true;
+        });
     }
     for &s in &block.outputs {
         last[s] = None;
+        read[s] = true;
     }
     let mut frees = vec![Vec::new(); block.instructions.len()];
     for (s, k) in last.into_iter().enumerate() {
@@ -542,12 +562,16 @@ fn last_reads_of(block: &Block, slots: usize, droppable: &dyn Fn(usize) -> bool)
             Instruction::Loop(l) => LastReads {
                 handed_over: handed_over(l, &done),
                 body: last_reads_of(&l.body, slots, &|s| (l.state..l.results).contains(&s)),
+                // (a loop's results are written by it alone: any read of
+                // one is after it)
+                unread: (l.results..l.results + l.initial.len())
+                    .map(|s| !read[s])
+                    .collect(),
                 done,
             },
             _ => LastReads {
                 done,
-                handed_over: Vec::new(),
-                body: Vec::new(),
+                ..LastReads::NONE
             },
         })
         .collect()

@@ -15,8 +15,14 @@ fn op(op: Op, inputs: &[usize], params: Vec<Param>) -> Instruction {
 
 /// While sum(x) < limit: x = x · 2, k = k + 1. Slots: 0 x (float32),
 /// 1 k, constants 2 (2.0), 3 (1.0), 4 (the limit); the loop's state 5, 6;
-/// its condition 7, 8; its body 9, 10; its results 11, 12.
+/// its condition 7, 8; its body 9, 10; its results 11, 12, the program's
+/// outputs.
 fn doubling() -> Program {
+    doubling_to(vec![11, 12])
+}
+
+/// [`doubling`] with the program's outputs `outputs`.
+fn doubling_to(outputs: Vec<usize>) -> Program {
     let sum_all = vec![Param::OptInts(None), Param::Bool(false)];
     let condition = Block {
         instructions: vec![op(Op::sum, &[5], sum_all), op(Op::less, &[7, 4], vec![])],
@@ -33,7 +39,7 @@ fn doubling() -> Program {
         2,
         3,
         vec![Instruction::Loop(Loop::new(vec![0, 1], condition, body))],
-        vec![11, 12],
+        outputs,
     )
     .unwrap()
 }
@@ -93,6 +99,39 @@ fn a_pipelined_loop_gives_the_results_of_one_built_step_by_step() {
         let want = (vec![2f32.powi(m); X], m as f32);
         assert_eq!(run(limit, true), want, "limit {limit}, pipelined");
         assert_eq!(run(limit, false), want, "limit {limit}");
+    }
+}
+
+#[test]
+fn a_pipelined_loop_whose_result_is_unread_gives_the_others() {
+    // the program's one output is k: x, unread after the loop, is not kept
+    // for the step built ahead (super::run's `pipelined_steps`)
+    let x = X as f32;
+    for (limit, m) in [(x * 20.0, 5), (x * 500.0, 9)] {
+        let counted = |pipelined: bool| {
+            run_blocking(Device::Cpu, move || {
+                let out = doubling_to(vec![12]).run_with(
+                    vec![
+                        Array::from_slice(&[1.0f32; X], &[X as i32]),
+                        Array::from_f32(0.0),
+                    ],
+                    vec![
+                        Array::from_f32(2.0),
+                        Array::from_f32(1.0),
+                        Array::from_f32(limit),
+                    ],
+                    &|| false,
+                    pipelined,
+                )?;
+                Ok(out
+                    .iter()
+                    .map(|a| a.as_slice::<f32>()[0])
+                    .collect::<Vec<_>>())
+            })
+            .unwrap()
+        };
+        assert_eq!(counted(true), vec![m as f32], "limit {limit}, pipelined");
+        assert_eq!(counted(false), vec![m as f32], "limit {limit}");
     }
 }
 

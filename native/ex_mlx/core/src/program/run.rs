@@ -231,7 +231,7 @@ impl<'a> Run<'a> {
                 // handed to its state, not copied: a state value of which
                 // the loop holds the only reference can be updated in place
                 // by MLX, a key/value cache written at each step)
-                Instruction::Loop(l) => self.run_loop(l, &reads.handed_over, &reads.body)?,
+                Instruction::Loop(l) => self.run_loop(l, reads)?,
                 _ => self.block(std::slice::from_ref(ins))?,
             }
             for &s in &reads.done {
@@ -248,7 +248,7 @@ impl<'a> Run<'a> {
                 Instruction::Op(call) => self.op(call)?,
                 Instruction::Fused(group) => self.fused(group)?,
                 Instruction::Compiled(run) => self.compiled(run)?,
-                Instruction::Loop(l) => self.run_loop(l, &[], &[])?,
+                Instruction::Loop(l) => self.run_loop(l, &LastReads::NONE)?,
                 Instruction::Branch(b) => self.branch(b)?,
             }
         }
@@ -358,11 +358,11 @@ impl<'a> Run<'a> {
         }
     }
 
-    /// Runs loop `l`; the initial values `handed_over` marks (by position)
-    /// leave their slots for the loop's state, and a step drops the slots
-    /// `body` names after each instruction of the body (none when `body`
-    /// is empty).
-    fn run_loop(&mut self, l: &Loop, handed_over: &[bool], body: &[LastReads]) -> Result<()> {
+    /// Runs loop `l`: the initial values `reads.handed_over` marks (by
+    /// position) leave their slots for the loop's state, and a step drops
+    /// the slots `reads.body` names after each instruction of the body
+    /// (none when it is empty).
+    fn run_loop(&mut self, l: &Loop, reads: &LastReads) -> Result<()> {
         let n = l.initial.len();
         let state = l.state..l.state + n;
         for (k, &s) in l.initial.iter().enumerate() {
@@ -380,7 +380,7 @@ impl<'a> Run<'a> {
                 }
                 Some(a)
             };
-            if handed_over.get(k) == Some(&true) {
+            if reads.handed_over.get(k) == Some(&true) {
                 self.slots[s] = None;
                 self.host[s] = None;
             }
@@ -388,7 +388,7 @@ impl<'a> Run<'a> {
         }
         let (started, waited) = (Instant::now(), self.waited);
         self.loops += 1;
-        let result = self.loop_steps(l, state.clone(), body);
+        let result = self.loop_steps(l, state.clone(), reads);
         self.loops -= 1;
         if self.loops == 0 {
             let all = started.elapsed().as_nanos() as u64;
@@ -406,7 +406,7 @@ impl<'a> Run<'a> {
 
     /// The steps of loop `l`, whose state is in `state`, until its
     /// condition is false.
-    fn loop_steps(&mut self, l: &Loop, state: Range<usize>, body: &[LastReads]) -> Result<()> {
+    fn loop_steps(&mut self, l: &Loop, state: Range<usize>, reads: &LastReads) -> Result<()> {
         let mut step = 0usize;
         loop {
             self.check_stop()?;
@@ -421,7 +421,7 @@ impl<'a> Run<'a> {
             // of the device without bound, each holding its own state.)
             step += 1;
             if self.pipelined && self.host[pred].is_none() && step > PIPELINE_AFTER {
-                return self.pipelined_steps(l, state, step - 1, body);
+                return self.pipelined_steps(l, state, step - 1, reads);
             }
             let large = self.slots[state.clone()]
                 .iter()
@@ -447,7 +447,7 @@ impl<'a> Run<'a> {
                 self.clear(state.end..l.results);
                 return Ok(());
             }
-            self.step(l, &state, step, body)?;
+            self.step(l, &state, step, &reads.body)?;
             if self.loops == 1 {
                 LOOP_STEPS.fetch_add(1, Ordering::Relaxed);
             }
@@ -496,7 +496,9 @@ impl<'a> Run<'a> {
     /// read. When it is false the state is the loop's result and the step
     /// built ahead is dropped unread (the device may have computed it: one
     /// step of work, once a loop ends); an error building that step is
-    /// raised only when the step is needed. A loop's body has no effect
+    /// raised only when the step is needed; the state a false condition
+    /// ends with is kept only for the results read after the loop
+    /// (`reads.unread`). A loop's body has no effect
     /// but its values (ExMLX.Compiler runs a loop with a hook on
     /// Nx.Defn.Evaluator), so the results are those of a loop that builds
     /// a step only once its condition is read.
@@ -505,7 +507,7 @@ impl<'a> Run<'a> {
         l: &Loop,
         state: Range<usize>,
         done: usize,
-        body: &[LastReads],
+        reads: &LastReads,
     ) -> Result<()> {
         let mut step = done;
         let pred = l.condition.outputs[0];
@@ -522,9 +524,17 @@ impl<'a> Run<'a> {
         queue(self, &condition)?;
         loop {
             self.check_stop()?;
-            let kept = self.values_of(state.clone());
+            // (a result nothing reads is not kept: the step built ahead
+            // then holds the only reference to its state value, which MLX
+            // may update in place, a key/value cache the loop writes)
+            let mut kept = self.values_of(state.clone());
+            for (k, _) in reads.unread.iter().enumerate().filter(|(_, &u)| u) {
+                if let Some(v) = kept.get_mut(k) {
+                    *v = (None, None);
+                }
+            }
             step += 1;
-            let ahead = self.step(l, &state, step, body).and_then(|()| {
+            let ahead = self.step(l, &state, step, &reads.body).and_then(|()| {
                 self.block(&l.condition.instructions)?;
                 let next = self.read(pred)?;
                 queue(self, &next)?;
