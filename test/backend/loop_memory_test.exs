@@ -30,22 +30,7 @@ if Code.ensure_loaded?(Nx) do
     end
 
     test "a fixed-count loop reading its large state at every step holds one copy of it" do
-      row = Nx.broadcast(Nx.tensor(1.0, backend: ExMLX.Backend), {1, 1, 4, 8})
-      fresh = fn -> Nx.broadcast(Nx.tensor(0.0, backend: ExMLX.Backend), @shape) |> Nx.add(0) end
-      run = Nx.Defn.jit(&write_and_read/2, compiler: ExMLX.Compiler)
-
-      # (the first call traces and compiles; the cache argument is made and
-      # computed before the measured call)
-      run.(fresh.(), row)
-      cache = fresh.()
-      0.0 = Nx.to_number(cache[[0, 0, 0, 0]])
-      :erlang.garbage_collect()
-
-      {{written, total}, report} =
-        ExMLX.Memory.profile(fn ->
-          {written, total} = run.(cache, row)
-          {Nx.to_number(written[[0, @steps - 1, 3, 7]]), Nx.to_number(total)}
-        end)
+      {written, total, extra} = profiled_run(&write_and_read/2)
 
       # row i (from 0) holds i + 1; step i reads rows 0..3 of head 0, depth 0
       # of the cache it has written: the first min(i + 1, 4) rows
@@ -57,7 +42,30 @@ if Code.ensure_loaded?(Nx) do
       # and a step's small arrays (the row, the read, the total: under
       # 64 KiB with an allocator's rounding); before, each step between
       # evaluations kept a copy of its own (10 to 15 states)
-      assert report.peak - report.active_before <= 2 * @state_bytes + 64 * 1024
+      assert extra <= 2 * @state_bytes + 64 * 1024
+    end
+
+    # `{written, total, extra}` of a call of `fun` compiled, on a state of
+    # zeros computed before the call and a row of ones, after a first call
+    # that traces and compiles: the last value of the last row written,
+    # the total, and the peak above the call's start
+    defp profiled_run(fun) do
+      row = Nx.broadcast(Nx.tensor(1.0, backend: ExMLX.Backend), {1, 1, 4, 8})
+      fresh = fn -> Nx.broadcast(Nx.tensor(0.0, backend: ExMLX.Backend), @shape) |> Nx.add(0) end
+      run = Nx.Defn.jit(fun, compiler: ExMLX.Compiler)
+
+      run.(fresh.(), row)
+      cache = fresh.()
+      0.0 = Nx.to_number(cache[[0, 0, 0, 0]])
+      :erlang.garbage_collect()
+
+      {{written, total}, report} =
+        ExMLX.Memory.profile(fn ->
+          {written, total} = run.(cache, row)
+          {Nx.to_number(written[[0, @steps - 1, 3, 7]]), Nx.to_number(total)}
+        end)
+
+      {written, total, report.peak - report.active_before}
     end
 
     # as write_and_read/2, a branch on the read deciding what the step
@@ -76,20 +84,7 @@ if Code.ensure_loaded?(Nx) do
     end
 
     test "a write into the state evaluated before its step ends is made in place" do
-      row = Nx.broadcast(Nx.tensor(1.0, backend: ExMLX.Backend), {1, 1, 4, 8})
-      fresh = fn -> Nx.broadcast(Nx.tensor(0.0, backend: ExMLX.Backend), @shape) |> Nx.add(0) end
-      run = Nx.Defn.jit(&write_then_branch/2, compiler: ExMLX.Compiler)
-
-      run.(fresh.(), row)
-      cache = fresh.()
-      0.0 = Nx.to_number(cache[[0, 0, 0, 0]])
-      :erlang.garbage_collect()
-
-      {{written, total}, report} =
-        ExMLX.Memory.profile(fn ->
-          {written, total} = run.(cache, row)
-          {Nx.to_number(written[[0, @steps - 1, 3, 7]]), Nx.to_number(total)}
-        end)
+      {written, total, extra} = profiled_run(&write_then_branch/2)
 
       # step i reads the sum of the first min(i + 1, 4) rows written (row
       # k holding k + 1): 1, 3, 6, then 10; it adds that sum above 5, its
@@ -103,7 +98,7 @@ if Code.ensure_loaded?(Nx) do
       # (the state's slot has no reference once the write has read it),
       # and a step's small arrays; beside the state's own reference, the
       # write would copy the state at every step
-      assert report.peak - report.active_before <= @state_bytes + 64 * 1024
+      assert extra <= @state_bytes + 64 * 1024
     end
 
     # a prompt's pass writing rows into a cache of zeros the function makes

@@ -55,7 +55,17 @@ fn doubling_until(
     stop: &dyn Fn() -> bool,
     pipelined: bool,
 ) -> crate::error::Result<Vec<Array>> {
-    doubling().run_with(
+    doubling_in(doubling(), limit, stop, pipelined)
+}
+
+/// [`doubling_until`] for `program`, a [`doubling_to`].
+fn doubling_in(
+    program: Program,
+    limit: f32,
+    stop: &dyn Fn() -> bool,
+    pipelined: bool,
+) -> crate::error::Result<Vec<Array>> {
+    program.run_with(
         vec![
             Array::from_slice(&[1.0f32; X], &[X as i32]),
             Array::from_f32(0.0),
@@ -110,19 +120,7 @@ fn a_pipelined_loop_whose_result_is_unread_gives_the_others() {
     for (limit, m) in [(x * 20.0, 5), (x * 500.0, 9)] {
         let counted = |pipelined: bool| {
             run_blocking(Device::Cpu, move || {
-                let out = doubling_to(vec![12]).run_with(
-                    vec![
-                        Array::from_slice(&[1.0f32; X], &[X as i32]),
-                        Array::from_f32(0.0),
-                    ],
-                    vec![
-                        Array::from_f32(2.0),
-                        Array::from_f32(1.0),
-                        Array::from_f32(limit),
-                    ],
-                    &|| false,
-                    pipelined,
-                )?;
+                let out = doubling_in(doubling_to(vec![12]), limit, &|| false, pipelined)?;
                 Ok(out
                     .iter()
                     .map(|a| a.as_slice::<f32>()[0])
