@@ -49,7 +49,7 @@ mod work;
 
 use check::{check_block, Scope};
 use passes::{
-    any_instruction, compile_runs, fold_rearrangements, fuse_block, has_loops,
+    any_instruction, compile_runs, drop_unread_ops, fold_rearrangements, fuse_block, has_loops,
     keep_boolean_conditions, merge_equal_ops, read_counts,
 };
 pub use run::loop_times;
@@ -262,6 +262,7 @@ impl Program {
         keep_boolean_conditions(&mut main, scope.next());
         let reads = read_counts(&main, scope.next());
         fold_rearrangements(&mut main, &reads);
+        drop_unread_ops(&mut main, scope.next());
         let loops = has_loops(&main);
         let linear = work::linear_straight_line(&main);
         Ok(Program {

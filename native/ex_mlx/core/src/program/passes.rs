@@ -150,6 +150,43 @@ fn merge_in(block: &mut Block, renamed: &mut std::collections::HashMap<usize, us
     dropped
 }
 
+/// Drops every op whose results nothing reads, anywhere in the program
+/// (no instruction's input, no block's output), until none is left: the
+/// op table's ops are functions of their inputs alone, so the values read
+/// are the same with fewer MLX nodes, and what a dropped op read may have
+/// no reader left (ExMLX.Compiler gives a loop's planned caches back in
+/// Nx's layout after the loop, which Bumblebee's generation never reads).
+/// Slots are written once in a program, so a slot nothing reads is read
+/// nowhere. Loops and branches stay. Returns how many ops it dropped.
+pub(super) fn drop_unread_ops(block: &mut Block, slots: usize) -> usize {
+    let mut dropped = 0;
+    loop {
+        let reads = read_counts(block, slots);
+        let unread = |call: &OpCall| (call.first..call.first + call.results).all(|s| reads[s] == 0);
+        let now = drop_ops_in(block, &unread);
+        if now == 0 {
+            return dropped;
+        }
+        dropped += now;
+    }
+}
+
+/// Drops the ops of `block` and the blocks nested in it for which `unread`
+/// holds; returns how many.
+fn drop_ops_in(block: &mut Block, unread: &dyn Fn(&OpCall) -> bool) -> usize {
+    let before = block.instructions.len();
+    block
+        .instructions
+        .retain(|ins| !matches!(ins, Instruction::Op(call) if unread(call)));
+    let mut dropped = before - block.instructions.len();
+    for ins in &mut block.instructions {
+        for nested in nested_blocks_mut(ins) {
+            dropped += drop_ops_in(nested, unread);
+        }
+    }
+    dropped
+}
+
 /// The parameters of `outer` applied straight to `inner`'s input, when the
 /// two fold into one op (see [`fold_rearrangements`]).
 fn folded(inner: &OpCall, outer: &OpCall) -> Option<Vec<Param>> {

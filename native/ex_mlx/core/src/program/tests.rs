@@ -194,6 +194,53 @@ mod programs {
         assert_eq!(out[4], vec![11, 12, 13]);
     }
 
+    #[test]
+    fn ops_nothing_reads_are_dropped() {
+        // slots 0 (x), 1 (c = 2), 2 (limit = 100); 3 = x · c; 4 = -3 and
+        // 5 = 4 + c, read by nothing (5 dropped, then 4); a loop from 3
+        // (state 6) while sum(6) (7) < limit (8): 9 = 6 · c, 10 = -9 and
+        // 11 = 10 - 10, read by nothing; its result 12; 13 = -12, unread
+        let program = Program::new(
+            1,
+            2,
+            vec![
+                op(Op::multiply, &[0, 1], vec![], None),
+                op(Op::negate, &[3], vec![], None),
+                op(Op::add, &[4, 1], vec![], None),
+                Instruction::Loop(Loop::new(
+                    vec![3],
+                    block(
+                        vec![
+                            op(Op::sum, &[6], sum_all(), None),
+                            op(Op::less, &[7, 2], vec![], None),
+                        ],
+                        &[8],
+                    ),
+                    block(
+                        vec![
+                            op(Op::multiply, &[6, 1], vec![], None),
+                            op(Op::negate, &[9], vec![], None),
+                            op(Op::subtract, &[10, 10], vec![], None),
+                        ],
+                        &[9],
+                    ),
+                )),
+                op(Op::negate, &[12], vec![], None),
+            ],
+            vec![12],
+        )
+        .unwrap();
+        assert_eq!(count_ops(&program.main), 1);
+        let body_ops = program.main.instructions.iter().find_map(|i| match i {
+            Instruction::Loop(l) => Some(count_ops(&l.body)),
+            _ => None,
+        });
+        assert_eq!(body_ops, Some(1));
+        // [2, 4, 6] doubled while its sum is below 100: 12, 24, 48, 96
+        let out = run_i32(program, vec![vec![1, 2, 3]], vec![2, 100]);
+        assert_eq!(out, vec![vec![32, 64, 96]]);
+    }
+
     // slots 0 (x), 1 (0), 2 (10), 3 (-10); 4 = x > 0 and 5 = x < 0 (u8),
     // 6 = select(4, 10, -10), 7 = select(5, 10, -10)
     fn signs(outputs: &[usize]) -> Program {
