@@ -18,11 +18,12 @@ fn op(op: Op, inputs: &[usize], params: Vec<Param>) -> Instruction {
 /// its condition 7, 8; its body 9, 10; its results 11, 12, the program's
 /// outputs.
 fn doubling() -> Program {
-    doubling_to(vec![11, 12])
+    doubling_to(vec![11, 12], Vec::new())
 }
 
-/// [`doubling`] with the program's outputs `outputs`.
-fn doubling_to(outputs: Vec<usize>) -> Program {
+/// [`doubling`] with the program's outputs `outputs`, and the
+/// instructions `after` after its loop (from slot 13).
+fn doubling_to(outputs: Vec<usize>, after: Vec<Instruction>) -> Program {
     let sum_all = vec![Param::OptInts(None), Param::Bool(false)];
     let condition = Block {
         instructions: vec![op(Op::sum, &[5], sum_all), op(Op::less, &[7, 4], vec![])],
@@ -35,13 +36,9 @@ fn doubling_to(outputs: Vec<usize>) -> Program {
         ],
         outputs: vec![9, 10],
     };
-    Program::new(
-        2,
-        3,
-        vec![Instruction::Loop(Loop::new(vec![0, 1], condition, body))],
-        outputs,
-    )
-    .unwrap()
+    let mut instructions = vec![Instruction::Loop(Loop::new(vec![0, 1], condition, body))];
+    instructions.extend(after);
+    Program::new(2, 3, instructions, outputs).unwrap()
 }
 
 /// As many ones as x starts with: more than a CPU run reads into its
@@ -114,13 +111,28 @@ fn a_pipelined_loop_gives_the_results_of_one_built_step_by_step() {
 
 #[test]
 fn a_pipelined_loop_whose_result_is_unread_gives_the_others() {
-    // the program's one output is k: x, unread after the loop, is not kept
-    // for the step built ahead (super::run's `pipelined_steps`)
+    // the program's one output is k: x, unread after the loop (the op that
+    // reads it is read by nothing, and dropped), is not kept for the step
+    // built ahead (super::run's `pipelined_steps`)
+    let dead_read = || vec![op(Op::negate, &[11], vec![])];
+    assert_eq!(
+        doubling_to(vec![12], dead_read()).last_reads()[0].unread,
+        vec![true, false]
+    );
+    assert_eq!(
+        doubling_to(vec![12, 13], dead_read()).last_reads()[0].unread,
+        vec![false, false]
+    );
     let x = X as f32;
     for (limit, m) in [(x * 20.0, 5), (x * 500.0, 9)] {
         let counted = |pipelined: bool| {
             run_blocking(Device::Cpu, move || {
-                let out = doubling_in(doubling_to(vec![12]), limit, &|| false, pipelined)?;
+                let out = doubling_in(
+                    doubling_to(vec![12], dead_read()),
+                    limit,
+                    &|| false,
+                    pipelined,
+                )?;
                 Ok(out
                     .iter()
                     .map(|a| a.as_slice::<f32>()[0])
