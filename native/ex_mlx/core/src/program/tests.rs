@@ -76,6 +76,14 @@ mod programs {
             .count()
     }
 
+    /// The ops in the body of the program's first top-level loop.
+    fn loop_body_ops(program: &Program) -> Option<usize> {
+        program.main.instructions.iter().find_map(|i| match i {
+            Instruction::Loop(l) => Some(count_ops(&l.body)),
+            _ => None,
+        })
+    }
+
     #[test]
     fn rearrangements_of_rearrangements_fold_into_one() {
         // x (slot 0) is {2, 3, 4}, its values 0..24; 1 = reshape(x, {6, 4}),
@@ -180,10 +188,7 @@ mod programs {
         )
         .unwrap();
         assert_eq!(count_ops(&program.main), 4);
-        let body_ops = program.main.instructions.iter().find_map(|i| match i {
-            Instruction::Loop(l) => Some(count_ops(&l.body)),
-            _ => None,
-        });
+        let body_ops = loop_body_ops(&program);
         assert_eq!(body_ops, Some(2));
         let out = run_i32(program, vec![vec![1, 2, 3]], vec![10, 100]);
         assert_eq!(out[0], vec![121, 144, 169]);
@@ -231,10 +236,7 @@ mod programs {
         )
         .unwrap();
         assert_eq!(count_ops(&program.main), 1);
-        let body_ops = program.main.instructions.iter().find_map(|i| match i {
-            Instruction::Loop(l) => Some(count_ops(&l.body)),
-            _ => None,
-        });
+        let body_ops = loop_body_ops(&program);
         assert_eq!(body_ops, Some(1));
         // [2, 4, 6] doubled while its sum is below 100: 12, 24, 48, 96
         let out = run_i32(program, vec![vec![1, 2, 3]], vec![2, 100]);
