@@ -492,7 +492,7 @@ impl Program {
                     "a program's last reads do not match its instructions".into(),
                 ));
             }
-            run.main_block(&self.main.instructions, last_reads)?;
+            run.block_with_last_reads(&self.main.instructions, last_reads)?;
         } else {
             run.block(&self.main.instructions)?;
         }

@@ -220,7 +220,7 @@ impl<'a> Run<'a> {
     /// dropping after each instruction the slots `last_reads` names for it
     /// (nothing later reads them: MLX frees their buffers once no graph
     /// needs them).
-    pub(super) fn main_block(
+    pub(super) fn block_with_last_reads(
         &mut self,
         instructions: &[Instruction],
         last_reads: &[LastReads],
@@ -464,7 +464,7 @@ impl<'a> Run<'a> {
         body: &[LastReads],
     ) -> Result<()> {
         if body.len() == l.body.instructions.len() {
-            self.main_block(&l.body.instructions, body)?;
+            self.block_with_last_reads(&l.body.instructions, body)?;
         } else {
             self.block(&l.body.instructions)?;
         }
@@ -528,10 +528,8 @@ impl<'a> Run<'a> {
             // then holds the only reference to its state value, which MLX
             // may update in place, a key/value cache the loop writes)
             let mut kept = self.values_of(state.clone());
-            for (k, _) in reads.unread.iter().enumerate().filter(|(_, &u)| u) {
-                if let Some(v) = kept.get_mut(k) {
-                    *v = (None, None);
-                }
+            for (v, _) in kept.iter_mut().zip(&reads.unread).filter(|(_, &u)| u) {
+                *v = (None, None);
             }
             step += 1;
             let ahead = self.step(l, &state, step, &reads.body).and_then(|()| {
