@@ -105,7 +105,10 @@ if Code.ensure_loaded?(Nx) do
 
     @impl true
     def __compile__(key, vars, fun, opts) do
+      # (`:ex_mlx_export`, which export/3 passes, is not a user's option)
+      {export, opts} = Keyword.pop(opts, :ex_mlx_export, false)
       opts = validate_options!(opts)
+      opts = if export, do: [{:ex_mlx_export, true} | opts], else: opts
       device = device(opts)
       # the arguments' structure and templates: `fun` may give another graph
       # for `{x}` than for `x` (Nx.Defn.Compiler's docs ask for this)
@@ -146,7 +149,8 @@ if Code.ensure_loaded?(Nx) do
     # `:batch_keys`, which Nx.Serving adds to a served function's options and
     # which needs nothing here); any other key is an error that names it (a
     # compiler's option from elsewhere, EXLA's `:client` say, would otherwise
-    # be ignored silently).
+    # be ignored silently). Besides them export/3 passes `:ex_mlx_export`: the
+    # call then throws what it compiled to instead of running it.
     @options [:device, :fuse, :hooks, :batch_keys]
 
     defp validate_options!(opts) do
@@ -314,11 +318,13 @@ if Code.ensure_loaded?(Nx) do
     # Export and import (docs/program-format.md)
     # -------------------------------------------------------------------------
 
-    @exporting :ex_mlx_compiler_exporting
+    # (what a call compiled with `ex_mlx_export: true` throws: export/3)
+    @exported :ex_mlx_compiler_exported
 
     @doc """
     The program `fun` compiles to for `args` (tensors, or numbers), as bytes
-    in the program format (docs/program-format.md): store them, and
+    in the program format (docs/program-format.md; `fun` is compiled, not
+    run): store them, and
     `import/1` runs them in another VM without Nx's tracing. Options as for
     the compiler (`:device`). Raises `ArgumentError` for a function that
     does not compile to one program (see the module documentation).
@@ -330,14 +336,17 @@ if Code.ensure_loaded?(Nx) do
     """
     @spec export(function(), [Nx.Tensor.t() | number()], keyword()) :: binary()
     def export(fun, args, opts \\ []) when is_function(fun) and is_list(args) do
-      previous = Process.put(@exporting, true)
+      jit =
+        Nx.Defn.jit(
+          fun,
+          opts |> Keyword.put(:compiler, __MODULE__) |> Keyword.put(:ex_mlx_export, true)
+        )
 
       spec =
         try do
-          apply(Nx.Defn.jit(fun, Keyword.put(opts, :compiler, __MODULE__)), args)
-          Process.get(@exporting)
-        after
-          if previous, do: Process.put(@exporting, previous), else: Process.delete(@exporting)
+          apply(jit, args)
+        catch
+          {@exported, spec} -> spec
         end
 
       case spec do
@@ -399,7 +408,7 @@ if Code.ensure_loaded?(Nx) do
     end
 
     defp run({:evaluator, reason}, key, vars, fun, args, device, opts) do
-      if Process.get(@exporting), do: Process.put(@exporting, {:evaluator, reason})
+      if opts[:ex_mlx_export], do: throw({@exported, {:evaluator, reason}})
 
       Nx.with_default_backend({ExMLX.Backend, device: device}, fn ->
         [output] =
@@ -410,8 +419,7 @@ if Code.ensure_loaded?(Nx) do
     end
 
     defp run_program(compiled, inputs, device, opts) do
-      if Process.get(@exporting),
-        do: Process.put(@exporting, ExMLX.ProgramCache.spec(compiled.program))
+      if opts[:ex_mlx_export], do: throw({@exported, ExMLX.ProgramCache.spec(compiled.program)})
 
       refs =
         Enum.map(inputs, fn
