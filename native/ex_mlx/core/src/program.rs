@@ -39,6 +39,8 @@ pub const MAX_DEPTH: usize = 64;
 
 mod check;
 #[cfg(test)]
+mod fusion_tests;
+#[cfg(test)]
 mod loop_tests;
 mod on_caller;
 mod passes;
