@@ -105,10 +105,9 @@ if Code.ensure_loaded?(Nx) do
 
     @impl true
     def __compile__(key, vars, fun, opts) do
-      # (`:ex_mlx_export`, which export/3 passes, is not a user's option)
-      {export, opts} = Keyword.pop(opts, :ex_mlx_export, false)
-      opts = validate_options!(opts)
-      opts = if export, do: [{:ex_mlx_export, true} | opts], else: opts
+      # (`:ex_mlx_export`, which export/3 passes, is not a user's option:
+      # the others are checked, and `opts` keeps it for run/7)
+      validate_options!(Keyword.delete(opts, :ex_mlx_export))
       device = device(opts)
       # the arguments' structure and templates: `fun` may give another graph
       # for `{x}` than for `x` (Nx.Defn.Compiler's docs ask for this)
