@@ -429,6 +429,13 @@ impl Program {
         self.run_with(inputs, constants, stop, pipelined)
     }
 
+    /// [`Program::run`] with its loops pipelined on any device, as they
+    /// are on a GPU (crate's `program::run`: `Run::pipelined_steps`): for
+    /// checks of that path on the CPU.
+    pub fn run_pipelined(&self, inputs: Vec<Array>, constants: Vec<Array>) -> Result<Vec<Array>> {
+        self.run_with(inputs, constants, &|| false, true)
+    }
+
     /// [`Program::run_until`], its loops pipelined or not (crate's
     /// `program::run`: `Run::pipelined_steps`).
     fn run_with(

@@ -420,15 +420,28 @@ impl<'a> Run<'a> {
             // large state's evaluation would let the host build steps ahead
             // of the device without bound, each holding its own state.)
             step += 1;
-            if self.pipelined && self.host[pred].is_none() && step > PIPELINE_AFTER {
-                return self.pipelined_steps(l, state, step - 1, reads);
-            }
             let large = self.slots[state.clone()]
                 .iter()
                 .flatten()
                 .map(Array::nbytes)
                 .sum::<usize>()
                 >= EVAL_STATE_BYTES;
+            // (a step with a branch or a loop of its own may read the
+            // device while it is built, which a step built ahead does
+            // while the step before it runs: its writes into a large state
+            // would then copy it, and building it ahead gains nothing)
+            let reads_while_built = l
+                .body
+                .instructions
+                .iter()
+                .any(|i| matches!(i, Instruction::Branch(_) | Instruction::Loop(_)));
+            if self.pipelined
+                && self.host[pred].is_none()
+                && step > PIPELINE_AFTER
+                && !(large && reads_while_built)
+            {
+                return self.pipelined_steps(l, state, step - 1, reads);
+            }
             if self.host[pred].is_none() || large || step.is_multiple_of(EVAL_STATE_EVERY) {
                 let p = if self.host[pred].is_none() {
                     Some(self.read(pred)?)
@@ -498,7 +511,17 @@ impl<'a> Run<'a> {
     /// step of work, once a loop ends); an error building that step is
     /// raised only when the step is needed; the state a false condition
     /// ends with is kept only for the results read after the loop
-    /// (`reads.unread`). A loop's body has no effect
+    /// (`reads.unread`).
+    ///
+    /// A state of [`EVAL_STATE_BYTES`] or more (a key/value cache) is
+    /// written in place only by a step queued once the step before it has
+    /// run: MLX reuses an input's buffer for a result only when nothing
+    /// else holds it, and the kernels of a queued step hold their inputs
+    /// until they have run. Such a loop builds the next step while the
+    /// device computes, and queues it once the condition is read and the
+    /// worker's stream has drained (docs/decisions/0020-pipelined-writes-in-place.md);
+    /// a step built ahead of a false condition is then never computed. A
+    /// loop's body has no effect
     /// but its values (ExMLX.Compiler runs a loop with a hook on
     /// Nx.Defn.Evaluator), so the results are those of a loop that builds
     /// a step only once its condition is read.
@@ -522,6 +545,12 @@ impl<'a> Run<'a> {
             queued
         };
         queue(self, &condition)?;
+        let written_in_place = self.slots[state.clone()]
+            .iter()
+            .flatten()
+            .map(Array::nbytes)
+            .sum::<usize>()
+            >= EVAL_STATE_BYTES;
         loop {
             self.check_stop()?;
             // (a result nothing reads is not kept: the step built ahead
@@ -535,7 +564,9 @@ impl<'a> Run<'a> {
             let ahead = self.step(l, &state, step, &reads.body).and_then(|()| {
                 self.block(&l.condition.instructions)?;
                 let next = self.read(pred)?;
-                queue(self, &next)?;
+                if !written_in_place {
+                    queue(self, &next)?;
+                }
                 Ok(next)
             });
             let go = truthy(self.wait_for_device(true, || item::item(&condition))?);
@@ -543,7 +574,14 @@ impl<'a> Run<'a> {
                 self.replace(l.state..l.results, l.state, kept);
                 return Ok(());
             }
+            drop(kept);
             condition = ahead?;
+            if written_in_place {
+                // (the stream drained, the buffers its kernels held are
+                // released: the step's writes may take over the state's)
+                self.wait_for_device(false, crate::worker::synchronize_own_stream)?;
+                queue(self, &condition)?;
+            }
             if self.loops == 1 {
                 LOOP_STEPS.fetch_add(1, Ordering::Relaxed);
             }
