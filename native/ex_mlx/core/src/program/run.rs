@@ -150,6 +150,16 @@ impl<'a> Run<'a> {
     }
 
     /// The values in `slots` (arrays, and values known here).
+    /// Whether the arrays in `state` hold [`EVAL_STATE_BYTES`] or more.
+    fn large_state(&self, state: &Range<usize>) -> bool {
+        self.slots[state.clone()]
+            .iter()
+            .flatten()
+            .map(Array::nbytes)
+            .sum::<usize>()
+            >= EVAL_STATE_BYTES
+    }
+
     fn values_of(&self, slots: impl IntoIterator<Item = usize>) -> Vec<Value> {
         slots
             .into_iter()
@@ -420,12 +430,7 @@ impl<'a> Run<'a> {
             // large state's evaluation would let the host build steps ahead
             // of the device without bound, each holding its own state.)
             step += 1;
-            let large = self.slots[state.clone()]
-                .iter()
-                .flatten()
-                .map(Array::nbytes)
-                .sum::<usize>()
-                >= EVAL_STATE_BYTES;
+            let large = self.large_state(&state);
             // (a step with a branch or a loop of its own may read the
             // device while it is built, which a step built ahead does
             // while the step before it runs: its writes into a large state
@@ -545,12 +550,7 @@ impl<'a> Run<'a> {
             queued
         };
         queue(self, &condition)?;
-        let written_in_place = self.slots[state.clone()]
-            .iter()
-            .flatten()
-            .map(Array::nbytes)
-            .sum::<usize>()
-            >= EVAL_STATE_BYTES;
+        let written_in_place = self.large_state(&state);
         loop {
             self.check_stop()?;
             // (a result nothing reads is not kept: the step built ahead
