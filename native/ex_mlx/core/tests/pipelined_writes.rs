@@ -1,6 +1,7 @@
 //! A pipelined loop (`program::run`'s `pipelined_steps`, as on a GPU) that
-//! writes a large state at every step writes it in place: the memory the
-//! run takes above its start stays within one state. Alone in its test
+//! writes a large state at every step writes it in place, with or without
+//! a branch in its body that reads the write: the run takes no copy of
+//! the state above its start. Alone in its test
 //! executable and without libtest's harness (Cargo.toml): MLX's memory
 //! counters are global to the process, so nothing else may allocate while
 //! it measures.
@@ -9,7 +10,7 @@ use ex_mlx_core::device::Device;
 use ex_mlx_core::memory;
 use ex_mlx_core::ops::params::Param;
 use ex_mlx_core::ops::table::Op;
-use ex_mlx_core::program::{Block, Instruction, Loop, OpCall, Program};
+use ex_mlx_core::program::{Block, Branch, Instruction, Loop, OpCall, Program};
 use ex_mlx_core::worker::run_blocking;
 use mlx_rs::Array;
 
@@ -23,50 +24,96 @@ const COUNTER: usize = 4096;
 const STEPS: usize = 40;
 
 fn main() {
-    let (values, extra) = run_blocking(Device::Cpu, run).expect("the program runs");
-    // every element of the state was 1 and gained 1 at each step
-    assert!(
-        values.iter().all(|&v| v == 1.0 + STEPS as f32),
-        "the state's values: {:?}",
-        &values[..4]
-    );
-    // the state once (its buffer taken over by every step's write) and a
-    // step's small arrays, under 1 MiB with an allocator's rounding; a
-    // step queued while the step before it runs copies the state (2 to 3
-    // states)
-    let state = STATE * 4;
-    assert!(
-        extra <= state + (1 << 20),
-        "the run took {extra} bytes above its start, the state is {state}"
-    );
-    println!("pipelined_writes: ok ({extra} bytes above the start, the state {state})");
+    for (name, program) in [("plain", plain()), ("with a branch", with_branch())] {
+        let (values, extra) = run_blocking(Device::Cpu, move || run(&program))
+            .unwrap_or_else(|e| panic!("{name}: the program runs: {e}"));
+        // every element of the state was 1 and gained 1 at each step
+        assert!(
+            values.iter().all(|&v| v == 1.0 + STEPS as f32),
+            "{name}: the state's values: {:?}",
+            &values[..4]
+        );
+        // the state's buffer, made before the start, is taken over by
+        // every step's write: above the start only a step's small arrays,
+        // under 1 MiB with an allocator's rounding; a step whose write is
+        // made while the step before it runs copies the state (a state or
+        // two above the start)
+        let state = STATE * 4;
+        assert!(
+            extra <= 1 << 20,
+            "{name}: the run took {extra} bytes above its start, the state is {state}"
+        );
+        println!("pipelined_writes, {name}: ok ({extra} bytes above the start, the state {state})");
+    }
 }
 
 fn op(op: Op, inputs: &[usize], params: Vec<Param>) -> Instruction {
     Instruction::Op(OpCall::new(op, inputs.to_vec(), params, None, 1))
 }
 
+/// `sum`'s parameters for a sum of every element.
+fn sum_all() -> Vec<Param> {
+    vec![Param::OptInts(None), Param::Bool(false)]
+}
+
 /// While sum(k) < COUNTER · STEPS: x = x + 1, k = k + 1. Slots: 0 x, 1 k,
-/// constants 2 (1.0), 3 (the limit); the loop's state 4, 5; its condition
-/// 6, 7; its body 8, 9; its results 10, 11, the program's outputs.
-fn program() -> Program {
-    let sum_all = vec![Param::OptInts(None), Param::Bool(false)];
+/// constants 2 (1.0), 3 (the limit), 4 (0.0); the loop's state 5, 6; its
+/// condition 7, 8; its body from 9; its results the program's outputs.
+fn looping(body: Block, results: usize) -> Program {
     let condition = Block {
-        instructions: vec![op(Op::sum, &[5], sum_all), op(Op::less, &[6, 3], vec![])],
-        outputs: vec![7],
-    };
-    let body = Block {
-        instructions: vec![op(Op::add, &[4, 2], vec![]), op(Op::add, &[5, 2], vec![])],
-        outputs: vec![8, 9],
+        instructions: vec![op(Op::sum, &[6], sum_all()), op(Op::less, &[7, 3], vec![])],
+        outputs: vec![8],
     };
     let instructions = vec![Instruction::Loop(Loop::new(vec![0, 1], condition, body))];
-    Program::new(2, 2, instructions, vec![10, 11]).expect("a valid program")
+    Program::new(2, 3, instructions, vec![results, results + 1]).expect("a valid program")
+}
+
+/// The loop's body: x + 1 (slot 9), k + 1 (10).
+fn plain() -> Program {
+    let body = Block {
+        instructions: vec![op(Op::add, &[5, 2], vec![]), op(Op::add, &[6, 2], vec![])],
+        outputs: vec![9, 10],
+    };
+    looping(body, 11)
+}
+
+/// The loop's body: x + 1 (slot 9), k + 1 (10), then a branch on the sum
+/// of x + 1 (11, 12: read from MLX while the step is built) giving k + 1
+/// plus 0 (13) or k + 1: its result 14.
+fn with_branch() -> Program {
+    let branch = Branch::new(
+        vec![(
+            Block {
+                instructions: vec![
+                    op(Op::sum, &[9], sum_all()),
+                    op(Op::greater, &[11, 4], vec![]),
+                ],
+                outputs: vec![12],
+            },
+            Block {
+                instructions: vec![op(Op::add, &[10, 4], vec![])],
+                outputs: vec![13],
+            },
+        )],
+        Block {
+            instructions: vec![],
+            outputs: vec![10],
+        },
+    );
+    let body = Block {
+        instructions: vec![
+            op(Op::add, &[5, 2], vec![]),
+            op(Op::add, &[6, 2], vec![]),
+            Instruction::Branch(branch),
+        ],
+        outputs: vec![9, 14],
+    };
+    looping(body, 15)
 }
 
 /// The state's values after the loop, and the peak memory above the
 /// start while the program ran.
-fn run() -> ex_mlx_core::error::Result<(Vec<f32>, usize)> {
-    let program = program();
+fn run(program: &Program) -> ex_mlx_core::error::Result<(Vec<f32>, usize)> {
     let fresh = || -> ex_mlx_core::error::Result<Array> {
         let x = Array::from_slice(&vec![1.0f32; STATE], &[STATE as i32]);
         x.eval()?;
@@ -78,6 +125,7 @@ fn run() -> ex_mlx_core::error::Result<(Vec<f32>, usize)> {
             vec![
                 Array::from_f32(1.0),
                 Array::from_f32((COUNTER * STEPS) as f32),
+                Array::from_f32(0.0),
             ],
         )
     };
