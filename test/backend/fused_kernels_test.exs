@@ -220,25 +220,135 @@ if Code.ensure_loaded?(Nx) do
 
       fused = fn q, k, v, mask -> Funs.attention(q, k, v, mask) end
       {got, ops} = run(fused, args, fuse: true)
-      assert Enum.count(ops, &(&1 == :scaled_dot_product_attention)) == 1
+      assert Enum.count(ops, &(&1 == :attention_admitted)) == 1
       assert :exp not in ops and :matmul not in ops
       assert got.type == type and got.shape == {2, 5, 4, 8}
       assert_close(got, expected, rtol)
 
       plain = fn q, k, v, mask -> Funs.attention(q, k, v, mask) end
       {unfused, plain_ops} = run(plain, args, [])
-      assert :scaled_dot_product_attention not in plain_ops and :exp in plain_ops
+      assert :attention_admitted not in plain_ops and :exp in plain_ops
       assert_close(got, Nx.to_flat_list(unfused), rtol)
     end
 
-    test "Bumblebee's attention is one scaled_dot_product_attention op with fuse: true" do
+    test "Bumblebee's attention is one attention_admitted op with fuse: true" do
       check_attention({:f, 32}, 1.0e-5)
     end
 
-    test "Bumblebee's attention in bfloat16 is one scaled_dot_product_attention op" do
+    test "Bumblebee's attention in bfloat16 is one attention_admitted op" do
       # the unfused program rounds the scores, scaled scores and weights to
       # bfloat16; MLX's kernel rounds the product only
       check_attention({:bf, 16}, 4 * 2 ** -8)
+    end
+
+    # `attention` (Funs.attention, a function of the calling test's own:
+    # programs are cached by function) of `queries` query positions over 7 keys (2 batch
+    # entries, 4 heads of depth 8) under the mask `allowed`, fused: one
+    # attention_admitted op, within 1e-5 of the formula (which leaves the
+    # keys a query is not admitted to out) and of the unfused program
+    defp check_admitted(attention, queries, allowed) do
+      [q, k, v] =
+        for {t, scale} <- [{queries, 1.0}, {7, 1.5}, {7, 2.0}] do
+          values(2 * t * 4 * 8, scale) |> Nx.tensor(type: :f32) |> Nx.reshape({2, t, 4, 8})
+        end
+
+      rows = for i <- 0..(queries - 1), do: for(j <- 0..6, do: (allowed.(i, j) && 1) || 0)
+      mask = Nx.tensor(rows, type: :u8) |> Nx.reshape({1, 1, queries, 7})
+      args = Enum.map([q, k, v, mask], &Nx.backend_transfer(&1, ExMLX.Backend))
+      expected = attention_formula(to_lists(q), to_lists(k), to_lists(v), allowed)
+      {got, ops} = run(attention, args, fuse: true)
+      assert Enum.count(ops, &(&1 == :attention_admitted)) == 1
+      assert_close(got, expected, 1.0e-5)
+      {unfused, _ops} = run(attention, args, [])
+      assert_close(got, Nx.to_flat_list(unfused), 1.0e-5)
+    end
+
+    test "a decoding step's query is attended over the keys admitted, those after left out" do
+      attention = fn q, k, v, m -> Funs.attention(q, k, v, m) end
+      check_admitted(attention, 1, fn _i, j -> j <= 3 end)
+    end
+
+    test "a padded prompt's attention keeps its mask over the keys given" do
+      # key 0 is padding; query i sees keys 1..i + 1
+      attention = fn q, k, v, m -> Funs.attention(q, k, v, m) end
+      check_admitted(attention, 3, fn i, j -> j >= 1 and j <= i + 1 end)
+    end
+
+    test "a query admitted to no key weighs every key alike, as the bias says" do
+      # query 0 sees keys 0 and 1, query 1 none: all its scores are the
+      # smallest float32, its weights 1/3 each
+      f32 = fn list, shape -> list |> Nx.tensor(type: :f32) |> Nx.reshape(shape) end
+      q = f32.([1.0, 0.0, 0.0, 1.0], {1, 2, 1, 2})
+      k = f32.([1.0, 0.0, 0.0, 1.0, 5.0, 5.0], {1, 3, 1, 2})
+      v = f32.([2.0, 4.0, 9.0], {1, 3, 1, 1})
+      mask = Nx.tensor([[[[1, 1, 0], [0, 0, 0]]]], type: :u8)
+      args = Enum.map([q, k, v, mask], &Nx.backend_transfer(&1, ExMLX.Backend))
+      {got, ops} = run(fn q, k, v, m -> Funs.attention(q, k, v, m) end, args, fuse: true)
+      assert :attention_admitted in ops
+      # query 0: scores q·k / sqrt(2) over keys 0 and 1 (1/sqrt(2) and 0)
+      w = :math.exp(1 / :math.sqrt(2))
+      assert_close(got, [(2 * w + 4) / (w + 1), (2 + 4 + 9) / 3], 1.0e-6)
+      {unfused, _ops} = run(fn q, k, v, m -> Funs.attention(q, k, v, m) end, args, [])
+      assert_close(got, Nx.to_flat_list(unfused), 1.0e-6)
+    end
+
+    # One query row per head over keys of which the last two are admitted
+    # to none, in bfloat16 at a depth of 16, on the default device: the
+    # keys before them given to MLX without a mask (on a CUDA GPU MLX's
+    # one-query kernel); within bfloat16's rounding of the formula
+    test "one query's attention over the keys admitted in bfloat16 is within rounding of the formula" do
+      device = ExMLX.default_device()
+      {batch, heads, keys, depth} = {2, 4, 7, 16}
+
+      bf16 = fn values, shape ->
+        values
+        |> Nx.tensor(type: :bf16)
+        |> Nx.reshape(shape)
+        |> Nx.transpose(axes: [0, 2, 1, 3])
+      end
+
+      q = bf16.(values(batch * heads * depth, 1.0), {batch, 1, heads, depth})
+      k = bf16.(values(batch * keys * heads * depth, 1.5), {batch, keys, heads, depth})
+      v = bf16.(values(batch * keys * heads * depth, 2.0), {batch, keys, heads, depth})
+      allowed = fn _i, j -> j <= 4 end
+
+      to_mlx = fn t ->
+        ExMLX.from_binary(Nx.to_binary(t), Nx.type(t), Nx.shape(t), device: device)
+      end
+
+      [qx, kx, vx] = Enum.map([q, k, v], to_mlx)
+      bits = for j <- 0..(keys - 1), into: <<>>, do: <<if(allowed.(0, j), do: 1, else: 0)>>
+      admitted = ExMLX.from_binary(bits, :bool, {1, 1, 1, keys}, device: device)
+      got = ExMLX.attention_admitted(qx, kx, vx, admitted, scale: 1 / :math.sqrt(depth))
+      assert ExMLX.shape(got) == {batch, heads, 1, depth}
+      assert ExMLX.type(got) == {:bf, 16}
+
+      layout = fn t -> t |> Nx.transpose(axes: [0, 2, 1, 3]) |> to_lists() end
+      expected = attention_formula(layout.(q), layout.(k), layout.(v), allowed)
+
+      got =
+        got |> ExMLX.to_binary() |> Nx.from_binary(:bf16) |> Nx.reshape({batch, heads, 1, depth})
+
+      assert_close(Nx.transpose(got, axes: [0, 2, 1, 3]), expected, 4 * 2 ** -8)
+    end
+
+    test "attention_admitted names what its mask lacks" do
+      t = fn shape, type -> ExMLX.full(0.0, type, shape) end
+      q = t.({1, 4, 2, 8}, {:f, 32})
+      kv = t.({1, 2, 3, 8}, {:f, 32})
+      admitted = ExMLX.full(1, :bool, {1, 1, 2, 3})
+      assert ExMLX.shape(ExMLX.attention_admitted(q, kv, kv, admitted)) == {1, 4, 2, 8}
+
+      assert_raise ExMLX.Error,
+                   "admitted: attention_admitted needs a boolean mask, got {:u, 8}",
+                   fn -> ExMLX.attention_admitted(q, kv, kv, ExMLX.full(1, {:u, 8}, {1, 3})) end
+
+      assert_raise ExMLX.Error,
+                   "admitted: attention_admitted needs a mask broadcastable to the scores' " <>
+                     "shape {1, 4, 2, 3}, got {1, 1, 2, 2}",
+                   fn ->
+                     ExMLX.attention_admitted(q, kv, kv, ExMLX.full(1, :bool, {1, 1, 2, 2}))
+                   end
     end
 
     test "an attention whose softmax is over another axis keeps its ops" do

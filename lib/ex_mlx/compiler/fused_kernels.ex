@@ -303,6 +303,35 @@ if Code.ensure_loaded?(Nx) do
     defp constant(%T{data: %Expr{op: :constant, args: [c]}}) when is_number(c), do: c
     defp constant(_expr), do: nil
 
+    @doc """
+    The boolean an attention's `mask` is made of when it is Bumblebee's
+    bias, `select(admitted, 0, min_finite)` of the mask's type (0 for an
+    admitted key, the type's smallest finite value for any other):
+    `{:ok, admitted}`; `nil` for any other mask.
+    """
+    def admitted(%T{data: %Expr{op: :select, args: [pred, on_true, on_false]}, type: type} = mask) do
+      least = type |> Nx.Constants.min_finite() |> Nx.to_number()
+
+      if floating?(type) and pred.shape == mask.shape and scalar(on_true) == 0 and
+           scalar(on_false) == least do
+        {:ok, pred}
+      end
+    end
+
+    def admitted(_mask), do: nil
+
+    # a scalar constant's value as a float (a constant or a scalar tensor
+    # of the program), else nil
+    defp scalar(%T{shape: {}} = t) do
+      case without_metadata(t) do
+        %T{data: %Expr{op: :constant, args: [c]}} when is_number(c) -> c * 1.0
+        %T{data: %Expr{op: :tensor, args: [c]}} -> c |> Nx.to_number() |> then(&(&1 * 1.0))
+        _ -> nil
+      end
+    end
+
+    defp scalar(_t), do: nil
+
     defp same?(%T{data: %Expr{id: id}}, %T{data: %Expr{id: id}}), do: true
     defp same?(_a, _b), do: false
 

@@ -305,7 +305,14 @@ if Code.ensure_loaded?(Nx) do
       case FusedKernels.match(ans) do
         {:attention, q, k, v, mask, scale} ->
           {[k, v], cache} = Enum.map_reduce([k, v], cache, &attention_input(&1, state, &2))
-          fused(:scaled_dot_product_attention, ans, [q, k, v, mask], [scale], state, cache)
+
+          case FusedKernels.admitted(mask) do
+            {:ok, admitted} ->
+              attention_admitted(ans, [q, k, v], admitted, scale, state, cache)
+
+            nil ->
+              fused(:scaled_dot_product_attention, ans, [q, k, v, mask], [scale], state, cache)
+          end
 
         nil ->
           generic(:dot, ans, state, cache)
@@ -377,6 +384,26 @@ if Code.ensure_loaded?(Nx) do
       {values, cache} = Enum.map_reduce(inputs, cache, &eval(&1, state, &2))
       refs = Enum.map(values, &typed_ref(&1, nil, state.device))
       {ref, device} = Op.defer(name, refs, params, ExMLX.Backend.storage_type(ans.type))
+      {put_ref(ans, ref, device), cache}
+    end
+
+    # Attention under Bumblebee's bias `select(admitted, 0, min_finite)`:
+    # the op given the boolean itself, whose values decide which keys MLX is
+    # given (`attention_admitted`; known on the host in a decoding loop).
+    defp attention_admitted(ans, qkv, admitted, scale, state, cache) do
+      {values, cache} = Enum.map_reduce(qkv, cache, &eval(&1, state, &2))
+      {admitted, cache} = eval(admitted, state, cache)
+      refs = Enum.map(values, &typed_ref(&1, nil, state.device))
+      mask = typed_ref(admitted, :bool, state.device)
+
+      {ref, device} =
+        Op.defer(
+          :attention_admitted,
+          refs ++ [mask],
+          [scale],
+          ExMLX.Backend.storage_type(ans.type)
+        )
+
       {put_ref(ans, ref, device), cache}
     end
 

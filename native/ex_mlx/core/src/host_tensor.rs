@@ -25,8 +25,10 @@ use crate::ops::table::Op;
 
 mod floats;
 
-/// The most elements of an integer or boolean tensor kept here.
-pub const MAX_ELEMENTS: usize = 64;
+/// The most elements of an integer or boolean tensor kept here: a
+/// generation's attention mask of up to this many positions per batch
+/// entry (docs/decisions/0021-attention-over-admitted-keys.md).
+pub const MAX_ELEMENTS: usize = 4096;
 
 /// The most elements of a float32 tensor kept here (their ops: the
 /// `floats` module).
@@ -338,6 +340,17 @@ pub fn apply(op: Op, args: &[&HostTensor], params: &[Param]) -> Option<HostTenso
             | Op::concatenate
             | Op::stack
     );
+    if op == Op::put_slice {
+        return match args {
+            [a, starts, update] => put_slice(a, starts, update),
+            _ => None,
+        };
+    }
+    if let (Op::logical_and | Op::logical_or, [a, b]) = (op, args) {
+        if a.dtype != b.dtype {
+            return logical_of_mixed(op, a, b);
+        }
+    }
     if !rearranges && floats::involved(op, args, params) {
         return floats::apply(op, args, params);
     }
@@ -608,6 +621,65 @@ fn gather(a: &HostTensor, shape: &[i32], starts: &[i64], steps: &[i64]) -> Optio
     let mut out = Vec::with_capacity(size(shape));
     for_each_offset(shape, &moves, |at| out.push(a.values[first + at]));
     Some(out)
+}
+
+/// `logical_and` or `logical_or` of integer or boolean tensors of two
+/// types (a boolean result: MLX's; values are non-zero or not whatever
+/// their type).
+fn logical_of_mixed(op: Op, a: &HostTensor, b: &HostTensor) -> Option<HostTensor> {
+    width(a.dtype)?;
+    width(b.dtype)?;
+    let bool_of = |t: &HostTensor| HostTensor {
+        dtype: Dtype::Bool,
+        shape: t.shape.clone(),
+        values: t.values.iter().map(|&v| (v != 0) as i128).collect(),
+    };
+    apply(op, &[&bool_of(a), &bool_of(b)], &[])
+}
+
+/// `a` with `update` written at `starts` (one per axis), each start
+/// clamped so that the update fits (Nx's `put_slice`), the update's values
+/// converted to `a`'s type as MLX converts integers; `None` for float32
+/// values of another type than `a`'s, a rank-0 `a`, or starts that are not
+/// one integer per axis.
+fn put_slice(a: &HostTensor, starts: &HostTensor, update: &HostTensor) -> Option<HostTensor> {
+    let rank = a.shape.len();
+    let integers = |d: Dtype| d != Dtype::Float32;
+    if rank == 0
+        || update.shape.len() != rank
+        || starts.shape.len() != 1
+        || starts.values.len() != rank
+        || !integers(starts.dtype)
+        || starts.dtype == Dtype::Bool
+        || (update.dtype != a.dtype && !(integers(a.dtype) && integers(update.dtype)))
+        || a.values.len() > MAX_ELEMENTS
+        || update.shape.iter().zip(&a.shape).any(|(u, d)| u > d)
+    {
+        return None;
+    }
+    let first: Vec<usize> = starts
+        .values
+        .iter()
+        .zip(a.shape.iter().zip(&update.shape))
+        .map(|(&s, (&d, &u))| s.clamp(0, (d - u).max(0) as i128) as usize)
+        .collect();
+    let own = strides(&a.shape);
+    let base: usize = first.iter().zip(&own).map(|(s, st)| s * st).sum();
+    let mut values = a.values.clone();
+    let mut at = Vec::with_capacity(update.values.len());
+    for_each_offset(&update.shape, &own, |offset| at.push(base + offset));
+    for (&to, &v) in at.iter().zip(&update.values) {
+        values[to] = if update.dtype == a.dtype {
+            v
+        } else {
+            wrap(a.dtype, v)?
+        };
+    }
+    Some(HostTensor {
+        dtype: a.dtype,
+        shape: a.shape.clone(),
+        values,
+    })
 }
 
 /// Concatenation (or stacking) of `parts` along `axis` into `shape`.

@@ -376,7 +376,7 @@ impl Program {
                 .main
                 .instructions
                 .iter()
-                .any(|i| !matches!(i, Instruction::Op(_)))
+                .any(|i| !matches!(i, Instruction::Op(call) if !call.op.reads_values()))
         {
             let reads = self.reads();
             return compile_runs(&mut self.main, &reads, self.slots, device) > 0;

@@ -3,7 +3,10 @@
 //! composed forms under `fuse: true`: docs/numerics.md says how their
 //! results differ).
 
+use mlx_rs::fast::ScaledDotProductAttentionMask;
 use mlx_rs::{ops, Array, Dtype};
+
+use super::admitted::Form;
 
 use super::check_axis;
 use crate::dtype::{broadcast_shape, display, display_shape, is_integer};
@@ -63,6 +66,154 @@ pub fn scaled_dot_product_attention(
     mask: &Array,
     scale: f64,
 ) -> Result<Array> {
+    check_attention(queries, keys, values)?;
+    if mask.dtype() != Dtype::Bool && mask.dtype() != queries.dtype() {
+        return Err(Error::Type(format!(
+            "mask: scaled_dot_product_attention needs a boolean mask or one of the \
+             queries' type ({}), got {}",
+            display(queries.dtype()),
+            display(mask.dtype())
+        )));
+    }
+    check_mask_shape(
+        "scaled_dot_product_attention",
+        "mask",
+        mask.shape(),
+        queries,
+        keys,
+    )?;
+    masked_attention(queries, keys, values, mask, scale)
+}
+
+/// `softmax(scale · queries · keysᵀ + bias) · values`, `bias` being 0 for
+/// the keys `admitted` admits and the type's smallest finite value for the
+/// others (Bumblebee's attention bias), for the operands of
+/// [`scaled_dot_product_attention`] and a boolean `admitted` broadcastable
+/// to the scores. The keys past the last admitted one, and a mask that
+/// admits every key left, are not given to MLX (crate::ops::admitted):
+/// `admitted`'s values are read for it (an evaluation, unless a program
+/// knows them: [`attention_of_admitted`]).
+pub fn attention_admitted(
+    queries: &Array,
+    keys: &Array,
+    values: &Array,
+    admitted: &Array,
+    scale: f64,
+) -> Result<Array> {
+    check_attention(queries, keys, values)?;
+    check_admitted(admitted.dtype(), admitted.shape(), queries, keys)?;
+    let buffer = crate::host::HostBuffer::new(admitted)?;
+    let known: Vec<bool> = buffer.bytes().iter().map(|&b| b != 0).collect();
+    attention_of_admitted(queries, keys, values, &known, admitted.shape(), scale)
+}
+
+/// [`attention_admitted`] given the mask's values (row-major, of `shape`).
+pub fn attention_of_admitted(
+    queries: &Array,
+    keys: &Array,
+    values: &Array,
+    admitted: &[bool],
+    shape: &[i32],
+    scale: f64,
+) -> Result<Array> {
+    check_attention(queries, keys, values)?;
+    check_admitted(Dtype::Bool, shape, queries, keys)?;
+    let (t_q, t_kv) = (queries.shape()[2] as usize, keys.shape()[2] as usize);
+    let Some(plan) = super::admitted::plan(admitted, shape, t_q, t_kv) else {
+        let bias = bias_of(admitted, shape, queries.dtype())?;
+        return masked_attention(queries, keys, values, &bias, scale);
+    };
+    let (keys, values) = if plan.kept < t_kv {
+        let first = |a: &Array| {
+            let mut stops: Vec<i64> = a.shape().iter().map(|&d| d as i64).collect();
+            stops[2] = plan.kept as i64;
+            super::shape::slice(a, &[0; 4], &stops, &[1; 4])
+        };
+        (first(keys)?, first(values)?)
+    } else {
+        (keys.clone(), values.clone())
+    };
+    let scale = scale as f32;
+    Ok(match plan.form {
+        Form::All => {
+            mlx_rs::fast::scaled_dot_product_attention(queries, &keys, &values, scale, None, None)?
+        }
+        Form::Causal => mlx_rs::fast::scaled_dot_product_attention(
+            queries,
+            &keys,
+            &values,
+            scale,
+            ScaledDotProductAttentionMask::Causal,
+            None,
+        )?,
+        Form::Mask(kept, kept_shape) => {
+            let bias = bias_of(&kept, &kept_shape, queries.dtype())?;
+            return masked_attention(queries, &keys, &values, &bias, scale as f64);
+        }
+    })
+}
+
+/// The additive mask of `admitted`: 0 where a key is admitted, the
+/// smallest finite value of `dtype` where it is not.
+fn bias_of(admitted: &[bool], shape: &[i32], dtype: Dtype) -> Result<Array> {
+    let (zero, least): (&[u8], &[u8]) = match dtype {
+        Dtype::Float32 => (&[0; 4], &[0xff, 0xff, 0x7f, 0xff]),
+        Dtype::Float16 => (&[0; 2], &[0xff, 0xfb]),
+        Dtype::Bfloat16 => (&[0; 2], &[0x7f, 0xff]),
+        other => {
+            return Err(Error::Type(format!(
+                "queries: attention_admitted needs float32, float16 or bfloat16 queries, got {}",
+                display(other)
+            )))
+        }
+    };
+    let bytes: Vec<u8> = admitted
+        .iter()
+        .flat_map(|&a| if a { zero } else { least }.iter().copied())
+        .collect();
+    crate::host::array_from_bytes(&bytes, shape, dtype)
+}
+
+/// The attention of [`scaled_dot_product_attention`] under the additive or
+/// boolean `mask`, its operands checked.
+fn masked_attention(
+    queries: &Array,
+    keys: &Array,
+    values: &Array,
+    mask: &Array,
+    scale: f64,
+) -> Result<Array> {
+    if cuda_one_masked_query(queries, values) {
+        // (the same query twice, its first result row kept: see
+        // cuda_one_masked_query)
+        let twice = ops::concatenate(&[queries, queries], 2)?;
+        let rows = mlx_rs::fast::scaled_dot_product_attention(
+            &twice,
+            keys,
+            values,
+            scale as f32,
+            mask,
+            None,
+        )?;
+        let mut stops: Vec<i64> = rows.shape().iter().map(|&d| d as i64).collect();
+        stops[2] = 1;
+        return super::shape::slice(&rows, &[0; 4], &stops, &[1; 4]);
+    }
+    Ok(mlx_rs::fast::scaled_dot_product_attention(
+        queries,
+        keys,
+        values,
+        scale as f32,
+        mask,
+        None,
+    )?)
+}
+
+/// Checks the operands of an attention: `queries`, `keys` and `values` of
+/// rank 4 and one floating type, of one batch size, keys and values of one
+/// head count and length, queries and keys of one depth, the queries' head
+/// count a multiple of the keys'.
+fn check_attention(queries: &Array, keys: &Array, values: &Array) -> Result<()> {
     let named = [("queries", queries), ("keys", keys), ("values", values)];
     for (name, a) in named {
         check_floating(name, a)?;
@@ -115,51 +266,42 @@ pub fn scaled_dot_product_attention(
             ),
         ));
     }
-    if mask.dtype() != Dtype::Bool && mask.dtype() != queries.dtype() {
-        return Err(Error::Type(format!(
-            "mask: scaled_dot_product_attention needs a boolean mask or one of the \
-             queries' type ({}), got {}",
-            display(queries.dtype()),
-            display(mask.dtype())
-        )));
-    }
+    Ok(())
+}
+
+/// Checks that `op`'s mask of `shape` broadcasts to the scores of
+/// `queries` and `keys` (`{b, h, t_q, t_kv}`).
+fn check_mask_shape(
+    op: &str,
+    name: &'static str,
+    shape: &[i32],
+    queries: &Array,
+    keys: &Array,
+) -> Result<()> {
+    let (q, k) = (queries.shape(), keys.shape());
     let scores = [q[0], q[1], q[2], k[2]];
-    let m = mask.shape();
-    if !broadcast_shape(m, &scores).is_ok_and(|shape| shape == scores) {
+    if !broadcast_shape(shape, &scores).is_ok_and(|s| s == scores) {
         return Err(Error::arg(
-            "mask",
+            name,
             format!(
-                "scaled_dot_product_attention needs a mask broadcastable to the scores' \
-                 shape {}, got {}",
+                "{op} needs a mask broadcastable to the scores' shape {}, got {}",
                 display_shape(&scores),
-                display_shape(m)
+                display_shape(shape)
             ),
         ));
     }
-    if cuda_one_masked_query(queries, values) {
-        // (the same query twice, its first result row kept: see
-        // cuda_one_masked_query)
-        let twice = ops::concatenate(&[queries, queries], 2)?;
-        let rows = mlx_rs::fast::scaled_dot_product_attention(
-            &twice,
-            keys,
-            values,
-            scale as f32,
-            mask,
-            None,
-        )?;
-        let mut stops: Vec<i64> = rows.shape().iter().map(|&d| d as i64).collect();
-        stops[2] = 1;
-        return super::shape::slice(&rows, &[0; 4], &stops, &[1; 4]);
+    Ok(())
+}
+
+/// Checks `attention_admitted`'s mask: boolean, broadcastable to the scores.
+fn check_admitted(dtype: Dtype, shape: &[i32], queries: &Array, keys: &Array) -> Result<()> {
+    if dtype != Dtype::Bool {
+        return Err(Error::Type(format!(
+            "admitted: attention_admitted needs a boolean mask, got {}",
+            display(dtype)
+        )));
     }
-    Ok(mlx_rs::fast::scaled_dot_product_attention(
-        queries,
-        keys,
-        values,
-        scale as f32,
-        mask,
-        None,
-    )?)
+    check_mask_shape("attention_admitted", "admitted", shape, queries, keys)
 }
 
 /// Whether the attention of a single query row under a mask is given to

@@ -2,6 +2,7 @@
 //! what is more than one MLX call, checking arguments before MLX sees them
 //! so that errors name the argument.
 
+pub mod admitted;
 pub mod bitwise;
 pub mod computed;
 pub mod conv;

@@ -54,6 +54,15 @@ use syntax::{check_arity, missing, op_table};
 pub use syntax::{DtypeRule, Inputs, IntoOutputs, Outputs, ParamSpec};
 
 impl Op {
+    /// Whether the op reads values of its inputs while it is built (an
+    /// evaluation, unless a program knows them): `attention_admitted`,
+    /// whose mask decides which keys MLX is given. Such an op never runs
+    /// inside an MLX-compiled function (crate::fusion), which traces its
+    /// inputs without values.
+    pub fn reads_values(self) -> bool {
+        self == Op::attention_admitted
+    }
+
     /// Whether the op takes `count` tensor inputs.
     pub fn takes_inputs(self, count: usize) -> bool {
         match self.inputs() {
@@ -935,6 +944,21 @@ op_table! {
         ///     iex> ExMLX.scaled_dot_product_attention(q, k, v, mask, scale: :math.log(3)) |> ExMLX.to_list() |> Enum.map(&Float.round(&1, 4))
         ///     [2.5]
         scaled_dot_product_attention(queries, keys, values, mask; scale: Float = "1.0") -> same => fast::scaled_dot_product_attention(queries, keys, values, mask, scale);
+        /// Attention over the keys each query is `admitted` to (a boolean
+        /// broadcastable to `{b, h, t_q, t_kv}`): `softmax(scale · q · kᵀ +
+        /// bias) · v`, the bias 0 for an admitted key and the type's
+        /// smallest finite value for any other (Bumblebee's attention
+        /// bias). The mask's values are read: the keys past the last one
+        /// any query is admitted to are not given to MLX, nor a mask that
+        /// admits every key left (MLX's causal mode for a causal one).
+        ///
+        ///     iex> q = ExMLX.from_binary(<<1.0::float-32-native, 0.0::float-32-native>>, {:f, 32}, {1, 1, 1, 2})
+        ///     iex> k = ExMLX.from_binary(<<1.0::float-32-native, 0.0::float-32-native, 0.0::float-32-native, 1.0::float-32-native, 5.0::float-32-native, 5.0::float-32-native>>, {:f, 32}, {1, 1, 3, 2})
+        ///     iex> v = ExMLX.from_binary(<<2.0::float-32-native, 4.0::float-32-native, 100.0::float-32-native>>, {:f, 32}, {1, 1, 3, 1})
+        ///     iex> admitted = ExMLX.from_binary(<<1, 1, 0>>, :bool, {1, 1, 1, 3})
+        ///     iex> ExMLX.attention_admitted(q, k, v, admitted, scale: :math.log(3)) |> ExMLX.to_list() |> Enum.map(&Float.round(&1, 4))
+        ///     [2.5]
+        attention_admitted(queries, keys, values, admitted; scale: Float = "1.0") -> same => fast::attention_admitted(queries, keys, values, admitted, scale);
         /// Rotary position embedding in one MLX kernel: for `{..., t, d}`,
         /// the first `dims` features of the row at position `p` (`offset`
         /// plus its index along `t`; `offset` a scalar or one per entry of

@@ -447,7 +447,8 @@ pub(super) fn fuse_block(block: &mut Block, reads: &[u32], when_ready: bool) -> 
 
 /// MLX's compile for a program that is not straight-line, on a GPU
 /// ([`Program::fuse`]): replaces, in `block` and the blocks nested in it,
-/// every run of [`COMPILED_RUN`] or more consecutive ops by one
+/// every run of [`COMPILED_RUN`] or more consecutive ops (not ops that read
+/// values while they are built: [`Op::reads_values`]) by one
 /// [`Instruction::Compiled`] whose function runs them (crate::fusion: where
 /// MLX cannot trace them, they run one by one). `reads[slot]` counts the
 /// slot's reads over the whole program, of `slots` slots. Returns how many
@@ -483,7 +484,7 @@ pub(super) fn compile_runs(
     };
     for ins in std::mem::take(&mut block.instructions) {
         match ins {
-            Instruction::Op(call) => run.push(call),
+            Instruction::Op(call) if !call.op.reads_values() => run.push(call),
             other => {
                 flush(&mut run, &mut kept, &mut made);
                 kept.push(other);

@@ -270,6 +270,9 @@ impl<'a> Run<'a> {
             self.write(call.first, None, Some(h));
             return Ok(());
         }
+        if call.op == Op::attention_admitted {
+            return self.attention_admitted(call);
+        }
         let args: Vec<Array> = call
             .inputs
             .iter()
@@ -283,6 +286,48 @@ impl<'a> Run<'a> {
             };
             self.write(call.first + k, Some(out), None);
         }
+        Ok(())
+    }
+
+    /// `attention_admitted` (crate::ops::fast), given its mask's values:
+    /// known here, or read from MLX (an evaluation, counted as a read: a
+    /// loop whose steps read while they are built is not pipelined with a
+    /// large state).
+    fn attention_admitted(&mut self, call: &OpCall) -> Result<()> {
+        let (&[q, k, v, mask], [Param::Float(scale)]) =
+            (call.inputs.as_slice(), call.params.as_slice())
+        else {
+            return Err(Error::Internal(
+                "attention_admitted needs 4 inputs and a scale".into(),
+            ));
+        };
+        let not_boolean = |dtype| {
+            Error::Type(format!(
+                "admitted: attention_admitted needs a boolean mask, got {}",
+                crate::dtype::display(dtype)
+            ))
+        };
+        let (known, shape) = match &self.host[mask] {
+            Some(h) if h.dtype != mlx_rs::Dtype::Bool => return Err(not_boolean(h.dtype)),
+            Some(h) => (h.values.iter().map(|&x| x != 0).collect(), h.shape.clone()),
+            None => {
+                let a = self.read(mask)?;
+                if a.dtype() != mlx_rs::Dtype::Bool {
+                    return Err(not_boolean(a.dtype()));
+                }
+                let buffer = self.wait_for_device(true, || crate::host::HostBuffer::new(&a))?;
+                let known: Vec<bool> = buffer.bytes().iter().map(|&b| b != 0).collect();
+                (known, a.shape().to_vec())
+            }
+        };
+        let (q, k, v) = (self.read(q)?, self.read(k)?, self.read(v)?);
+        let mut out = crate::ops::fast::attention_of_admitted(&q, &k, &v, &known, &shape, *scale)?;
+        if let Some(dtype) = call.cast {
+            if out.dtype() != dtype {
+                out = out.as_dtype(dtype)?;
+            }
+        }
+        self.write(call.first, Some(out), None);
         Ok(())
     }
 
@@ -418,6 +463,8 @@ impl<'a> Run<'a> {
     /// condition is false.
     fn loop_steps(&mut self, l: &Loop, state: Range<usize>, reads: &LastReads) -> Result<()> {
         let mut step = 0usize;
+        // (whether a step built so far read a value from MLX)
+        let mut body_read = false;
         loop {
             self.check_stop()?;
             self.block(&l.condition.instructions)?;
@@ -432,14 +479,14 @@ impl<'a> Run<'a> {
             step += 1;
             let large = self.large_state(&state);
             // (a step with a branch or a loop of its own may read the
-            // device while it is built, which a step built ahead does
+            // device while it is built, as a step that did read does, which a step built ahead does
             // while the step before it runs: its writes into a large state
             // would then copy it, and building it ahead gains nothing)
-            let reads_while_built = l
-                .body
-                .instructions
-                .iter()
-                .any(|i| matches!(i, Instruction::Branch(_) | Instruction::Loop(_)));
+            let reads_while_built = body_read
+                || l.body
+                    .instructions
+                    .iter()
+                    .any(|i| matches!(i, Instruction::Branch(_) | Instruction::Loop(_)));
             if self.pipelined
                 && self.host[pred].is_none()
                 && step > PIPELINE_AFTER
@@ -465,7 +512,9 @@ impl<'a> Run<'a> {
                 self.clear(state.end..l.results);
                 return Ok(());
             }
+            let before = self.reads;
             self.step(l, &state, step, &reads.body)?;
+            body_read |= self.reads > before;
             if self.loops == 1 {
                 LOOP_STEPS.fetch_add(1, Ordering::Relaxed);
             }
