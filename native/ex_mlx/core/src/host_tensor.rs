@@ -315,6 +315,45 @@ impl HostTensor {
     }
 }
 
+/// Whether [`apply`] computes `op` for some integer or boolean arguments
+/// (whatever their sizes): a program keeps the ops that compute values it
+/// reads while it builds them out of MLX's compile only where the host
+/// could know their results (crate::program's `read_while_built`).
+pub fn may_compute(op: Op) -> bool {
+    op.is_comparison()
+        || matches!(
+            op,
+            Op::as_type
+                | Op::logical_not
+                | Op::bitwise_not
+                | Op::negate
+                | Op::reshape
+                | Op::broadcast_to
+                | Op::squeeze
+                | Op::concatenate
+                | Op::stack
+                | Op::slice
+                | Op::dynamic_slice
+                | Op::put_slice
+                | Op::logical_and
+                | Op::logical_or
+                | Op::sum
+                | Op::reduce_max
+                | Op::reduce_min
+                | Op::add
+                | Op::subtract
+                | Op::multiply
+                | Op::min
+                | Op::max
+                | Op::bitwise_and
+                | Op::bitwise_or
+                | Op::bitwise_xor
+                | Op::left_shift
+                | Op::right_shift
+                | Op::remainder
+        )
+}
+
 /// [`apply`] for integer and boolean tensors only: `None` for an op with a
 /// float32 argument or result (a run on a GPU).
 pub fn apply_integers(op: Op, args: &[&HostTensor], params: &[Param]) -> Option<HostTensor> {

@@ -37,6 +37,8 @@ use std::sync::{Arc, OnceLock};
 /// against it; running and checking recurse this deep).
 pub const MAX_DEPTH: usize = 64;
 
+#[cfg(test)]
+mod admitted_tests;
 mod check;
 #[cfg(test)]
 mod fusion_tests;
@@ -52,7 +54,7 @@ mod work;
 use check::{check_block, Scope};
 use passes::{
     any_instruction, compile_runs, drop_unread_ops, fold_rearrangements, fuse_block, has_loops,
-    keep_boolean_conditions, merge_equal_ops, read_counts,
+    keep_boolean_conditions, merge_equal_ops, read_counts, read_while_built,
 };
 pub use run::loop_times;
 use run::Run;
@@ -379,7 +381,8 @@ impl Program {
                 .any(|i| !matches!(i, Instruction::Op(call) if !call.op.reads_values()))
         {
             let reads = self.reads();
-            return compile_runs(&mut self.main, &reads, self.slots, device) > 0;
+            let read_while_built = read_while_built(&self.main, self.slots);
+            return compile_runs(&mut self.main, &reads, &read_while_built, self.slots, device) > 0;
         }
         let main = self.main.clone();
         let slots = self.slots;

@@ -455,16 +455,24 @@ pub(super) fn fuse_block(block: &mut Block, reads: &[u32], when_ready: bool) -> 
 /// runs it made.
 ///
 /// [`Program::fuse`]: super::Program::fuse
+///
+/// An op that computes a value such an op reads (`read_while_built`: an
+/// attention's mask, from a loop's position and cached mask) stays out of
+/// the runs too, so that the values the host knows stay known
+/// (crate::host_tensor) and the mask needs no evaluation: it moves ahead
+/// of the run being gathered when it reads nothing that run writes, and
+/// ends the run otherwise.
 pub(super) fn compile_runs(
     block: &mut Block,
     reads: &[u32],
+    read_while_built: &[bool],
     slots: usize,
     device: Device,
 ) -> usize {
     let mut made = 0;
     for ins in &mut block.instructions {
         for nested in nested_blocks_mut(ins) {
-            made += compile_runs(nested, reads, slots, device);
+            made += compile_runs(nested, reads, read_while_built, slots, device);
         }
     }
     let mut kept = Vec::with_capacity(block.instructions.len());
@@ -482,8 +490,23 @@ pub(super) fn compile_runs(
             kept.extend(run.drain(..).map(Instruction::Op));
         }
     };
+    let feeds_a_read = |call: &OpCall| {
+        crate::host_tensor::may_compute(call.op)
+            && (call.first..call.first + call.results)
+                .any(|s| read_while_built.get(s) == Some(&true))
+    };
     for ins in std::mem::take(&mut block.instructions) {
         match ins {
+            Instruction::Op(call) if feeds_a_read(&call) => {
+                let written_by_run = |s: &usize| {
+                    run.iter()
+                        .any(|r: &OpCall| (r.first..r.first + r.results).contains(s))
+                };
+                if call.inputs.iter().any(written_by_run) {
+                    flush(&mut run, &mut kept, &mut made);
+                }
+                kept.push(Instruction::Op(call));
+            }
             Instruction::Op(call) if !call.op.reads_values() => run.push(call),
             other => {
                 flush(&mut run, &mut kept, &mut made);
@@ -494,6 +517,82 @@ pub(super) fn compile_runs(
     flush(&mut run, &mut kept, &mut made);
     block.instructions = kept;
     made
+}
+
+/// For each of a program's `slots` (its top-level block `main`), whether
+/// the program reads its value while it builds the graph: an input whose
+/// values an op reads ([`Op::reads_values`]), a branch's predicate, or an
+/// input of an op the host may compute (crate::host_tensor's
+/// `may_compute`) or of a loop that computes such a slot. These are the
+/// values [`compile_runs`] leaves out of MLX's compile. (Values through a
+/// branch's results are not followed: they are compiled as any.)
+pub(super) fn read_while_built(main: &Block, slots: usize) -> Vec<bool> {
+    let mut marked = vec![false; slots];
+    // (a loop's state feeds back into its body: passes run until one
+    // marks nothing new)
+    while mark_read_while_built(main, &mut marked) {}
+    *DEBUG_MARKED.lock().unwrap() = marked.clone();
+    marked
+}
+pub static DEBUG_MARKED: std::sync::Mutex<Vec<bool>> = std::sync::Mutex::new(Vec::new());
+
+/// One pass of [`read_while_built`] over `block`, last instruction first:
+/// whether it marked a slot not marked before.
+fn mark_read_while_built(block: &Block, marked: &mut [bool]) -> bool {
+    let mut added = false;
+    // (whether it marked `s` now)
+    let mark = |s: usize, marked: &mut [bool]| match marked.get_mut(s) {
+        Some(m) if !*m => {
+            *m = true;
+            true
+        }
+        _ => false,
+    };
+    let is_marked = |s: usize, marked: &[bool]| marked.get(s) == Some(&true);
+    for ins in block.instructions.iter().rev() {
+        match ins {
+            Instruction::Op(call) => {
+                for &k in call.op.value_inputs() {
+                    if let Some(&s) = call.inputs.get(k) {
+                        added |= mark(s, marked);
+                    }
+                }
+                if crate::host_tensor::may_compute(call.op)
+                    && (call.first..call.first + call.results).any(|s| is_marked(s, marked))
+                {
+                    for &s in &call.inputs {
+                        added |= mark(s, marked);
+                    }
+                }
+            }
+            Instruction::Loop(l) => {
+                for k in 0..l.initial.len() {
+                    let state = l.state + k;
+                    if is_marked(l.results + k, marked) {
+                        added |= mark(state, marked);
+                    }
+                    if is_marked(state, marked) {
+                        added |= mark(l.initial[k], marked);
+                        if let Some(&next) = l.body.outputs.get(k) {
+                            added |= mark(next, marked);
+                        }
+                    }
+                }
+            }
+            Instruction::Branch(b) => {
+                for (pred, _) in &b.clauses {
+                    if let Some(&p) = pred.outputs.first() {
+                        added |= mark(p, marked);
+                    }
+                }
+            }
+            Instruction::Fused(_) | Instruction::Compiled(_) => {}
+        }
+        for nested in nested_blocks(ins).into_iter().rev() {
+            added |= mark_read_while_built(nested, marked);
+        }
+    }
+    added
 }
 
 /// `ops` as one compiled function: the slots they read and do not write

@@ -35,6 +35,11 @@ pub(super) struct Run<'a> {
     pub(super) loops: usize,
     pub(super) waited: u64,
     pub(super) reads: u64,
+    /// The last mask an `attention_admitted` read from MLX: its slot, its
+    /// values and its shape. Every layer of a decoder reads one mask slot
+    /// (crate::program's `merge_equal_ops`), so it is read once per value;
+    /// writing or clearing the slot forgets it.
+    mask_read: Option<(usize, std::sync::Arc<[bool]>, Vec<i32>)>,
 }
 
 /// Where loops' time went, over every program run in this process: steps
@@ -107,6 +112,7 @@ impl<'a> Run<'a> {
             loops: 0,
             waited: 0,
             reads: 0,
+            mask_read: None,
         }
     }
 
@@ -147,6 +153,14 @@ impl<'a> Run<'a> {
     fn write(&mut self, slot: usize, a: Option<Array>, host: Option<HostTensor>) {
         self.slots[slot] = a;
         self.host[slot] = host;
+        self.forget_mask_read(slot..slot + 1);
+    }
+
+    /// Forgets the mask read from MLX when its slot is in `slots`.
+    fn forget_mask_read(&mut self, slots: Range<usize>) {
+        if matches!(&self.mask_read, Some((s, _, _)) if slots.contains(s)) {
+            self.mask_read = None;
+        }
     }
 
     /// The values in `slots` (arrays, and values known here).
@@ -187,6 +201,7 @@ impl<'a> Run<'a> {
     }
 
     fn clear(&mut self, slots: Range<usize>) {
+        self.forget_mask_read(slots.clone());
         for s in &mut self.slots[slots.clone()] {
             *s = None;
         }
@@ -307,17 +322,20 @@ impl<'a> Run<'a> {
                 crate::dtype::display(dtype)
             ))
         };
-        let (known, shape) = match &self.host[mask] {
-            Some(h) if h.dtype != mlx_rs::Dtype::Bool => return Err(not_boolean(h.dtype)),
-            Some(h) => (h.values.iter().map(|&x| x != 0).collect(), h.shape.clone()),
-            None => {
+        let (known, shape): (std::sync::Arc<[bool]>, Vec<i32>) = match (&self.host[mask], &self.mask_read) {
+            (Some(h), _) if h.dtype != mlx_rs::Dtype::Bool => return Err(not_boolean(h.dtype)),
+            (Some(h), _) => (h.values.iter().map(|&x| x != 0).collect(), h.shape.clone()),
+            (None, Some((s, known, shape))) if *s == mask => (known.clone(), shape.clone()),
+            (None, _) => {
                 let a = self.read(mask)?;
                 if a.dtype() != mlx_rs::Dtype::Bool {
                     return Err(not_boolean(a.dtype()));
                 }
                 let buffer = self.wait_for_device(true, || crate::host::HostBuffer::new(&a))?;
-                let known: Vec<bool> = buffer.bytes().iter().map(|&b| b != 0).collect();
-                (known, a.shape().to_vec())
+                let known: std::sync::Arc<[bool]> = buffer.bytes().iter().map(|&b| b != 0).collect();
+                let shape = a.shape().to_vec();
+                self.mask_read = Some((mask, known.clone(), shape.clone()));
+                (known, shape)
             }
         };
         let (q, k, v) = (self.read(q)?, self.read(k)?, self.read(v)?);
@@ -455,6 +473,7 @@ impl<'a> Run<'a> {
             let v = self.slots[l.state + k].take();
             self.slots[l.results + k] = v;
             self.host[l.results + k] = self.host[l.state + k].take();
+            self.forget_mask_read(l.results + k..l.results + k + 1);
         }
         Ok(())
     }
@@ -478,15 +497,13 @@ impl<'a> Run<'a> {
             // of the device without bound, each holding its own state.)
             step += 1;
             let large = self.large_state(&state);
-            // (a step with a branch or a loop of its own may read the
-            // device while it is built, as a step that did read does, which a step built ahead does
-            // while the step before it runs: its writes into a large state
-            // would then copy it, and building it ahead gains nothing)
+            // (a step that read the device while it was built, as a
+            // branch whose predicate the host does not know does, would do
+            // so while the step before it runs, as would a loop of its own
+            // evaluating its state: its writes into a large state would
+            // then copy it, and building it ahead gains nothing)
             let reads_while_built = body_read
-                || l.body
-                    .instructions
-                    .iter()
-                    .any(|i| matches!(i, Instruction::Branch(_) | Instruction::Loop(_)));
+                || super::passes::any_instruction(&l.body, &|i| matches!(i, Instruction::Loop(_)));
             if self.pipelined
                 && self.host[pred].is_none()
                 && step > PIPELINE_AFTER

@@ -1,0 +1,230 @@
+//! Tests of a loop whose attention reads its mask (`attention_admitted`,
+//! crate::ops::admitted): the mask's ops stay out of MLX's compile, so the
+//! host knows the mask at every step, and a mask read from MLX is read
+//! once for all the attentions that take it.
+
+use mlx_rs::Array;
+
+use super::run::Run;
+use super::{Block, Branch, Instruction, Loop, OpCall, Program};
+use crate::device::Device;
+use crate::host_tensor::HostTensor;
+use crate::ops::params::Param;
+use crate::ops::table::Op;
+use crate::worker::run_blocking;
+
+fn op(op: Op, inputs: &[usize], params: Vec<Param>) -> Instruction {
+    Instruction::Op(OpCall::new(op, inputs.to_vec(), params, None, 1))
+}
+
+const KEYS: usize = 8;
+const DIMS: usize = 4;
+const STEPS: i32 = 4;
+
+/// A decoding loop of `STEPS` steps over a cache of `KEYS` keys: while
+/// i < STEPS { x = attention(attention(tanh(x · c + c) · c, admitted),
+/// admitted); i = i + 1 } with admitted = positions ≤ i, computed in the
+/// middle of the body's run of element-wise ops. Slots: inputs 0 (i),
+/// 1 (x, {1, 1, 1, DIMS}); constants 2 (STEPS), 3 (1), 4 (the positions,
+/// {1, 1, 1, KEYS}), 5 (keys) and 6 (values), {1, 1, KEYS, DIMS}, 7 (c);
+/// state 8, 9; condition 10; body 11..18; results 19, 20.
+fn decoding_loop() -> Program {
+    let scale = vec![Param::Float(0.5)];
+    Program::new(
+        2,
+        6,
+        vec![Instruction::Loop(Loop::new(
+            vec![0, 1],
+            Block {
+                instructions: vec![op(Op::less, &[8, 2], vec![])],
+                outputs: vec![10],
+            },
+            Block {
+                instructions: vec![
+                    op(Op::multiply, &[9, 7], vec![]),
+                    op(Op::add, &[11, 7], vec![]),
+                    op(Op::less_equal, &[4, 8], vec![]),
+                    op(Op::tanh, &[12], vec![]),
+                    op(Op::multiply, &[14, 7], vec![]),
+                    op(Op::attention_admitted, &[15, 5, 6, 13], scale.clone()),
+                    op(Op::attention_admitted, &[16, 5, 6, 13], scale),
+                    op(Op::add, &[8, 3], vec![]),
+                ],
+                outputs: vec![18, 17],
+            },
+        ))],
+        vec![19, 20],
+    )
+    .unwrap()
+}
+
+/// [`decoding_loop`] with one attention, whose result is scaled by c in
+/// the first step only: a branch on i < 1 (slot 14, computed among the
+/// run of element-wise ops). Slots: as there to 13; 14 the predicate;
+/// 15, 16 tanh and its scaling; 17 the attention; the branch's body 18,
+/// its result 19; 20 the step's count; results 21, 22.
+fn decoding_loop_with_a_branch() -> Program {
+    let branch = Branch::new(
+        vec![(
+            Block {
+                instructions: vec![],
+                outputs: vec![14],
+            },
+            Block {
+                instructions: vec![op(Op::multiply, &[17, 7], vec![])],
+                outputs: vec![18],
+            },
+        )],
+        Block {
+            instructions: vec![],
+            outputs: vec![17],
+        },
+    );
+    Program::new(
+        2,
+        6,
+        vec![Instruction::Loop(Loop::new(
+            vec![0, 1],
+            Block {
+                instructions: vec![op(Op::less, &[8, 2], vec![])],
+                outputs: vec![10],
+            },
+            Block {
+                instructions: vec![
+                    op(Op::multiply, &[9, 7], vec![]),
+                    op(Op::add, &[11, 7], vec![]),
+                    op(Op::less_equal, &[4, 8], vec![]),
+                    op(Op::less, &[8, 3], vec![]),
+                    op(Op::tanh, &[12], vec![]),
+                    op(Op::multiply, &[15, 7], vec![]),
+                    op(Op::attention_admitted, &[16, 5, 6, 13], vec![Param::Float(0.5)]),
+                    Instruction::Branch(branch),
+                    op(Op::add, &[8, 3], vec![]),
+                ],
+                outputs: vec![20, 19],
+            },
+        ))],
+        vec![21, 22],
+    )
+    .unwrap()
+}
+
+fn ramp(n: usize, from: f32) -> Vec<f32> {
+    (0..n).map(|k| from + (k as f32 * 0.37).sin()).collect()
+}
+
+/// `program` run on the CPU as a GPU run is (no float32 values computed
+/// on the host), the constants and small inputs known on the host unless
+/// `positions_known` is false: the final x (slot `x`) and how many values
+/// the run read from MLX.
+fn run_decoding(program: Program, positions_known: bool, x: usize) -> (Vec<f32>, u64) {
+    run_blocking(Device::Cpu, move || {
+        let positions: Vec<i32> = (0..KEYS as i32).collect();
+        let values: Vec<Array> = vec![
+            Array::from_int(0),
+            Array::from_slice(&ramp(DIMS, 0.1), &[1, 1, 1, DIMS as i32]),
+            Array::from_int(STEPS),
+            Array::from_int(1),
+            Array::from_slice(&positions, &[1, 1, 1, KEYS as i32]),
+            Array::from_slice(&ramp(KEYS * DIMS, -0.2), &[1, 1, KEYS as i32, DIMS as i32]),
+            Array::from_slice(&ramp(KEYS * DIMS, 0.3), &[1, 1, KEYS as i32, DIMS as i32]),
+            Array::from_f32(0.75),
+        ];
+        let mut run = Run::new(
+            vec![None; program.slots],
+            vec![None; program.slots],
+            &|| false,
+            false,
+            false,
+        );
+        for (slot, a) in values.into_iter().enumerate() {
+            if slot != 4 || positions_known {
+                run.host[slot] = HostTensor::read_integers(&a);
+            }
+            run.slots[slot] = Some(a);
+        }
+        run.block(&program.main.instructions)?;
+        let out = run.read(x)?;
+        mlx_rs::transforms::eval([&out])?;
+        Ok((out.as_slice::<f32>().to_vec(), run.reads))
+    })
+    .unwrap()
+}
+
+fn the_loop(program: &Program) -> &Loop {
+    match &program.main.instructions[..] {
+        [Instruction::Loop(l)] => l,
+        other => panic!("not one loop: {other:?}"),
+    }
+}
+
+#[test]
+fn the_mask_s_ops_stay_out_of_mlx_s_compile() {
+    if !crate::cpu_kernels::in_programs() {
+        return;
+    }
+    let plain = decoding_loop();
+    let mut compiled = decoding_loop();
+    assert!(compiled.fuse_with_mlx_compile(Device::Cpu));
+    // the mask's comparison moves ahead of the run of four element-wise
+    // ops, which MLX compiles; the attentions and the step's count stay
+    let body = &the_loop(&compiled).body.instructions;
+    let ops = |ins: &Instruction| match ins {
+        Instruction::Op(call) => vec![call.op],
+        Instruction::Compiled(run) => run.ops.iter().map(|c| c.op).collect(),
+        other => panic!("unexpected {other:?}"),
+    };
+    assert!(matches!(&body[0], Instruction::Op(c) if c.op == Op::less_equal));
+    assert!(matches!(&body[1], Instruction::Compiled(_)));
+    assert_eq!(
+        body.iter().map(ops).collect::<Vec<_>>(),
+        vec![
+            vec![Op::less_equal],
+            vec![Op::multiply, Op::add, Op::tanh, Op::multiply],
+            vec![Op::attention_admitted],
+            vec![Op::attention_admitted],
+            vec![Op::add],
+        ]
+    );
+    // the host knows the mask at every step: nothing is read from MLX,
+    // and the values are the unfused program's
+    let (fused_x, fused_reads) = run_decoding(compiled, true, 20);
+    let (plain_x, plain_reads) = run_decoding(plain, true, 20);
+    assert_eq!((fused_reads, plain_reads), (0, 0));
+    assert_eq!(fused_x.len(), DIMS);
+    for (a, b) in fused_x.iter().zip(&plain_x) {
+        assert!((a - b).abs() <= 1e-6, "{a} vs {b}");
+    }
+}
+
+#[test]
+fn a_mask_read_from_mlx_is_read_once_for_every_attention_that_takes_it() {
+    // the positions unknown on the host: the mask is MLX's, read once a
+    // step for the step's two attentions
+    let (unknown_x, reads) = run_decoding(decoding_loop(), false, 20);
+    assert_eq!(reads, STEPS as u64);
+    let (known_x, _) = run_decoding(decoding_loop(), true, 20);
+    assert_eq!(unknown_x, known_x);
+}
+
+#[test]
+fn a_branch_s_predicate_stays_out_of_mlx_s_compile() {
+    if !crate::cpu_kernels::in_programs() {
+        return;
+    }
+    let plain = decoding_loop_with_a_branch();
+    let mut compiled = decoding_loop_with_a_branch();
+    assert!(compiled.fuse_with_mlx_compile(Device::Cpu));
+    let body = &the_loop(&compiled).body.instructions;
+    assert!(matches!(&body[..2], [Instruction::Op(m), Instruction::Op(p)]
+        if m.op == Op::less_equal && p.op == Op::less));
+    assert!(matches!(&body[2], Instruction::Compiled(run) if run.ops.len() == 4));
+    // the predicate and the mask are known on the host: no read
+    let (fused_x, fused_reads) = run_decoding(compiled, true, 22);
+    let (plain_x, plain_reads) = run_decoding(plain, true, 22);
+    assert_eq!((fused_reads, plain_reads), (0, 0));
+    assert_eq!(fused_x.len(), DIMS);
+    for (a, b) in fused_x.iter().zip(&plain_x) {
+        assert!((a - b).abs() <= 1e-6, "{a} vs {b}");
+    }
+}
