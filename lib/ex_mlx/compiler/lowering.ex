@@ -44,6 +44,7 @@ if Code.ensure_loaded?(Nx) do
         device: device,
         scope: lazy_scope(expr),
         nested: false,
+        in_loop: false,
         hooked: MapSet.new(hooked),
         fuse: fuse,
         relayout: %{}
@@ -217,7 +218,7 @@ if Code.ensure_loaded?(Nx) do
       # (a quantized value, ExMLX.Quantization, is three values of the state)
       types = Enum.flat_map(leaves, &state_types/1)
       refs = Enum.flat_map(leaves, &state_refs(&1, &1, state.device))
-      inner = %{closed(state, {pred, body}, []) | relayout: plan.actions}
+      inner = %{closed(state, {pred, body}, []) | relayout: plan.actions, in_loop: true}
 
       with_state = fn state_refs ->
         {tensors, []} = rebuild(List.to_tuple(leaves), state_refs, state.device)
@@ -306,11 +307,14 @@ if Code.ensure_loaded?(Nx) do
         {:attention, q, k, v, mask, scale} ->
           {[k, v], cache} = Enum.map_reduce([k, v], cache, &attention_input(&1, state, &2))
 
-          case FusedKernels.admitted(mask) do
+          # (inside a loop only: there the host knows a decoding step's
+          # mask, which the op reads; a prompt's attention outside one
+          # stays MLX's masked attention, and its program compiles whole)
+          case state.in_loop && FusedKernels.admitted(mask) do
             {:ok, admitted} ->
               attention_admitted(ans, [q, k, v], admitted, scale, state, cache)
 
-            nil ->
+            no when no in [nil, false] ->
               fused(:scaled_dot_product_attention, ans, [q, k, v, mask], [scale], state, cache)
           end
 
