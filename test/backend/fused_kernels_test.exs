@@ -316,16 +316,14 @@ if Code.ensure_loaded?(Nx) do
       mask = Nx.tensor([[[[1, 1, 0], [0, 0, 0]]]], type: :u8)
       args = Enum.map([q, k, v, mask], &Nx.backend_transfer(&1, ExMLX.Backend))
 
-      {got, ops} =
-        run(fn q, k, v, m -> Funs.attention_in_loop(q, k, v, m) end, args, fuse: true)
+      {got, ops} = run(fn q, k, v, m -> Funs.attention_in_loop(q, k, v, m) end, args, fuse: true)
 
       assert :attention_admitted in ops
       # query 0: scores q·k / sqrt(2) over keys 0 and 1 (1/sqrt(2) and 0)
       w = :math.exp(1 / :math.sqrt(2))
       assert_close(got, [(2 * w + 4) / (w + 1), (2 + 4 + 9) / 3], 1.0e-6)
 
-      {unfused, _ops} =
-        run(fn q, k, v, m -> Funs.attention_in_loop(q, k, v, m) end, args, [])
+      {unfused, _ops} = run(fn q, k, v, m -> Funs.attention_in_loop(q, k, v, m) end, args, [])
 
       assert_close(got, Nx.to_flat_list(unfused), 1.0e-6)
     end
