@@ -340,18 +340,27 @@ pub fn may_compute(op: Op) -> bool {
                 | Op::sum
                 | Op::reduce_max
                 | Op::reduce_min
-                | Op::add
-                | Op::subtract
-                | Op::multiply
-                | Op::min
-                | Op::max
-                | Op::bitwise_and
-                | Op::bitwise_or
-                | Op::bitwise_xor
-                | Op::left_shift
-                | Op::right_shift
-                | Op::remainder
         )
+        || integer_arithmetic(op)
+}
+
+/// The element-wise binary ops of two integer tensors computed here
+/// ([`binary`]) whose result has their type.
+fn integer_arithmetic(op: Op) -> bool {
+    matches!(
+        op,
+        Op::add
+            | Op::subtract
+            | Op::multiply
+            | Op::min
+            | Op::max
+            | Op::bitwise_and
+            | Op::bitwise_or
+            | Op::bitwise_xor
+            | Op::left_shift
+            | Op::right_shift
+            | Op::remainder
+    )
 }
 
 /// [`apply`] for integer and boolean tensors only: `None` for an op with a
@@ -579,21 +588,7 @@ fn result_of(op: Op, args: &[&HostTensor], params: &[Param]) -> Option<(Dtype, V
             match op {
                 _ if op.is_comparison() => (Dtype::Bool, out),
                 Op::logical_and | Op::logical_or => (Dtype::Bool, out),
-                Op::add
-                | Op::subtract
-                | Op::multiply
-                | Op::min
-                | Op::max
-                | Op::bitwise_and
-                | Op::bitwise_or
-                | Op::bitwise_xor
-                | Op::left_shift
-                | Op::right_shift
-                | Op::remainder
-                    if !boolean =>
-                {
-                    (dtype, out)
-                }
+                _ if integer_arithmetic(op) && !boolean => (dtype, out),
                 _ => return None,
             }
         }
