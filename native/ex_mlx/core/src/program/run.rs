@@ -503,7 +503,7 @@ impl<'a> Run<'a> {
             // evaluating its state: its writes into a large state would
             // then copy it, and building it ahead gains nothing)
             let reads_while_built = body_read
-                || super::passes::any_instruction(&l.body, &|i| matches!(i, Instruction::Loop(_)));
+                || has_a_loop(&l.body.instructions);
             if self.pipelined
                 && self.host[pred].is_none()
                 && step > PIPELINE_AFTER
@@ -668,6 +668,20 @@ impl<'a> Run<'a> {
         self.replace(b.inner.clone(), b.inner.end, results);
         Ok(())
     }
+}
+
+/// Whether `instructions`, or a branch among them, hold a loop.
+fn has_a_loop(instructions: &[Instruction]) -> bool {
+    instructions.iter().any(|ins| match ins {
+        Instruction::Loop(_) => true,
+        Instruction::Branch(b) => b
+            .clauses
+            .iter()
+            .flat_map(|(pred, body)| [pred, body])
+            .chain(std::iter::once(&b.otherwise))
+            .any(|block| has_a_loop(&block.instructions)),
+        Instruction::Op(_) | Instruction::Fused(_) | Instruction::Compiled(_) => false,
+    })
 }
 
 pub(super) fn truthy(n: Number) -> bool {
