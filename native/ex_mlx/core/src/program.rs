@@ -382,7 +382,13 @@ impl Program {
         {
             let reads = self.reads();
             let read_while_built = read_while_built(&self.main, self.slots);
-            return compile_runs(&mut self.main, &reads, &read_while_built, self.slots, device) > 0;
+            return compile_runs(
+                &mut self.main,
+                &reads,
+                &read_while_built,
+                self.slots,
+                device,
+            ) > 0;
         }
         let main = self.main.clone();
         let slots = self.slots;

@@ -97,7 +97,11 @@ fn decoding_loop_with_a_branch() -> Program {
                     op(Op::less, &[8, 3], vec![]),
                     op(Op::tanh, &[12], vec![]),
                     op(Op::multiply, &[15, 7], vec![]),
-                    op(Op::attention_admitted, &[16, 5, 6, 13], vec![Param::Float(0.5)]),
+                    op(
+                        Op::attention_admitted,
+                        &[16, 5, 6, 13],
+                        vec![Param::Float(0.5)],
+                    ),
                     Instruction::Branch(branch),
                     op(Op::add, &[8, 3], vec![]),
                 ],
@@ -216,8 +220,10 @@ fn a_branch_s_predicate_stays_out_of_mlx_s_compile() {
     let mut compiled = decoding_loop_with_a_branch();
     assert!(compiled.fuse_with_mlx_compile(Device::Cpu));
     let body = &the_loop(&compiled).body.instructions;
-    assert!(matches!(&body[..2], [Instruction::Op(m), Instruction::Op(p)]
-        if m.op == Op::less_equal && p.op == Op::less));
+    assert!(
+        matches!(&body[..2], [Instruction::Op(m), Instruction::Op(p)]
+        if m.op == Op::less_equal && p.op == Op::less)
+    );
     assert!(matches!(&body[2], Instruction::Compiled(run) if run.ops.len() == 4));
     // the predicate and the mask are known on the host: no read
     let (fused_x, fused_reads) = run_decoding(compiled, true, 22);

@@ -322,22 +322,24 @@ impl<'a> Run<'a> {
                 crate::dtype::display(dtype)
             ))
         };
-        let (known, shape): (std::sync::Arc<[bool]>, Vec<i32>) = match (&self.host[mask], &self.mask_read) {
-            (Some(h), _) if h.dtype != mlx_rs::Dtype::Bool => return Err(not_boolean(h.dtype)),
-            (Some(h), _) => (h.values.iter().map(|&x| x != 0).collect(), h.shape.clone()),
-            (None, Some((s, known, shape))) if *s == mask => (known.clone(), shape.clone()),
-            (None, _) => {
-                let a = self.read(mask)?;
-                if a.dtype() != mlx_rs::Dtype::Bool {
-                    return Err(not_boolean(a.dtype()));
+        let (known, shape): (std::sync::Arc<[bool]>, Vec<i32>) =
+            match (&self.host[mask], &self.mask_read) {
+                (Some(h), _) if h.dtype != mlx_rs::Dtype::Bool => return Err(not_boolean(h.dtype)),
+                (Some(h), _) => (h.values.iter().map(|&x| x != 0).collect(), h.shape.clone()),
+                (None, Some((s, known, shape))) if *s == mask => (known.clone(), shape.clone()),
+                (None, _) => {
+                    let a = self.read(mask)?;
+                    if a.dtype() != mlx_rs::Dtype::Bool {
+                        return Err(not_boolean(a.dtype()));
+                    }
+                    let buffer = self.wait_for_device(true, || crate::host::HostBuffer::new(&a))?;
+                    let known: std::sync::Arc<[bool]> =
+                        buffer.bytes().iter().map(|&b| b != 0).collect();
+                    let shape = a.shape().to_vec();
+                    self.mask_read = Some((mask, known.clone(), shape.clone()));
+                    (known, shape)
                 }
-                let buffer = self.wait_for_device(true, || crate::host::HostBuffer::new(&a))?;
-                let known: std::sync::Arc<[bool]> = buffer.bytes().iter().map(|&b| b != 0).collect();
-                let shape = a.shape().to_vec();
-                self.mask_read = Some((mask, known.clone(), shape.clone()));
-                (known, shape)
-            }
-        };
+            };
         let (q, k, v) = (self.read(q)?, self.read(k)?, self.read(v)?);
         let mut out = crate::ops::fast::attention_of_admitted(&q, &k, &v, &known, &shape, *scale)?;
         if let Some(dtype) = call.cast {
@@ -502,8 +504,7 @@ impl<'a> Run<'a> {
             // so while the step before it runs, as would a loop of its own
             // evaluating its state: its writes into a large state would
             // then copy it, and building it ahead gains nothing)
-            let reads_while_built = body_read
-                || has_a_loop(&l.body.instructions);
+            let reads_while_built = body_read || has_a_loop(&l.body.instructions);
             if self.pipelined
                 && self.host[pred].is_none()
                 && step > PIPELINE_AFTER
