@@ -531,10 +531,8 @@ pub(super) fn read_while_built(main: &Block, slots: usize) -> Vec<bool> {
     // (a loop's state feeds back into its body: passes run until one
     // marks nothing new)
     while mark_read_while_built(main, &mut marked) {}
-    *DEBUG_MARKED.lock().unwrap() = marked.clone();
     marked
 }
-pub static DEBUG_MARKED: std::sync::Mutex<Vec<bool>> = std::sync::Mutex::new(Vec::new());
 
 /// One pass of [`read_while_built`] over `block`, last instruction first:
 /// whether it marked a slot not marked before.
