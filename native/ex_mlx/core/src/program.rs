@@ -53,8 +53,8 @@ mod work;
 
 use check::{check_block, Scope};
 use passes::{
-    any_instruction, compile_runs, drop_unread_ops, fold_rearrangements, fuse_block, has_loops,
-    keep_boolean_conditions, merge_equal_ops, read_counts, read_while_built,
+    compile_runs, drop_unread_ops, fold_rearrangements, fuse_block, keep_boolean_conditions,
+    merge_equal_ops, read_counts, read_while_built,
 };
 pub use run::loop_times;
 use run::Run;
@@ -615,4 +615,34 @@ fn handed_over(l: &Loop, done: &[usize]) -> Vec<bool> {
         .enumerate()
         .map(|(k, s)| done.contains(s) && !inside.contains(s) && !l.initial[k + 1..].contains(s))
         .collect()
+}
+
+/// Whether `block`, or a block nested in it, holds a loop.
+fn has_loops(block: &Block) -> bool {
+    any_instruction(block, &|ins| matches!(ins, Instruction::Loop(_)))
+}
+
+/// Whether `pred` holds for an instruction of `block` or of a block nested
+/// in it.
+fn any_instruction(block: &Block, pred: &dyn Fn(&Instruction) -> bool) -> bool {
+    block.instructions.iter().any(|ins| {
+        pred(ins)
+            || nested_blocks(ins)
+                .into_iter()
+                .any(|nested| any_instruction(nested, pred))
+    })
+}
+
+/// The blocks nested in `ins`, in program order: a loop's condition and
+/// body, a branch's predicates and bodies then its last block; none for an
+/// op or a group of ops.
+fn nested_blocks(ins: &Instruction) -> Vec<&Block> {
+    match ins {
+        Instruction::Loop(l) => vec![&l.condition, &l.body],
+        Instruction::Branch(b) => {
+            let clauses = b.clauses.iter().flat_map(|(pred, body)| [pred, body]);
+            clauses.chain(std::iter::once(&b.otherwise)).collect()
+        }
+        Instruction::Op(_) | Instruction::Fused(_) | Instruction::Compiled(_) => Vec::new(),
+    }
 }

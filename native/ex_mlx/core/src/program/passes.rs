@@ -6,7 +6,9 @@ use std::sync::Arc;
 use mlx_rs::{Array, Dtype};
 
 use super::run::Run;
-use super::{Block, CompiledRun, FusedOps, Instruction, OpCall, COMPILED_RUN};
+use super::{
+    any_instruction, nested_blocks, Block, CompiledRun, FusedOps, Instruction, OpCall, COMPILED_RUN,
+};
 use crate::device::Device;
 use crate::error::Result;
 use crate::fusion::FusedProgram;
@@ -312,36 +314,7 @@ pub(super) fn relax_comparisons(block: &mut Block, read_otherwise: &[bool]) {
     }
 }
 
-pub(super) fn has_loops(block: &Block) -> bool {
-    any_instruction(block, &|ins| matches!(ins, Instruction::Loop(_)))
-}
-
-/// Whether `pred` holds for an instruction of `block` or of a block nested
-/// in it.
-pub(super) fn any_instruction(block: &Block, pred: &dyn Fn(&Instruction) -> bool) -> bool {
-    block.instructions.iter().any(|ins| {
-        pred(ins)
-            || nested_blocks(ins)
-                .into_iter()
-                .any(|nested| any_instruction(nested, pred))
-    })
-}
-
-/// The blocks nested in `ins`, in program order: a loop's condition and
-/// body, a branch's predicates and bodies then its last block; none for an
-/// op or a group of ops.
-pub(super) fn nested_blocks(ins: &Instruction) -> Vec<&Block> {
-    match ins {
-        Instruction::Loop(l) => vec![&l.condition, &l.body],
-        Instruction::Branch(b) => {
-            let clauses = b.clauses.iter().flat_map(|(pred, body)| [pred, body]);
-            clauses.chain(std::iter::once(&b.otherwise)).collect()
-        }
-        Instruction::Op(_) | Instruction::Fused(_) | Instruction::Compiled(_) => Vec::new(),
-    }
-}
-
-/// [`nested_blocks`], to change them.
+/// [`nested_blocks`](super::nested_blocks), to change them.
 pub(super) fn nested_blocks_mut(ins: &mut Instruction) -> Vec<&mut Block> {
     match ins {
         Instruction::Loop(l) => vec![&mut l.condition, &mut l.body],

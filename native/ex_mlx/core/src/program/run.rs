@@ -484,8 +484,10 @@ impl<'a> Run<'a> {
     /// condition is false.
     fn loop_steps(&mut self, l: &Loop, state: Range<usize>, reads: &LastReads) -> Result<()> {
         let mut step = 0usize;
-        // (whether a step built so far read a value from MLX)
+        // (whether a step built so far read a value from MLX; whether the
+        // body holds a loop, which evaluates its state while it is built)
         let mut body_read = false;
+        let body_loops = super::has_loops(&l.body);
         loop {
             self.check_stop()?;
             self.block(&l.condition.instructions)?;
@@ -504,7 +506,7 @@ impl<'a> Run<'a> {
             // so while the step before it runs, as would a loop of its own
             // evaluating its state: its writes into a large state would
             // then copy it, and building it ahead gains nothing)
-            let reads_while_built = body_read || has_a_loop(&l.body.instructions);
+            let reads_while_built = body_read || body_loops;
             if self.pipelined
                 && self.host[pred].is_none()
                 && step > PIPELINE_AFTER
@@ -669,20 +671,6 @@ impl<'a> Run<'a> {
         self.replace(b.inner.clone(), b.inner.end, results);
         Ok(())
     }
-}
-
-/// Whether `instructions`, or a branch among them, hold a loop.
-fn has_a_loop(instructions: &[Instruction]) -> bool {
-    instructions.iter().any(|ins| match ins {
-        Instruction::Loop(_) => true,
-        Instruction::Branch(b) => b
-            .clauses
-            .iter()
-            .flat_map(|(pred, body)| [pred, body])
-            .chain(std::iter::once(&b.otherwise))
-            .any(|block| has_a_loop(&block.instructions)),
-        Instruction::Op(_) | Instruction::Fused(_) | Instruction::Compiled(_) => false,
-    })
 }
 
 pub(super) fn truthy(n: Number) -> bool {
