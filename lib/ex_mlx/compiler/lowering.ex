@@ -310,11 +310,13 @@ if Code.ensure_loaded?(Nx) do
           # (inside a loop only: there the host knows a decoding step's
           # mask, which the op reads; a prompt's attention outside one
           # stays MLX's masked attention, and its program compiles whole)
-          case state.in_loop && FusedKernels.admitted(mask) do
+          admitted = if state.in_loop, do: FusedKernels.admitted(mask)
+
+          case admitted do
             {:ok, admitted} ->
               attention_admitted(ans, [q, k, v], admitted, scale, state, cache)
 
-            no when no in [nil, false] ->
+            nil ->
               fused(:scaled_dot_product_attention, ans, [q, k, v, mask], [scale], state, cache)
           end
 

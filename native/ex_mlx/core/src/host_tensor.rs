@@ -321,19 +321,13 @@ impl HostTensor {
 /// could know their results (crate::program's `read_while_built`).
 pub fn may_compute(op: Op) -> bool {
     op.is_comparison()
+        || rearranges(op)
         || matches!(
             op,
             Op::as_type
                 | Op::logical_not
                 | Op::bitwise_not
                 | Op::negate
-                | Op::reshape
-                | Op::broadcast_to
-                | Op::squeeze
-                | Op::concatenate
-                | Op::stack
-                | Op::slice
-                | Op::dynamic_slice
                 | Op::put_slice
                 | Op::logical_and
                 | Op::logical_or
@@ -342,6 +336,21 @@ pub fn may_compute(op: Op) -> bool {
                 | Op::reduce_min
         )
         || integer_arithmetic(op)
+}
+
+/// Whether `op` moves its input's values without computing any, which
+/// [`apply`] does for float32 values too.
+fn rearranges(op: Op) -> bool {
+    matches!(
+        op,
+        Op::reshape
+            | Op::squeeze
+            | Op::broadcast_to
+            | Op::slice
+            | Op::dynamic_slice
+            | Op::concatenate
+            | Op::stack
+    )
 }
 
 /// The element-wise binary ops of two integer tensors computed here
@@ -377,17 +386,6 @@ pub fn apply_integers(op: Op, args: &[&HostTensor], params: &[Param]) -> Option<
 /// index rearrangement of small tensors, or a float32 op the `floats`
 /// module computes with MLX's CPU bits; `None` when the op is left to MLX.
 pub fn apply(op: Op, args: &[&HostTensor], params: &[Param]) -> Option<HostTensor> {
-    // (rearrangements move values whatever they are: float32 ones too)
-    let rearranges = matches!(
-        op,
-        Op::reshape
-            | Op::squeeze
-            | Op::broadcast_to
-            | Op::slice
-            | Op::dynamic_slice
-            | Op::concatenate
-            | Op::stack
-    );
     if op == Op::put_slice {
         return match args {
             [a, starts, update] => put_slice(a, starts, update),
@@ -399,7 +397,8 @@ pub fn apply(op: Op, args: &[&HostTensor], params: &[Param]) -> Option<HostTenso
             return logical_of_mixed(op, a, b);
         }
     }
-    if !rearranges && floats::involved(op, args, params) {
+    // (rearrangements move values whatever they are: float32 ones too)
+    if !rearranges(op) && floats::involved(op, args, params) {
         return floats::apply(op, args, params);
     }
     if let ([a], [Param::OptInts(axes), Param::Bool(keep)]) = (args, params) {

@@ -30,6 +30,26 @@ const STEPS: i32 = 4;
 /// state 8, 9; condition 10; body 11..18; results 19, 20.
 fn decoding_loop() -> Program {
     let scale = vec![Param::Float(0.5)];
+    decoding(
+        vec![
+            op(Op::multiply, &[9, 7], vec![]),
+            op(Op::add, &[11, 7], vec![]),
+            op(Op::less_equal, &[4, 8], vec![]),
+            op(Op::tanh, &[12], vec![]),
+            op(Op::multiply, &[14, 7], vec![]),
+            op(Op::attention_admitted, &[15, 5, 6, 13], scale.clone()),
+            op(Op::attention_admitted, &[16, 5, 6, 13], scale),
+            op(Op::add, &[8, 3], vec![]),
+        ],
+        &[18, 17],
+        &[19, 20],
+    )
+}
+
+/// The program of inputs i and x, the constants of [`decoding_loop`], and
+/// one loop: while i < STEPS, `body`, whose `next` slots are the next i
+/// and x, `results` the loop's.
+fn decoding(body: Vec<Instruction>, next: &[usize], results: &[usize]) -> Program {
     Program::new(
         2,
         6,
@@ -40,20 +60,11 @@ fn decoding_loop() -> Program {
                 outputs: vec![10],
             },
             Block {
-                instructions: vec![
-                    op(Op::multiply, &[9, 7], vec![]),
-                    op(Op::add, &[11, 7], vec![]),
-                    op(Op::less_equal, &[4, 8], vec![]),
-                    op(Op::tanh, &[12], vec![]),
-                    op(Op::multiply, &[14, 7], vec![]),
-                    op(Op::attention_admitted, &[15, 5, 6, 13], scale.clone()),
-                    op(Op::attention_admitted, &[16, 5, 6, 13], scale),
-                    op(Op::add, &[8, 3], vec![]),
-                ],
-                outputs: vec![18, 17],
+                instructions: body,
+                outputs: next.to_vec(),
             },
         ))],
-        vec![19, 20],
+        results.to_vec(),
     )
     .unwrap()
 }
@@ -80,37 +91,25 @@ fn decoding_loop_with_a_branch() -> Program {
             outputs: vec![17],
         },
     );
-    Program::new(
-        2,
-        6,
-        vec![Instruction::Loop(Loop::new(
-            vec![0, 1],
-            Block {
-                instructions: vec![op(Op::less, &[8, 2], vec![])],
-                outputs: vec![10],
-            },
-            Block {
-                instructions: vec![
-                    op(Op::multiply, &[9, 7], vec![]),
-                    op(Op::add, &[11, 7], vec![]),
-                    op(Op::less_equal, &[4, 8], vec![]),
-                    op(Op::less, &[8, 3], vec![]),
-                    op(Op::tanh, &[12], vec![]),
-                    op(Op::multiply, &[15, 7], vec![]),
-                    op(
-                        Op::attention_admitted,
-                        &[16, 5, 6, 13],
-                        vec![Param::Float(0.5)],
-                    ),
-                    Instruction::Branch(branch),
-                    op(Op::add, &[8, 3], vec![]),
-                ],
-                outputs: vec![20, 19],
-            },
-        ))],
-        vec![21, 22],
+    decoding(
+        vec![
+            op(Op::multiply, &[9, 7], vec![]),
+            op(Op::add, &[11, 7], vec![]),
+            op(Op::less_equal, &[4, 8], vec![]),
+            op(Op::less, &[8, 3], vec![]),
+            op(Op::tanh, &[12], vec![]),
+            op(Op::multiply, &[15, 7], vec![]),
+            op(
+                Op::attention_admitted,
+                &[16, 5, 6, 13],
+                vec![Param::Float(0.5)],
+            ),
+            Instruction::Branch(branch),
+            op(Op::add, &[8, 3], vec![]),
+        ],
+        &[20, 19],
+        &[21, 22],
     )
-    .unwrap()
 }
 
 fn ramp(n: usize, from: f32) -> Vec<f32> {
