@@ -21,6 +21,10 @@
 #                                       gpu) beside mlx-lm and PyTorch;
 #                                       OUT_DIR/llm-SHAPE.md (LLM_ARGS: more
 #                                       options, e.g. --fuse)
+#   bench/gpu/run.sh trace OUT_DIR SHAPE...  the llm rows with every CUDA
+#                                       process's GPU timeline recorded
+#                                       (kernel_trace.c), summed up in
+#                                       OUT_DIR/trace-SHAPE.txt
 #   bench/gpu/run.sh nccl OUT_DIR [N]   NCCL across N GPUs: probe, references
 #                                       (torch.distributed, Python mlx),
 #                                       data-parallel training; OUT_DIR/nccl.txt
@@ -87,6 +91,10 @@ case "$1" in
       cat "$work"/mlx-cuda.part-a* > "$work/mlx-cuda.whl"
       python3 -m zipfile -e "$work/mlx-cuda.whl" "$work/mlx-cuda"
     fi
+    # the kernel-trace injection library and CUPTI (stage.sh), for run.sh trace
+    if [[ -f $work/kernel-trace.tar.gz ]]; then
+      mkdir -p "$work/kernel-trace" && tar -C "$work/kernel-trace" -xzf "$work/kernel-trace.tar.gz"
+    fi
     # mlx-lm (pure Python), for the language-model rows
     if [[ -f $work/mlx-lm.whl && ! -d $work/mlx-lm ]]; then
       python3 -m zipfile -e "$work/mlx-lm.whl" "$work/mlx-lm"
@@ -152,6 +160,27 @@ case "$1" in
         --out "$out/llm-$(basename "$shape" .json).md" 2>&1 | tee "$out/llm-$(basename "$shape" .json).log"
     done
     ;;
+  trace)
+    # The llm rows of each SHAPE with every CUDA process's GPU timeline
+    # recorded (bench/gpu/kernel_trace.c: ExMLX's, mlx-lm's and PyTorch's
+    # processes), then summed up by bench/gpu/kernel_trace.py into
+    # OUT_DIR/trace-SHAPE.txt. TRACE_DRIVER=1 records the host's driver
+    # calls too (each then costs the host more time: the rows of such a run
+    # are not the benchmark's).
+    out=$2
+    shift 2
+    mkdir -p "$out"
+    for shape in "$@"; do
+      name=$(basename "$shape" .json)
+      rm -f "$work"/trace-"$name".*.tsv
+      env CUDA_INJECTION64_PATH="$work/kernel-trace/kernel_trace.so" \
+        EXMLX_KERNEL_TRACE="$work/trace-$name" ${TRACE_DRIVER:+EXMLX_KERNEL_TRACE_DRIVER=1} "$0" llm "$out/traced" "$shape"
+      for f in "$work"/trace-"$name".*.tsv; do
+        python3 bench/gpu/kernel_trace.py "$f"
+      done > "$out/trace-$name.txt" 2>&1
+      cat "$out/trace-$name.txt"
+    done
+    ;;
   nccl)
     # NCCL across this machine's GPUs (N, default every GPU): ExMLX's probe
     # (checks, all_sum's bandwidth, a peer that dies), torch.distributed's
@@ -183,7 +212,7 @@ case "$1" in
     exec elixir $(code_paths) "$@"
     ;;
   *)
-    echo "usage: $0 unpack STAGE_DIR | suite OUT_DIR | bench OUT_DIR | models OUT_DIR | nccl OUT_DIR [N] | elixir ARGS..." >&2
+    echo "usage: $0 unpack STAGE_DIR | suite OUT_DIR | bench OUT_DIR | models OUT_DIR | llm OUT_DIR SHAPE... | trace OUT_DIR SHAPE... | nccl OUT_DIR [N] | elixir ARGS..." >&2
     exit 2
     ;;
 esac

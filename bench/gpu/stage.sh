@@ -10,6 +10,8 @@
 #                     NVRTC-compiled quantized-matmul kernels include
 #   mlx-python.whl    Python mlx's bindings (the `mlx` wheel, 0.7 MB) for the
 #                     reference rows of bench/gpu/run.sh bench
+#   kernel-trace.tar.gz  bench/gpu/kernel_trace.c built, and NVIDIA's CUPTI
+#                     library it records with (run.sh trace)
 # With the integration project built with Bumblebee (BUMBLEBEE_PATH set and
 # integration/_build/test compiled), for bench/gpu/run.sh models:
 #   integration.tar.gz  its applications the app does not hold (Bumblebee,
@@ -69,6 +71,26 @@ if [[ ! -f $out/mlx-python.whl ]]; then
     --platform manylinux_2_35_x86_64 --python-version 3.12 mlx==0.32.2 -d "$out/wheel"
   mv "$out"/wheel/mlx-*.whl "$out/mlx-python.whl"
   rm -rf "$out/wheel"
+fi
+
+# bench/gpu/kernel_trace.c (the GPU's timeline of a process, run.sh trace)
+# built against NVIDIA's CUPTI, with CUPTI's library beside it. (CUPTI
+# 13.0: a CUPTI newer than the driver's CUDA refuses to start; the GPU
+# machine's driver is CUDA 13.0's.)
+if [[ ! -f $out/kernel-trace.tar.gz ]]; then
+  echo "==> building bench/gpu/kernel_trace.c against nvidia-cuda-cupti 13.0"
+  rm -rf "$out/cupti" && mkdir -p "$out/cupti/wheels" "$out/cupti/x/lib"
+  python3 -m pip download --quiet --no-deps --only-binary=:all: \
+    nvidia-cuda-cupti==13.0.85 nvidia-cuda-runtime==13.0.96 -d "$out/cupti/wheels"
+  for w in "$out"/cupti/wheels/*.whl "$out/cuda-crt.whl"; do
+    python3 -m zipfile -e "$w" "$out/cupti/x"
+  done
+  cu=$out/cupti/x/nvidia/cu13
+  cp "$cu/lib/libcupti.so.13" "$out/cupti/x/lib/"
+  gcc -O2 -Wall -Wextra -Werror -shared -fPIC -I "$cu/include" bench/gpu/kernel_trace.c \
+    -o "$out/cupti/x/lib/kernel_trace.so" -L "$cu/lib" -l:libcupti.so.13 -Wl,-rpath,'$ORIGIN'
+  tar -C "$out/cupti/x/lib" -czf "$out/kernel-trace.tar.gz" kernel_trace.so libcupti.so.13
+  rm -rf "$out/cupti"
 fi
 
 # The test build's applications: ExMLX and, when the build has them (NX_PATH),

@@ -1,0 +1,169 @@
+"""Where a decoding step's GPU time goes, from a process's timeline recorded by
+bench/gpu/kernel_trace.c (bench/results/llm-gpu.md, "The GPU's timeline of a
+step"):
+
+    kernel_trace.py TRACE.tsv [--boundary REGEX] [--top N]
+
+A decoding step ends with one kernel matching REGEX (default: the argmax of
+greedy decoding, MLX's `arg_reduce` and PyTorch's `ArgMax`). Consecutive
+steps with about the same number of kernels and no long pause form a phase
+(one generation); phases of the same kernel count are summed up together.
+For each: steps, kernels a step, and medians over its steps of
+
+- wall: from one step's last kernel's end to the next's;
+- busy: the time some kernel, copy or memset ran (their union);
+- idle: wall - busy, the device waiting for work;
+- lag (when the trace has the driver's calls): a kernel's start after the
+  end of the driver call that launched it, the median over the step's
+  kernels (small: the device waits for the host's launches; large: the host
+  is ahead of the device); the host's driver calls a step, how many, and
+  their time.
+
+Then the kernels that take the most of a step's busy time, by name.
+"""
+
+import argparse
+import bisect
+import collections
+import re
+import statistics
+import subprocess
+
+
+def load(path):
+    kernels, others, driver = [], [], {}
+    header = ""
+    with open(path) as f:
+        for line in f:
+            if line.startswith("#"):
+                header = line[2:].strip()
+                continue
+            parts = line.split(" ", 5)
+            kind = parts[0]
+            start, end = int(parts[1]), int(parts[2])
+            if kind == "k":
+                kernels.append((start, end, int(parts[4]), parts[5].rstrip("\n")))
+            elif kind == "d":
+                driver[int(parts[4])] = (start, end, int(parts[3]))
+            else:
+                others.append((start, end))
+    kernels.sort()
+    others.sort()
+    return header, kernels, others, driver
+
+
+def union(intervals, lo, hi):
+    """The time in [lo, hi] covered by the sorted intervals."""
+    total, cursor = 0, lo
+    for s, e in intervals:
+        s, e = max(s, cursor), min(e, hi)
+        if e > s:
+            total += e - s
+            cursor = e
+    return total
+
+
+def short(names):
+    """Kernel names demangled where c++filt is there, templates cut."""
+    try:
+        out = subprocess.run(["c++filt"], input="\n".join(names), capture_output=True,
+                             text=True, check=True).stdout.split("\n")
+    except (OSError, subprocess.CalledProcessError):
+        out = list(names)
+    cut = []
+    for n in out[: len(names)]:
+        depth, kept = 0, []
+        for ch in n:
+            if ch == "<":
+                depth += 1
+                if depth == 1:
+                    kept.append("<…>")
+            elif ch == ">":
+                depth -= 1
+            elif depth == 0:
+                kept.append(ch)
+        cut.append("".join(kept)[:100])
+    return cut
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("trace")
+    p.add_argument("--boundary", default=r"(?i)arg_?reduce|argmax")
+    p.add_argument("--top", type=int, default=14)
+    args = p.parse_args()
+    header, kernels, others, driver = load(args.trace)
+    print(f"== {args.trace}: {header}")
+    print(f"{len(kernels)} kernels, {len(others)} copies and memsets, {len(driver)} driver calls")
+    boundary = re.compile(args.boundary)
+    ends = [i for i, k in enumerate(kernels) if boundary.search(k[3])]
+    if len(ends) < 3:
+        print("fewer than 3 step boundaries: nothing to report")
+        return
+    busy_intervals = sorted([(k[0], k[1]) for k in kernels] + others)
+    driver_sorted = sorted(driver.values())
+    driver_starts = [d[0] for d in driver_sorted]
+
+    steps = []
+    for a, b in zip(ends, ends[1:]):
+        lo, hi = kernels[a][1], kernels[b][1]
+        inside = kernels[a + 1 : b + 1]
+        steps.append((lo, hi, inside))
+
+    # phases: runs of steps of about one kernel count, no pause over 50 ms
+    phases, current = [], []
+    for s in steps:
+        n, wall = len(s[2]), s[1] - s[0]
+        if current:
+            m = len(current[-1][2])
+            if wall > 50e6 or abs(n - m) > max(3, m // 20):
+                phases.append(current)
+                current = []
+        if wall <= 50e6:
+            current.append(s)
+    if current:
+        phases.append(current)
+    phases = [ph for ph in phases if len(ph) >= 16]
+
+    kinds = collections.defaultdict(list)
+    for ph in phases:
+        kinds[round(statistics.median(len(s[2]) for s in ph))].append(ph)
+
+    for n, group in sorted(kinds.items(), key=lambda kv: -sum(len(ph) for ph in kv[1])):
+        all_steps = [s for ph in group for s in ph[1:]]  # each phase's first step left out
+        if not all_steps:
+            continue
+        walls, busys, lags, calls, call_ns = [], [], [], [], []
+        by_name = collections.defaultdict(lambda: [0, 0])
+        for lo, hi, inside in all_steps:
+            walls.append(hi - lo)
+            busys.append(union(busy_intervals, lo, hi))
+            step_lags = []
+            for k in inside:
+                by_name[k[3]][0] += k[1] - k[0]
+                by_name[k[3]][1] += 1
+                d = driver.get(k[2])
+                if d:
+                    step_lags.append(k[0] - d[1])
+            if step_lags:
+                lags.append(statistics.median(step_lags))
+            in_step = driver_sorted[bisect.bisect_left(driver_starts, lo) : bisect.bisect_left(driver_starts, hi)]
+            calls.append(len(in_step))
+            call_ns.append(sum(d[1] - d[0] for d in in_step))
+        med = lambda xs: statistics.median(xs) / 1e3 if xs else float("nan")
+        print(f"\n-- {len(group)} phases, {len(all_steps)} steps of about {n} kernels")
+        print(f"wall {med(walls):.1f} µs, busy {med(busys):.1f} µs, idle {med(walls) - med(busys):.1f} µs")
+        if driver:
+            print(f"launch-to-start lag {med(lags):.1f} µs; driver calls a step "
+                  f"{statistics.median(calls):.0f}, their host time {med(call_ns):.1f} µs")
+        top = sorted(by_name.items(), key=lambda kv: -kv[1][0])[: args.top]
+        names = short([t[0] for t in top])
+        steps_n = len(all_steps)
+        total = sum(v[0] for v in by_name.values()) / steps_n / 1e3
+        print(f"kernel time a step {total:.1f} µs; by name (µs a step, count a step):")
+        for (name, (ns, c)), label in zip(top, names):
+            print(f"  {ns / steps_n / 1e3:8.1f} {c / steps_n:6.1f}  {label}")
+
+
+if __name__ == "__main__":
+    main()
