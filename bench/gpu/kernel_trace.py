@@ -20,6 +20,10 @@ For each: steps, kernels a step, and medians over its steps of
   their time.
 
 Then the kernels that take the most of a step's busy time, by name.
+
+`--bursts` sums up instead the stretches of kernels the device ran with no
+pause of 0.5 ms or more (a prompt's pass, say) by their kernel count: how
+many, their busy time and span, and their kernels.
 """
 
 import argparse
@@ -86,15 +90,57 @@ def short(names):
     return cut
 
 
+def top_kernels(groups, top):
+    """The kernels taking the most time in `groups` (lists of kernels), by
+    name: (µs a group, count a group, name)."""
+    by_name = collections.defaultdict(lambda: [0, 0])
+    for g in groups:
+        for k in g:
+            by_name[k[3]][0] += k[1] - k[0]
+            by_name[k[3]][1] += 1
+    best = sorted(by_name.items(), key=lambda kv: -kv[1][0])[:top]
+    n = len(groups)
+    return [(ns / n / 1e3, c / n, label) for (_, (ns, c)), label in zip(best, short([b[0] for b in best]))]
+
+
+def bursts_of(kernels, others, top, pause=500_000):
+    busy_intervals = sorted([(k[0], k[1]) for k in kernels] + others)
+    bursts, current, reach = [], [], None
+    for k in kernels:
+        if current and k[0] - reach >= pause:
+            bursts.append(current)
+            current, reach = [], None
+        current.append(k)
+        reach = k[1] if reach is None else max(reach, k[1])
+    if current:
+        bursts.append(current)
+    kinds = collections.defaultdict(list)
+    for b in bursts:
+        if 50 <= len(b) <= 20000:
+            kinds[len(b)].append(b)
+    ranked = sorted(kinds.items(), key=lambda kv: -len(kv[1]) * sum(k[1] - k[0] for k in kv[1][0]))
+    for n, group in [kv for kv in ranked if len(kv[1]) >= 3][:8]:
+        spans = [b[-1][1] - b[0][0] for b in group]
+        busys = [union(busy_intervals, b[0][0], max(k[1] for k in b)) for b in group]
+        print(f"\n-- {len(group)} bursts of {n} kernels: span {statistics.median(spans) / 1e3:.1f} µs, "
+              f"busy {statistics.median(busys) / 1e3:.1f} µs (medians)")
+        for us, c, label in top_kernels(group, top):
+            print(f"  {us:8.1f} {c:6.1f}  {label}")
+
+
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("trace")
     p.add_argument("--boundary", default=r"(?i)arg_?reduce|argmax")
     p.add_argument("--top", type=int, default=14)
+    p.add_argument("--bursts", action="store_true")
     args = p.parse_args()
     header, kernels, others, driver = load(args.trace)
     print(f"== {args.trace}: {header}")
     print(f"{len(kernels)} kernels, {len(others)} copies and memsets, {len(driver)} driver calls")
+    if args.bursts:
+        bursts_of(kernels, others, args.top)
+        return
     boundary = re.compile(args.boundary)
     ends = [i for i, k in enumerate(kernels) if boundary.search(k[3])]
     if len(ends) < 3:
@@ -134,14 +180,11 @@ def main():
         if not all_steps:
             continue
         walls, busys, lags, calls, call_ns = [], [], [], [], []
-        by_name = collections.defaultdict(lambda: [0, 0])
         for lo, hi, inside in all_steps:
             walls.append(hi - lo)
             busys.append(union(busy_intervals, lo, hi))
             step_lags = []
             for k in inside:
-                by_name[k[3]][0] += k[1] - k[0]
-                by_name[k[3]][1] += 1
                 d = driver.get(k[2])
                 if d:
                     step_lags.append(k[0] - d[1])
@@ -156,13 +199,10 @@ def main():
         if driver:
             print(f"launch-to-start lag {med(lags):.1f} µs; driver calls a step "
                   f"{statistics.median(calls):.0f}, their host time {med(call_ns):.1f} µs")
-        top = sorted(by_name.items(), key=lambda kv: -kv[1][0])[: args.top]
-        names = short([t[0] for t in top])
-        steps_n = len(all_steps)
-        total = sum(v[0] for v in by_name.values()) / steps_n / 1e3
+        total = sum(k[1] - k[0] for s in all_steps for k in s[2]) / len(all_steps) / 1e3
         print(f"kernel time a step {total:.1f} µs; by name (µs a step, count a step):")
-        for (name, (ns, c)), label in zip(top, names):
-            print(f"  {ns / steps_n / 1e3:8.1f} {c / steps_n:6.1f}  {label}")
+        for us, c, label in top_kernels([s[2] for s in all_steps], args.top):
+            print(f"  {us:8.1f} {c:6.1f}  {label}")
 
 
 if __name__ == "__main__":
