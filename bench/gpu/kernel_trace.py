@@ -56,15 +56,28 @@ def load(path):
     return header, kernels, others, driver
 
 
-def union(intervals, lo, hi):
-    """The time in [lo, hi] covered by the sorted intervals."""
-    total, cursor = 0, lo
-    for s, e in intervals:
-        s, e = max(s, cursor), min(e, hi)
-        if e > s:
-            total += e - s
-            cursor = e
-    return total
+class Busy:
+    """The union of the device's intervals (kernels, copies, memsets), as
+    disjoint sorted intervals, to ask how much of [lo, hi] it covers."""
+
+    def __init__(self, intervals):
+        merged = []
+        for s, e in sorted(intervals):
+            if merged and s <= merged[-1][1]:
+                merged[-1][1] = max(merged[-1][1], e)
+            else:
+                merged.append([s, e])
+        self.starts = [m[0] for m in merged]
+        self.merged = merged
+
+    def within(self, lo, hi):
+        i = max(bisect.bisect_right(self.starts, lo) - 1, 0)
+        total = 0
+        while i < len(self.merged) and self.merged[i][0] < hi:
+            s, e = max(self.merged[i][0], lo), min(self.merged[i][1], hi)
+            total += max(e - s, 0)
+            i += 1
+        return total
 
 
 def short(names):
@@ -104,7 +117,7 @@ def top_kernels(groups, top):
 
 
 def bursts_of(kernels, others, top, pause=500_000):
-    busy_intervals = sorted([(k[0], k[1]) for k in kernels] + others)
+    busy = Busy([(k[0], k[1]) for k in kernels] + others)
     bursts, current, reach = [], [], None
     for k in kernels:
         if current and k[0] - reach >= pause:
@@ -121,7 +134,7 @@ def bursts_of(kernels, others, top, pause=500_000):
     ranked = sorted(kinds.items(), key=lambda kv: -len(kv[1]) * sum(k[1] - k[0] for k in kv[1][0]))
     for n, group in [kv for kv in ranked if len(kv[1]) >= 3][:8]:
         spans = [b[-1][1] - b[0][0] for b in group]
-        busys = [union(busy_intervals, b[0][0], max(k[1] for k in b)) for b in group]
+        busys = [busy.within(b[0][0], max(k[1] for k in b)) for b in group]
         print(f"\n-- {len(group)} bursts of {n} kernels: span {statistics.median(spans) / 1e3:.1f} µs, "
               f"busy {statistics.median(busys) / 1e3:.1f} µs (medians)")
         for us, c, label in top_kernels(group, top):
@@ -146,7 +159,7 @@ def main():
     if len(ends) < 3:
         print("fewer than 3 step boundaries: nothing to report")
         return
-    busy_intervals = sorted([(k[0], k[1]) for k in kernels] + others)
+    busy = Busy([(k[0], k[1]) for k in kernels] + others)
     driver_sorted = sorted(driver.values())
     driver_starts = [d[0] for d in driver_sorted]
 
@@ -182,7 +195,7 @@ def main():
         walls, busys, lags, calls, call_ns = [], [], [], [], []
         for lo, hi, inside in all_steps:
             walls.append(hi - lo)
-            busys.append(union(busy_intervals, lo, hi))
+            busys.append(busy.within(lo, hi))
             step_lags = []
             for k in inside:
                 d = driver.get(k[2])
