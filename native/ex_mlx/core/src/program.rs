@@ -39,6 +39,8 @@ pub const MAX_DEPTH: usize = 64;
 
 #[cfg(test)]
 mod admitted_tests;
+#[cfg(test)]
+mod bound_tests;
 mod check;
 #[cfg(test)]
 mod fusion_tests;

@@ -41,7 +41,13 @@ pub fn write(outputs: &[Array]) -> Result<(), String> {
         return Ok(());
     };
     let n = WRITTEN.fetch_add(1, Ordering::Relaxed);
-    let path = CString::new(format!("{prefix}.{n}.txt")).map_err(|e| e.to_string())?;
+    write_to(&format!("{prefix}.{n}.txt"), outputs)
+}
+
+/// Writes the graph that computes `outputs` to the file at `path`, in MLX's
+/// `print_graph` form.
+pub fn write_to(path: &str, outputs: &[Array]) -> Result<(), String> {
+    let path = CString::new(path).map_err(|e| e.to_string())?;
     // SAFETY: both strings are NUL-terminated and alive for the call.
     let file = unsafe { libc::fopen(path.as_ptr(), c"w".as_ptr()) };
     if file.is_null() {

@@ -421,7 +421,9 @@ pub(super) fn fuse_block(block: &mut Block, reads: &[u32], when_ready: bool) -> 
 /// MLX's compile for a program that is not straight-line, on a GPU
 /// ([`Program::fuse`]): replaces, in `block` and the blocks nested in it,
 /// every run of [`COMPILED_RUN`] or more consecutive ops (not ops that read
-/// values while they are built: [`Op::reads_values`]) by one
+/// values while they are built, [`Op::reads_values`], nor ops whose bounds
+/// the host may know, [`Op::bound_inputs`]: a cache's write at a loop's
+/// position) by one
 /// [`Instruction::Compiled`] whose function runs them (crate::fusion: where
 /// MLX cannot trace them, they run one by one). `reads[slot]` counts the
 /// slot's reads over the whole program, of `slots` slots. Returns how many
@@ -480,7 +482,11 @@ pub(super) fn compile_runs(
                 }
                 kept.push(Instruction::Op(call));
             }
-            Instruction::Op(call) if !call.op.reads_values() => run.push(call),
+            Instruction::Op(call)
+                if !call.op.reads_values() && call.op.bound_inputs().is_empty() =>
+            {
+                run.push(call)
+            }
             other => {
                 flush(&mut run, &mut kept, &mut made);
                 kept.push(other);
@@ -494,7 +500,8 @@ pub(super) fn compile_runs(
 
 /// For each of a program's `slots` (its top-level block `main`), whether
 /// the program reads its value while it builds the graph: an input whose
-/// values an op reads ([`Op::reads_values`]), a branch's predicate, or an
+/// values an op reads ([`Op::reads_values`]) or whose known values give an
+/// op constant bounds ([`Op::bound_inputs`]), a branch's predicate, or an
 /// input of an op the host may compute (crate::host_tensor's
 /// `may_compute`) or of a loop that computes such a slot. These are the
 /// values [`compile_runs`] leaves out of MLX's compile. (Values through a
@@ -523,7 +530,7 @@ fn mark_read_while_built(block: &Block, marked: &mut [bool]) -> bool {
     for ins in block.instructions.iter().rev() {
         match ins {
             Instruction::Op(call) => {
-                for &k in call.op.value_inputs() {
+                for &k in call.op.value_inputs().iter().chain(call.op.bound_inputs()) {
                     if let Some(&s) = call.inputs.get(k) {
                         added |= mark(s, marked);
                     }

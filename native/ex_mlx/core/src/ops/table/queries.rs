@@ -27,6 +27,21 @@ impl Op {
         }
     }
 
+    /// The positions of the inputs whose values, when they are known
+    /// without an evaluation, make the op's MLX call one of constant bounds:
+    /// the starts of `dynamic_slice` and `put_slice`, which are otherwise
+    /// clamped and read by kernels of MLX's (crate::ops::shape). Unlike
+    /// [`Op::value_inputs`] they are never read from MLX for it. An op with
+    /// such inputs runs outside MLX-compiled functions in a program with
+    /// loops, whose tracing would make its bounds the first call's
+    /// (crate::program's `compile_runs`).
+    pub fn bound_inputs(self) -> &'static [usize] {
+        match self {
+            Op::dynamic_slice | Op::put_slice => &[1],
+            _ => &[],
+        }
+    }
+
     /// Whether the op takes `count` tensor inputs.
     pub fn takes_inputs(self, count: usize) -> bool {
         match self.inputs() {
