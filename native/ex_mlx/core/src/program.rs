@@ -50,6 +50,8 @@ mod on_caller;
 mod passes;
 mod run;
 #[cfg(test)]
+mod test_programs;
+#[cfg(test)]
 mod tests;
 mod work;
 

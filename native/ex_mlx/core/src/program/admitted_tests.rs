@@ -5,17 +5,11 @@
 
 use mlx_rs::Array;
 
-use super::run::Run;
-use super::{Block, Branch, Instruction, Loop, OpCall, Program};
+use super::test_programs::{body_ops, op, run_on_cpu, the_loop};
+use super::{Block, Branch, Instruction, Loop, Program};
 use crate::device::Device;
-use crate::host_tensor::HostTensor;
 use crate::ops::params::Param;
 use crate::ops::table::Op;
-use crate::worker::run_blocking;
-
-fn op(op: Op, inputs: &[usize], params: Vec<Param>) -> Instruction {
-    Instruction::Op(OpCall::new(op, inputs.to_vec(), params, None, 1))
-}
 
 const KEYS: usize = 8;
 const DIMS: usize = 4;
@@ -116,14 +110,13 @@ fn ramp(n: usize, from: f32) -> Vec<f32> {
     (0..n).map(|k| from + (k as f32 * 0.37).sin()).collect()
 }
 
-/// `program` run on the CPU as a GPU run is (no float32 values computed
-/// on the host), the constants and small inputs known on the host unless
-/// `positions_known` is false: the final x (slot `x`) and how many values
-/// the run read from MLX.
+/// `program` run on the CPU as a GPU run is, the constants and small
+/// inputs known on the host unless `positions_known` is false: the final
+/// x (slot `x`) and how many values the run read from MLX.
 fn run_decoding(program: Program, positions_known: bool, x: usize) -> (Vec<f32>, u64) {
-    run_blocking(Device::Cpu, move || {
+    let values = || {
         let positions: Vec<i32> = (0..KEYS as i32).collect();
-        let values: Vec<Array> = vec![
+        vec![
             Array::from_int(0),
             Array::from_slice(&ramp(DIMS, 0.1), &[1, 1, 1, DIMS as i32]),
             Array::from_int(STEPS),
@@ -132,33 +125,18 @@ fn run_decoding(program: Program, positions_known: bool, x: usize) -> (Vec<f32>,
             Array::from_slice(&ramp(KEYS * DIMS, -0.2), &[1, 1, KEYS as i32, DIMS as i32]),
             Array::from_slice(&ramp(KEYS * DIMS, 0.3), &[1, 1, KEYS as i32, DIMS as i32]),
             Array::from_f32(0.75),
-        ];
-        let mut run = Run::new(
-            vec![None; program.slots],
-            vec![None; program.slots],
-            &|| false,
-            false,
-            false,
-        );
-        for (slot, a) in values.into_iter().enumerate() {
-            if slot != 4 || positions_known {
-                run.host[slot] = HostTensor::read_integers(&a);
-            }
-            run.slots[slot] = Some(a);
-        }
-        run.block(&program.main.instructions)?;
-        let out = run.read(x)?;
-        mlx_rs::transforms::eval([&out])?;
-        Ok((out.as_slice::<f32>().to_vec(), run.reads))
-    })
-    .unwrap()
-}
-
-fn the_loop(program: &Program) -> &Loop {
-    match &program.main.instructions[..] {
-        [Instruction::Loop(l)] => l,
-        other => panic!("not one loop: {other:?}"),
-    }
+        ]
+    };
+    run_on_cpu(
+        program,
+        values,
+        move |slot| slot != 4 || positions_known,
+        move |run| {
+            let out = run.read(x)?;
+            mlx_rs::transforms::eval([&out])?;
+            Ok((out.as_slice::<f32>().to_vec(), run.reads))
+        },
+    )
 }
 
 #[test]
@@ -172,15 +150,10 @@ fn the_mask_s_ops_stay_out_of_mlx_s_compile() {
     // the mask's comparison moves ahead of the run of four element-wise
     // ops, which MLX compiles; the attentions and the step's count stay
     let body = &the_loop(&compiled).body.instructions;
-    let ops = |ins: &Instruction| match ins {
-        Instruction::Op(call) => vec![call.op],
-        Instruction::Compiled(run) => run.ops.iter().map(|c| c.op).collect(),
-        other => panic!("unexpected {other:?}"),
-    };
     assert!(matches!(&body[0], Instruction::Op(c) if c.op == Op::less_equal));
     assert!(matches!(&body[1], Instruction::Compiled(_)));
     assert_eq!(
-        body.iter().map(ops).collect::<Vec<_>>(),
+        body_ops(the_loop(&compiled)),
         vec![
             vec![Op::less_equal],
             vec![Op::multiply, Op::add, Op::tanh, Op::multiply],

@@ -5,17 +5,11 @@
 
 use mlx_rs::Array;
 
-use super::run::Run;
-use super::{Block, Instruction, Loop, OpCall, Program};
+use super::test_programs::{body_ops, op, run_on_cpu, the_loop};
+use super::{Block, Instruction, Loop, Program};
 use crate::device::Device;
-use crate::host_tensor::HostTensor;
 use crate::ops::params::Param;
 use crate::ops::table::Op;
-use crate::worker::run_blocking;
-
-fn op(op: Op, inputs: &[usize], params: Vec<Param>) -> Instruction {
-    Instruction::Op(OpCall::new(op, inputs.to_vec(), params, None, 1))
-}
 
 const KEYS: usize = 6;
 const DIMS: usize = 3;
@@ -59,12 +53,12 @@ fn x_values() -> Vec<f32> {
 
 const C: f32 = 0.75;
 
-/// `program` run on the CPU as a GPU run is (no float32 values computed on
-/// the host), its integer constants and i known on the host: the final
-/// cache and the MLX graph that computes it, in `print_graph` form.
+/// `program` run on the CPU as a GPU run is, its integer constants and i
+/// known on the host: the final cache and the MLX graph that computes it,
+/// in `print_graph` form.
 fn run_writing(program: Program) -> (Vec<f32>, String) {
-    run_blocking(Device::Cpu, move || {
-        let values: Vec<Array> = vec![
+    let values = || {
+        vec![
             Array::from_slice(&[0i64], &[]),
             Array::from_slice(&[0f32; KEYS * DIMS], &[1, 1, KEYS as i32, DIMS as i32]),
             Array::from_slice(&[STEPS], &[]),
@@ -72,30 +66,24 @@ fn run_writing(program: Program) -> (Vec<f32>, String) {
             Array::from_slice(&[0i64], &[]),
             Array::from_f32(C),
             Array::from_slice(&x_values(), &[1, 1, 1, DIMS as i32]),
-        ];
-        let mut run = Run::new(
-            vec![None; program.slots],
-            vec![None; program.slots],
-            &|| false,
-            false,
-            false,
-        );
-        for (slot, a) in values.into_iter().enumerate() {
-            run.host[slot] = HostTensor::read_integers(&a);
-            run.slots[slot] = Some(a);
-        }
-        run.block(&program.main.instructions)?;
-        let cache = run.read(18)?;
-        let path = std::env::temp_dir().join(format!("bound_tests.{}.txt", std::process::id()));
-        let path = path.to_string_lossy().into_owned();
-        crate::step_graph::write_to(&path, std::slice::from_ref(&cache))
-            .map_err(crate::error::Error::Internal)?;
-        let graph = std::fs::read_to_string(&path).unwrap_or_default();
-        let _ = std::fs::remove_file(&path);
-        mlx_rs::transforms::eval([&cache])?;
-        Ok((cache.as_slice::<f32>().to_vec(), graph))
-    })
-    .unwrap()
+        ]
+    };
+    run_on_cpu(
+        program,
+        values,
+        |_| true,
+        |run| {
+            let cache = run.read(18)?;
+            let path = std::env::temp_dir().join(format!("bound_tests.{}.txt", std::process::id()));
+            let path = path.to_string_lossy().into_owned();
+            crate::step_graph::write_to(&path, std::slice::from_ref(&cache))
+                .map_err(crate::error::Error::Internal)?;
+            let graph = std::fs::read_to_string(&path).unwrap_or_default();
+            let _ = std::fs::remove_file(&path);
+            mlx_rs::transforms::eval([&cache])?;
+            Ok((cache.as_slice::<f32>().to_vec(), graph))
+        },
+    )
 }
 
 /// The graph's nodes whose primitive is `name` (a word of a line).
@@ -113,20 +101,14 @@ fn a_write_at_the_loop_s_position_has_constant_bounds_under_mlx_s_compile() {
     }
     let mut compiled = writing_loop();
     assert!(compiled.fuse_with_mlx_compile(Device::Cpu));
-    let body = match &compiled.main.instructions[..] {
-        [Instruction::Loop(l)] => &l.body.instructions,
-        other => panic!("not one loop: {other:?}"),
-    };
-    let ops = |ins: &Instruction| match ins {
-        Instruction::Op(call) => vec![call.op],
-        Instruction::Compiled(run) => run.ops.iter().map(|c| c.op).collect(),
-        other => panic!("unexpected {other:?}"),
-    };
     // the starts move ahead of the run of four element-wise ops, which MLX
     // compiles; the write and the step's count stay out of it
-    assert!(matches!(&body[1], Instruction::Compiled(_)));
+    assert!(matches!(
+        &the_loop(&compiled).body.instructions[1],
+        Instruction::Compiled(_)
+    ));
     assert_eq!(
-        body.iter().map(ops).collect::<Vec<_>>(),
+        body_ops(the_loop(&compiled)),
         vec![
             vec![Op::stack],
             vec![Op::multiply, Op::add, Op::tanh, Op::multiply],
