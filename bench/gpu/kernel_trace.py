@@ -12,7 +12,8 @@ For each: steps, kernels a step, and medians over its steps of
 
 - wall: from one step's last kernel's end to the next's;
 - busy: the time some kernel, copy or memset ran (their union);
-- idle: wall - busy, the device waiting for work;
+- idle: wall - busy, the device waiting for work, and of it the time
+  before the step's first kernel and over its first 100 kernels;
 - lag (when the trace has the driver's calls): a kernel's start after the
   end of the driver call that launched it, the median over the step's
   kernels (small: the device waits for the host's launches; large: the host
@@ -193,9 +194,17 @@ def main():
         if not all_steps:
             continue
         walls, busys, lags, calls, call_ns = [], [], [], [], []
+        # (the idle time before the step's first kernel, and over the span
+        # of its first 100 kernels: MLX's CUDA backend launches a step as
+        # graphs of up to 100 nodes on an H100 or H200)
+        firsts, openings = [], []
         for lo, hi, inside in all_steps:
             walls.append(hi - lo)
             busys.append(busy.within(lo, hi))
+            if inside:
+                firsts.append(inside[0][0] - lo)
+                edge = inside[min(len(inside), 100) - 1][1]
+                openings.append(edge - lo - busy.within(lo, edge))
             step_lags = []
             for k in inside:
                 d = driver.get(k[2])
@@ -208,7 +217,8 @@ def main():
             call_ns.append(sum(d[1] - d[0] for d in in_step))
         med = lambda xs: statistics.median(xs) / 1e3 if xs else float("nan")
         print(f"\n-- {len(group)} phases, {len(all_steps)} steps of about {n} kernels")
-        print(f"wall {med(walls):.1f} µs, busy {med(busys):.1f} µs, idle {med(walls) - med(busys):.1f} µs")
+        print(f"wall {med(walls):.1f} µs, busy {med(busys):.1f} µs, idle {med(walls) - med(busys):.1f} µs "
+              f"(before the first kernel {med(firsts):.1f} µs, over the first 100 kernels {med(openings):.1f} µs)")
         if driver:
             print(f"launch-to-start lag {med(lags):.1f} µs; driver calls a step "
                   f"{statistics.median(calls):.0f}, their host time {med(call_ns):.1f} µs")
