@@ -13,7 +13,7 @@ use crate::device::Device;
 use crate::error::Result;
 use crate::fusion::FusedProgram;
 use crate::ops::params::Param;
-use crate::ops::table::Op;
+use crate::ops::table::{DtypeRule, Op};
 
 /// Folds a `reshape` of a `reshape`, and a `transpose` of a `transpose`,
 /// into one op of the inner one's input, where nothing else reads the inner
@@ -217,18 +217,22 @@ fn folded(inner: &OpCall, outer: &OpCall) -> Option<Vec<Param>> {
     }
 }
 
-/// A comparison read only as `select` conditions keeps MLX's boolean result
-/// instead of being cast to the type it declares (Nx's u8): `select` reads a
-/// condition as a boolean, so the cast and the conversion back were two more
-/// passes over the data (Nx's gradient of `max` and `min` has two such
-/// selects per use). The values the program gives are the same.
+/// An op of boolean result (a comparison, a logical op, `all`, `any`,
+/// `is_nan`...: the op table's `bool` rule) read only as a boolean
+/// ([`Op::boolean_inputs`]: `select`'s condition, a logical op's operand)
+/// keeps MLX's boolean result instead of being cast to the type it declares
+/// (Nx's u8): its reader converts it back to a boolean, so the cast and the
+/// conversion were two more ops, and on a GPU two more kernels (Nx's
+/// gradient of `max` and `min` has two such selects per use; Bumblebee's
+/// decoding step a few chains of logical ops). The values the program gives
+/// are the same.
 pub(super) fn keep_boolean_conditions(main: &mut Block, slots: usize) {
     let mut read_otherwise = vec![false; slots];
     mark_reads(main, &mut read_otherwise);
     relax_comparisons(main, &read_otherwise);
 }
 
-/// Marks every slot read other than as a `select` condition.
+/// Marks every slot read other than as a boolean ([`Op::boolean_inputs`]).
 pub(super) fn mark_reads(block: &Block, read_otherwise: &mut [bool]) {
     visit_reads(block, &mut |slot, condition| {
         if !condition {
@@ -245,8 +249,9 @@ pub(super) fn read_counts(block: &Block, slots: usize) -> Vec<u32> {
     reads
 }
 
-/// Calls `f(slot, as_select_condition)` for every read of a slot in `block`
-/// and the blocks nested in it (an instruction's inputs, a block's outputs).
+/// Calls `f(slot, as_boolean)` for every read of a slot in `block` and the
+/// blocks nested in it (an instruction's inputs, a block's outputs;
+/// `as_boolean` for an op's [`Op::boolean_inputs`]).
 pub(super) fn visit_reads(block: &Block, f: &mut impl FnMut(usize, bool)) {
     for &s in &block.outputs {
         f(s, false)
@@ -264,11 +269,12 @@ pub(super) fn visit_instruction_reads(ins: &Instruction, f: &mut impl FnMut(usiz
         }
     };
     match ins {
-        Instruction::Op(call) if call.op == Op::select && !call.inputs.is_empty() => {
-            f(call.inputs[0], true);
-            each(&call.inputs[1..], f);
+        Instruction::Op(call) => {
+            let booleans = call.op.boolean_inputs();
+            for (k, &s) in call.inputs.iter().enumerate() {
+                f(s, booleans.contains(&k))
+            }
         }
-        Instruction::Op(call) => each(&call.inputs, f),
         Instruction::Fused(group) => {
             for call in &group.ops {
                 each(&call.inputs, f)
@@ -298,7 +304,7 @@ pub(super) fn relax_comparisons(block: &mut Block, read_otherwise: &[bool]) {
     for ins in &mut block.instructions {
         match ins {
             Instruction::Op(call) => {
-                if call.op.is_comparison()
+                if call.op.results() == [DtypeRule::Bool]
                     && call.cast == Some(Dtype::Uint8)
                     && !read_otherwise[call.first]
                 {

@@ -297,6 +297,46 @@ mod programs {
         assert_eq!(flags, (Dtype::Uint8, vec![1, 0, 0]));
     }
 
+    // slots 0 (x), 1 (0), 2 (5), 3 (10), 4 (-10); 5 = x > 0 and 6 = x < 5
+    // (u8), 7 = 5 and 6 (u8), 8 = select(7, 10, -10)
+    fn within(outputs: &[usize]) -> Program {
+        let u8 = Some(Dtype::Uint8);
+        Program::new(
+            1,
+            4,
+            vec![
+                op(Op::greater, &[0, 1], vec![], u8),
+                op(Op::less, &[0, 2], vec![], u8),
+                op(Op::logical_and, &[5, 6], vec![], u8),
+                op(Op::select, &[7, 3, 4], vec![], None),
+            ],
+            outputs.to_vec(),
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn booleans_read_only_as_booleans_stay_boolean_through_logical_ops() {
+        let u8 = Some(Dtype::Uint8);
+        // the comparisons are read by the logical op, whose result is read
+        // by select alone: no casts
+        assert_eq!(casts(&within(&[8])), vec![None, None, None, None]);
+        // the logical op's result is an output too: it keeps its u8, its
+        // operands need none
+        let also_output = within(&[8, 7]);
+        assert_eq!(casts(&also_output), vec![None, None, u8, None]);
+        let out = run_i32(within(&[8]), vec![vec![-2, 3, 7]], vec![0, 5, 10, -10]);
+        assert_eq!(out, vec![vec![-10, 10, -10]]);
+        let flags = run_blocking(Device::Cpu, move || {
+            let x = Array::from_slice(&[-2i32, 3, 7], &[3]);
+            let constants = [0, 5, 10, -10].map(Array::from_int).to_vec();
+            let out = also_output.run(vec![x], constants)?;
+            Ok((out[1].dtype(), out[1].as_slice::<u8>().to_vec()))
+        })
+        .unwrap();
+        assert_eq!(flags, (Dtype::Uint8, vec![0, 1, 0]));
+    }
+
     // while i < 10 { i += 1; acc *= 2 }: slots 0 (i), 1 (acc), 2 (10),
     // 3 (1), 4 (2); state 5, 6; condition 7; body 8, 9; results 10, 11.
     fn doubling_loop() -> Program {

@@ -42,6 +42,18 @@ impl Op {
         }
     }
 
+    /// The positions of the inputs the op reads only as booleans (zero or
+    /// not): `select`'s condition, the logical ops' operands, what `all`
+    /// and `any` reduce. Such an input gives the same result as MLX's
+    /// boolean or as Nx's u8 of it.
+    pub fn boolean_inputs(self) -> &'static [usize] {
+        match self {
+            Op::select | Op::logical_not | Op::all | Op::any => &[0],
+            Op::logical_and | Op::logical_or | Op::logical_xor => &[0, 1],
+            _ => &[],
+        }
+    }
+
     /// Whether the op takes `count` tensor inputs.
     pub fn takes_inputs(self, count: usize) -> bool {
         match self.inputs() {
