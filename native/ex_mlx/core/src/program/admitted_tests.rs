@@ -5,8 +5,8 @@
 
 use mlx_rs::Array;
 
-use super::test_programs::{body_ops, op, run_on_cpu, the_loop};
-use super::{Block, Branch, Instruction, Loop, Program};
+use super::test_programs::{body_ops, counting_loop, op, run_on_cpu, the_loop};
+use super::{Block, Branch, Instruction, Program};
 use crate::device::Device;
 use crate::ops::params::Param;
 use crate::ops::table::Op;
@@ -44,23 +44,7 @@ fn decoding_loop() -> Program {
 /// one loop: while i < STEPS, `body`, whose `next` slots are the next i
 /// and x, `results` the loop's.
 fn decoding(body: Vec<Instruction>, next: &[usize], results: &[usize]) -> Program {
-    Program::new(
-        2,
-        6,
-        vec![Instruction::Loop(Loop::new(
-            vec![0, 1],
-            Block {
-                instructions: vec![op(Op::less, &[8, 2], vec![])],
-                outputs: vec![10],
-            },
-            Block {
-                instructions: body,
-                outputs: next.to_vec(),
-            },
-        ))],
-        results.to_vec(),
-    )
-    .unwrap()
+    counting_loop(6, body, next, results)
 }
 
 /// [`decoding_loop`] with one attention, whose result is scaled by c in
@@ -139,6 +123,14 @@ fn run_decoding(program: Program, positions_known: bool, x: usize) -> (Vec<f32>,
     )
 }
 
+/// `fused` holds DIMS values, each within 1e-6 of `plain`'s.
+fn assert_close(fused: &[f32], plain: &[f32]) {
+    assert_eq!(fused.len(), DIMS);
+    for (a, b) in fused.iter().zip(plain) {
+        assert!((a - b).abs() <= 1e-6, "{a} vs {b}");
+    }
+}
+
 #[test]
 fn the_mask_s_ops_stay_out_of_mlx_s_compile() {
     if !crate::cpu_kernels::in_programs() {
@@ -167,10 +159,7 @@ fn the_mask_s_ops_stay_out_of_mlx_s_compile() {
     let (fused_x, fused_reads) = run_decoding(compiled, true, 20);
     let (plain_x, plain_reads) = run_decoding(plain, true, 20);
     assert_eq!((fused_reads, plain_reads), (0, 0));
-    assert_eq!(fused_x.len(), DIMS);
-    for (a, b) in fused_x.iter().zip(&plain_x) {
-        assert!((a - b).abs() <= 1e-6, "{a} vs {b}");
-    }
+    assert_close(&fused_x, &plain_x);
 }
 
 #[test]
@@ -201,8 +190,5 @@ fn a_branch_s_predicate_stays_out_of_mlx_s_compile() {
     let (fused_x, fused_reads) = run_decoding(compiled, true, 22);
     let (plain_x, plain_reads) = run_decoding(plain, true, 22);
     assert_eq!((fused_reads, plain_reads), (0, 0));
-    assert_eq!(fused_x.len(), DIMS);
-    for (a, b) in fused_x.iter().zip(&plain_x) {
-        assert!((a - b).abs() <= 1e-6, "{a} vs {b}");
-    }
+    assert_close(&fused_x, &plain_x);
 }

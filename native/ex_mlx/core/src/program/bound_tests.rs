@@ -5,8 +5,8 @@
 
 use mlx_rs::Array;
 
-use super::test_programs::{body_ops, op, run_on_cpu, the_loop};
-use super::{Block, Instruction, Loop, Program};
+use super::test_programs::{body_ops, counting_loop, op, run_on_cpu, the_loop};
+use super::{Instruction, Program};
 use crate::device::Device;
 use crate::ops::params::Param;
 use crate::ops::table::Op;
@@ -20,31 +20,20 @@ const STEPS: i64 = 4;
 /// {1, 1, KEYS, DIMS}); constants 2 (STEPS), 3 (1), 4 (0), 5 (c), 6 (x,
 /// {1, 1, 1, DIMS}); state 7, 8; condition 9; body 10..16; results 17, 18.
 fn writing_loop() -> Program {
-    Program::new(
-        2,
+    counting_loop(
         5,
-        vec![Instruction::Loop(Loop::new(
-            vec![0, 1],
-            Block {
-                instructions: vec![op(Op::less, &[7, 2], vec![])],
-                outputs: vec![9],
-            },
-            Block {
-                instructions: vec![
-                    op(Op::multiply, &[6, 5], vec![]),
-                    op(Op::add, &[10, 5], vec![]),
-                    op(Op::tanh, &[11], vec![]),
-                    op(Op::multiply, &[12, 5], vec![]),
-                    op(Op::stack, &[4, 4, 7, 4], vec![Param::Int(0)]),
-                    op(Op::put_slice, &[8, 14, 13], vec![]),
-                    op(Op::add, &[7, 3], vec![]),
-                ],
-                outputs: vec![16, 15],
-            },
-        ))],
-        vec![17, 18],
+        vec![
+            op(Op::multiply, &[6, 5], vec![]),
+            op(Op::add, &[10, 5], vec![]),
+            op(Op::tanh, &[11], vec![]),
+            op(Op::multiply, &[12, 5], vec![]),
+            op(Op::stack, &[4, 4, 7, 4], vec![Param::Int(0)]),
+            op(Op::put_slice, &[8, 14, 13], vec![]),
+            op(Op::add, &[7, 3], vec![]),
+        ],
+        &[16, 15],
+        &[17, 18],
     )
-    .unwrap()
 }
 
 fn x_values() -> Vec<f32> {

@@ -471,14 +471,9 @@ pub(super) fn compile_runs(
             kept.extend(run.drain(..).map(Instruction::Op));
         }
     };
-    let feeds_a_read = |call: &OpCall| {
-        crate::host_tensor::may_compute(call.op)
-            && (call.first..call.first + call.results)
-                .any(|s| read_while_built.get(s) == Some(&true))
-    };
     for ins in std::mem::take(&mut block.instructions) {
         match ins {
-            Instruction::Op(call) if feeds_a_read(&call) => {
+            Instruction::Op(call) if feeds_a_read(&call, read_while_built) => {
                 let written_by_run = |s: &usize| {
                     run.iter()
                         .any(|r: &OpCall| (r.first..r.first + r.results).contains(s))
@@ -541,9 +536,7 @@ fn mark_read_while_built(block: &Block, marked: &mut [bool]) -> bool {
                         added |= mark(s, marked);
                     }
                 }
-                if crate::host_tensor::may_compute(call.op)
-                    && (call.first..call.first + call.results).any(|s| is_marked(s, marked))
-                {
+                if feeds_a_read(call, marked) {
                     for &s in &call.inputs {
                         added |= mark(s, marked);
                     }
@@ -577,6 +570,13 @@ fn mark_read_while_built(block: &Block, marked: &mut [bool]) -> bool {
         }
     }
     added
+}
+
+/// Whether `call` is an op the host may compute (crate::host_tensor's
+/// `may_compute`) with a result among `marked` ([`read_while_built`]).
+fn feeds_a_read(call: &OpCall, marked: &[bool]) -> bool {
+    crate::host_tensor::may_compute(call.op)
+        && (call.first..call.first + call.results).any(|s| marked.get(s) == Some(&true))
 }
 
 /// `ops` as one compiled function: the slots they read and do not write

@@ -5,7 +5,7 @@
 use mlx_rs::Array;
 
 use super::run::Run;
-use super::{Instruction, Loop, OpCall, Program};
+use super::{Block, Instruction, Loop, OpCall, Program};
 use crate::device::Device;
 use crate::error::Result;
 use crate::host_tensor::HostTensor;
@@ -16,6 +16,37 @@ use crate::worker::run_blocking;
 /// An op of one result writing the next slot.
 pub(super) fn op(op: Op, inputs: &[usize], params: Vec<Param>) -> Instruction {
     Instruction::Op(OpCall::new(op, inputs.to_vec(), params, None, 1))
+}
+
+/// The program of 2 inputs, i (slot 0) and a value, and `constants`
+/// constants after them, the first of them a bound n (slot 2), that is one
+/// loop over i and the value: while i < n, `body`, whose `next` slots are
+/// the next i and value; `results` are the loop's. Its state is in the
+/// two slots after the constants, its condition in the next.
+pub(super) fn counting_loop(
+    constants: usize,
+    body: Vec<Instruction>,
+    next: &[usize],
+    results: &[usize],
+) -> Program {
+    let i = 2 + constants;
+    Program::new(
+        2,
+        constants,
+        vec![Instruction::Loop(Loop::new(
+            vec![0, 1],
+            Block {
+                instructions: vec![op(Op::less, &[i, 2], vec![])],
+                outputs: vec![i + 2],
+            },
+            Block {
+                instructions: body,
+                outputs: next.to_vec(),
+            },
+        ))],
+        results.to_vec(),
+    )
+    .unwrap()
 }
 
 /// The program's one instruction, a loop.
