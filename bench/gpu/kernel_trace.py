@@ -22,9 +22,9 @@ For each: steps, kernels a step, and medians over its steps of
 
 Then the kernels that take the most of a step's busy time, by name.
 
-`--bursts` sums up instead the stretches of kernels the device ran with no
-pause of 0.5 ms or more (a prompt's pass, say) by their kernel count: how
-many, their busy time and span, and their kernels.
+Last, the stretches of kernels the device ran with no pause of 0.5 ms or
+more (a prompt's pass, say), summed up by their kernel count: how many,
+their busy time and span, and their kernels.
 """
 
 import argparse
@@ -117,8 +117,7 @@ def top_kernels(groups, top):
     return [(ns / n / 1e3, c / n, label) for (_, (ns, c)), label in zip(best, short([b[0] for b in best]))]
 
 
-def bursts_of(kernels, others, top, pause=500_000):
-    busy = Busy([(k[0], k[1]) for k in kernels] + others)
+def bursts_of(kernels, busy, top, pause=500_000):
     bursts, current, reach = [], [], None
     for k in kernels:
         if current and k[0] - reach >= pause:
@@ -147,20 +146,23 @@ def main():
     p.add_argument("trace")
     p.add_argument("--boundary", default=r"(?i)arg_?reduce|argmax")
     p.add_argument("--top", type=int, default=14)
-    p.add_argument("--bursts", action="store_true")
     args = p.parse_args()
     header, kernels, others, driver = load(args.trace)
     print(f"== {args.trace}: {header}")
     print(f"{len(kernels)} kernels, {len(others)} copies and memsets, {len(driver)} driver calls")
-    if args.bursts:
-        bursts_of(kernels, others, args.top)
-        return
-    boundary = re.compile(args.boundary)
+    busy = Busy([(k[0], k[1]) for k in kernels] + others)
+    steps_of(kernels, busy, driver, re.compile(args.boundary), args.top)
+    print("\n== stretches without a pause")
+    bursts_of(kernels, busy, args.top)
+
+
+def steps_of(kernels, busy, driver, boundary, top):
+    """The decoding steps of `kernels`, summed up by kind (the module's
+    doc)."""
     ends = [i for i, k in enumerate(kernels) if boundary.search(k[3])]
     if len(ends) < 3:
         print("fewer than 3 step boundaries: nothing to report")
         return
-    busy = Busy([(k[0], k[1]) for k in kernels] + others)
     driver_sorted = sorted(driver.values())
     driver_starts = [d[0] for d in driver_sorted]
 
@@ -224,7 +226,7 @@ def main():
                   f"{statistics.median(calls):.0f}, their host time {med(call_ns):.1f} µs")
         total = sum(k[1] - k[0] for s in all_steps for k in s[2]) / len(all_steps) / 1e3
         print(f"kernel time a step {total:.1f} µs; by name (µs a step, count a step):")
-        for us, c, label in top_kernels([s[2] for s in all_steps], args.top):
+        for us, c, label in top_kernels([s[2] for s in all_steps], top):
             print(f"  {us:8.1f} {c:6.1f}  {label}")
 
 

@@ -177,7 +177,6 @@ case "$1" in
         EXMLX_KERNEL_TRACE="$work/trace-$name" ${TRACE_DRIVER:+EXMLX_KERNEL_TRACE_DRIVER=1} "$0" llm "$out/traced" "$shape"
       for f in "$work"/trace-"$name".*.tsv; do
         python3 bench/gpu/kernel_trace.py "$f"
-        python3 bench/gpu/kernel_trace.py "$f" --bursts
       done > "$out/trace-$name.txt" 2>&1
       cat "$out/trace-$name.txt"
     done
