@@ -527,6 +527,13 @@ impl<'a> Run<'a> {
                     .collect();
                 now.extend(p);
                 self.wait_for_device(false, || Ok(mlx_rs::transforms::eval(&now)?))?;
+                if large {
+                    // (an evaluation may end before MLX has released the
+                    // buffers its kernels held; on a drained stream they are
+                    // released, and the next step's writes may take over
+                    // the state's: docs/decisions/0023-large-states-drained-after-evaluation.md)
+                    self.wait_for_device(false, crate::worker::synchronize_own_stream)?;
+                }
             }
             if !self.truthy(pred)? {
                 self.clear(state.end..l.results);
