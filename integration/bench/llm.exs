@@ -373,6 +373,18 @@ ratio = fn
   ours, theirs -> :erlang.float_to_binary(ours / theirs, decimals: 2) <> "×"
 end
 
+# mlx-lm's step, timed as ExMLX's loop is (llm_reference.py's
+# mlx_lm_step_profile): building the graph and its async_eval, then waiting
+mlx_lm_step = fn ->
+  case mlx_lm["step_profile"] do
+    %{"building_s" => building, "async_eval_s" => queueing, "waiting_s" => waiting} ->
+      "#{ms.(building + queueing)} (—, #{ms.(queueing)}) / #{ms.(waiting)}"
+
+    _ ->
+      "—"
+  end
+end
+
 rows = [
   "| prefill, 32 tokens (ms) | #{ms.(prefill_32)} | #{ms.(mlx_lm["prefill_32_s"])} | #{ratio.(mlx_lm["prefill_32_s"], prefill_32)} | #{ms.(torch["prefill_32_s"])} | — |",
   "| prefill, 512 tokens (ms) | #{ms.(prefill_512)} | #{ms.(mlx_lm["prefill_512_s"])} | #{ratio.(mlx_lm["prefill_512_s"], prefill_512)} | #{ms.(torch["prefill_512_s"])} | — |",
@@ -382,7 +394,7 @@ rows = [
   "| steady memory after load / after generation (GB) | #{gb.(steady_after_load)} / #{gb.(stats.active)} | #{gb.(mlx_lm["active_gb"])} | — | — | — |",
   "| load (s) | #{num.(load_us / 1.0e6)} | #{num.(mlx_lm["load_s"])} | — | #{num.(torch["load_s"])} | — |",
   "| host memory while loading: peak above the start / left resident (GB) | #{gb.(load_host_peak)} / #{gb.(load_host_kept)} | #{gb.(mlx_lm["load_host_peak_gb"])} / #{gb.(mlx_lm["load_host_kept_gb"])} | — | #{gb.(torch["load_host_peak_gb"])} / #{gb.(torch["load_host_kept_gb"])} | — |",
-  "| a decoding step of one more run (#{steps_after - steps_before} steps, #{ms.(profiled_s)} ms): building (of which compiled runs, MLX's async_eval) / waiting for the device (ms), device reads | #{ms.(step_building)} (#{ms.(step_compiled)}, #{ms.(step_queueing)}) / #{ms.(step_waiting)}, #{num.(step_reads)} | — | — | — | — |",
+  "| a decoding step of one more run (#{steps_after - steps_before} steps, #{ms.(profiled_s)} ms): building (of which compiled runs, MLX's async_eval) / waiting for the device (ms), device reads | #{ms.(step_building)} (#{ms.(step_compiled)}, #{ms.(step_queueing)}) / #{ms.(step_waiting)}, #{num.(step_reads)} | #{mlx_lm_step.()} | — | — | — |",
   "| first generation call: trace, compile, run (s) | #{num.(first_s)} | — | — | — | — |",
   "| of the first call: ExMLX.Compiler's tracing and compiling / the loop's steps (of which MLX-compiled runs) (s) | #{:erlang.float_to_binary(first_compiling, decimals: 2)} / #{num.(first_loop)} (#{num.(first_compiled)}) | — | — | — | — |",
   "| prompt's last logits against PyTorch's: largest difference ÷ largest logit | #{gap.(relative_gap.(our_logits, logits_of.(torch)))} | #{gap.(relative_gap.(logits_of.(mlx_lm), logits_of.(torch)))} | — | — | — |",

@@ -230,6 +230,7 @@ def run_mlx_lm(directory, device, prompt, new, reps, bits=None):
     tokens = generate(new)[1]
     peak_gb = mx.get_peak_memory() / 1e9
     fixed_rate, fixed_tokens = fixed_cache_decode(mx, model, vocab, prompt, new, reps)
+    step_profile = mlx_lm_step_profile(mx, model, vocab, prompt, new)
     logits = model(mx.array([prompt_ids(vocab, prompt)]))[0, -1].astype(mx.float32)
     mx.eval(logits)
     emit(runtime="mlx-lm", version=__import__("mlx_lm").__version__, decode=round(rate, 1),
@@ -238,7 +239,50 @@ def run_mlx_lm(directory, device, prompt, new, reps, bits=None):
          load_host_peak_gb=host_peak, load_host_kept_gb=host_kept,
          peak_gb=peak_gb, active_gb=mx.get_active_memory() / 1e9,
          tokens=tokens, decode_fixed_cache=round(fixed_rate, 1),
-         fixed_cache_tokens_equal=fixed_tokens == tokens)
+         fixed_cache_tokens_equal=fixed_tokens == tokens, step_profile=step_profile)
+
+
+def mlx_lm_step_profile(mx, model, vocab, prompt, new):
+    """Where a decoding step of mlx-lm's goes on the host, in a generation
+    run as mlx_lm.generate.generate_step runs one (its cache, its stream,
+    log-probabilities and a greedy choice, step n+1 queued before step n's
+    token is read), timed per step: building the step's graph in Python,
+    MLX's async_eval of it, and waiting for the token before it. Medians
+    over the steps, in seconds: the figures beside ExMLX's loop profile."""
+    from mlx_lm.generate import generation_stream as stream
+    from mlx_lm.models.cache import make_prompt_cache
+
+    cache = make_prompt_cache(model)
+    build, queue, wait = [], [], []
+
+    def step(ids):
+        with mx.stream(stream):
+            logits = model(ids[None], cache=cache)[:, -1, :]
+            logprobs = logits - mx.logsumexp(logits, keepdims=True)
+            return mx.argmax(logprobs, axis=-1), logprobs.squeeze(0)
+
+    with mx.stream(stream):
+        ids = mx.array(prompt_ids(vocab, prompt))
+        model(ids[None, :-1], cache=cache)
+        mx.eval([c.state for c in cache])
+    y, logprobs = step(ids[-1:])
+    mx.async_eval(y, logprobs)
+    for k in range(new):
+        t0 = time.perf_counter()
+        following = step(y) if k + 1 < new else None
+        t1 = time.perf_counter()
+        if following is not None:
+            mx.async_eval(*following)
+        t2 = time.perf_counter()
+        y.item()
+        t3 = time.perf_counter()
+        if following is not None:
+            build.append(t1 - t0)
+            queue.append(t2 - t1)
+            wait.append(t3 - t2)
+            y = following[0]
+    return dict(building_s=statistics.median(build), async_eval_s=statistics.median(queue),
+                waiting_s=statistics.median(wait), steps=len(build))
 
 
 class FixedCache:
