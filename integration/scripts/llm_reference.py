@@ -267,20 +267,19 @@ def mlx_lm_step_profile(mx, model, vocab, prompt, new):
         mx.eval([c.state for c in cache])
     y, logprobs = step(ids[-1:])
     mx.async_eval(y, logprobs)
-    for k in range(new):
+    for _ in range(new - 1):
         t0 = time.perf_counter()
-        following = step(y) if k + 1 < new else None
+        following = step(y)
         t1 = time.perf_counter()
-        if following is not None:
-            mx.async_eval(*following)
+        mx.async_eval(*following)
         t2 = time.perf_counter()
         y.item()
         t3 = time.perf_counter()
-        if following is not None:
-            build.append(t1 - t0)
-            queue.append(t2 - t1)
-            wait.append(t3 - t2)
-            y = following[0]
+        build.append(t1 - t0)
+        queue.append(t2 - t1)
+        wait.append(t3 - t2)
+        y = following[0]
+    y.item()
     return dict(building_s=statistics.median(build), async_eval_s=statistics.median(queue),
                 waiting_s=statistics.median(wait), steps=len(build))
 
