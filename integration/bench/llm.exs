@@ -197,16 +197,48 @@ end
 
 forward = Nx.Defn.jit(&Axon.predict(model.model, &1, &2), jit_options)
 
-prefill = fn n ->
-  inputs = %{
+# the same pass returning the last position's logits alone (sliced inside
+# the program, as a generation's prompt pass reads them)
+forward_last = Nx.Defn.jit(&Axon.predict(model.model, &1, &2).logits[[.., -1, ..]], jit_options)
+
+prompt_inputs = fn n ->
+  %{
     "input_ids" => ids.(n),
     "attention_mask" => Nx.broadcast(Nx.tensor(1, type: :s64), {1, n})
   }
-
-  median.(fn ->
-    forward.(model.params, inputs).logits[[.., -1, ..]] |> Nx.backend_transfer(Nx.BinaryBackend)
-  end)
 end
+
+# a prefill's median time (s) and the mean parts of its program calls on
+# the worker (ExMLX.Native.program_run_times/0): building the graph,
+# queueing its kernels (MLX's async_eval), waiting for them (s)
+profiled_prefill = fn n, pass ->
+  inputs = prompt_inputs.(n)
+  read = fn -> pass.(model.params, inputs) |> Nx.backend_transfer(Nx.BinaryBackend) end
+
+  [calls_before, building_before, queueing_before, waiting_before] =
+    ExMLX.Native.program_run_times()
+
+  wall = median.(read)
+
+  [calls_after, building_after, queueing_after, waiting_after] = ExMLX.Native.program_run_times()
+
+  calls = max(calls_after - calls_before, 1)
+
+  parts =
+    Enum.map(
+      [
+        building_after - building_before,
+        queueing_after - queueing_before,
+        waiting_after - waiting_before
+      ],
+      &(&1 / calls / 1.0e9)
+    )
+
+  {wall, parts}
+end
+
+whole_logits = fn params, inputs -> forward.(params, inputs).logits[[.., -1, ..]] end
+prefill = fn n -> elem(profiled_prefill.(n, whole_logits), 0) end
 
 # the last prompt position's logits beside PyTorch's and mlx-lm's (files
 # scripts/llm_reference.py wrote): the largest difference over the largest
@@ -237,8 +269,24 @@ relative_gap = fn
       Nx.to_number(Nx.reduce_max(Nx.abs(b)))
 end
 
-prefill_32 = prefill.(32)
-prefill_512 = prefill.(512)
+cache_at_prefill = ExMLX.Memory.stats().cache
+{prefill_32, prefill_32_parts} = profiled_prefill.(32, whole_logits)
+{prefill_512, prefill_512_parts} = profiled_prefill.(512, whole_logits)
+{prefill_512_last, prefill_512_last_parts} = profiled_prefill.(512, forward_last)
+
+# the 512-token pass again with MLX's own cache limit (all of the memory
+# limit) in place of ExMLX's (ExMLX.Memory.default_cache_limit/0)
+prefill_512_cache =
+  try do
+    previous = ExMLX.Memory.set_cache_limit(ExMLX.Memory.stats().memory_limit)
+    {wall, _} = profiled_prefill.(512, whole_logits)
+    ExMLX.Memory.set_cache_limit(previous)
+    wall
+  rescue
+    e ->
+      IO.puts("the cache-limit prefill row left empty: #{Exception.message(e)}")
+      nil
+  end
 
 inputs = %{
   "input_ids" => ids.(prompt),
@@ -388,6 +436,9 @@ end
 rows = [
   "| prefill, 32 tokens (ms) | #{ms.(prefill_32)} | #{ms.(mlx_lm["prefill_32_s"])} | #{ratio.(mlx_lm["prefill_32_s"], prefill_32)} | #{ms.(torch["prefill_32_s"])} | — |",
   "| prefill, 512 tokens (ms) | #{ms.(prefill_512)} | #{ms.(mlx_lm["prefill_512_s"])} | #{ratio.(mlx_lm["prefill_512_s"], prefill_512)} | #{ms.(torch["prefill_512_s"])} | — |",
+  "| prefill, 32 / 512 tokens: the worker's building / queueing (MLX's async_eval) / waiting, a call (ms) | #{Enum.map_join(prefill_32_parts, " / ", ms)}; #{Enum.map_join(prefill_512_parts, " / ", ms)} | — | — | — | — |",
+  "| prefill, 512 tokens, the last position's logits alone: time; the worker's parts (ms) | #{ms.(prefill_512_last)}; #{Enum.map_join(prefill_512_last_parts, " / ", ms)} | — | — | — | — |",
+  "| prefill, 512 tokens, MLX's own cache limit in place of ExMLX's (ms); MLX's cache before the prefill rows (GB) | #{ms.(prefill_512_cache)}; #{gb.(cache_at_prefill)} | — | — | — | — |",
   "| decode, #{new} new tokens after #{prompt} (tokens/s) | #{num.(decode)} | #{num.(mlx_lm["decode"])} | #{ratio.(decode, mlx_lm["decode"])} | #{num.(torch["decode_dynamic"])} | #{num.(torch["decode_static"])} |",
   "| decode beside mlx-lm's model with a fixed-length cache read whole under a mask, as a compiled program's step is (tokens/s) | #{num.(decode)} | #{num.(mlx_lm["decode_fixed_cache"])} | #{ratio.(decode, mlx_lm["decode_fixed_cache"])} | — | — |",
   "| peak memory during generation (GB) | #{gb.(stats.peak)} | #{gb.(mlx_lm["peak_gb"])} | #{ratio.(stats.peak / 1.0e9, mlx_lm["peak_gb"])} | #{gb.(torch["peak_gb"])} | — |",

@@ -175,6 +175,9 @@ defmodule ExMLX.Native do
   # `[steps, building_ns, waiting_ns, reads, queueing_ns, compiled_ns]` of
   # programs' loops so far: a profile (ex_mlx_core::program::loop_times).
   def program_loop_times, do: not_loaded()
+  # `[calls, building_ns, queueing_ns, waiting_ns]` of program calls the
+  # worker ran so far: a profile (native/ex_mlx/src/program.rs, RUN_TIMES).
+  def program_run_times, do: not_loaded()
 
   # For ExMLX's own tests, in the test environment's build only (the cargo
   # feature test-hooks): a deliberate panic (:nif or :worker), a hold

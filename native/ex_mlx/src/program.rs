@@ -7,7 +7,8 @@ use ex_mlx_core::error::{Error, Result};
 use ex_mlx_core::program::{Block, Branch, Instruction, Loop, OpCall, Program, MAX_DEPTH};
 use mlx_rs::{Array, Dtype};
 use rustler::{Atom, Env, LocalPid, Monitor, NifResult, Resource, ResourceArc, Term};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::Instant;
 
 use crate::args::{op_of, DeviceArg, Tag};
 use crate::reply::{self, submit, AsyncResult};
@@ -362,6 +363,7 @@ fn computed_outputs(
     types: &[Dtype],
     watch: Option<&CallerWatch>,
 ) -> Result<Vec<Array>> {
+    let started = Instant::now();
     let outputs = program
         .run(inputs, watch)?
         .into_iter()
@@ -380,7 +382,23 @@ fn computed_outputs(
     // (one per output otherwise), and a loop of compiled calls (a training
     // loop feeding each step's parameters to the next) does not grow one
     // graph across its calls.
+    let built = Instant::now();
+    // (on a GPU, queueing the kernels and waiting for them are timed
+    // apart: MLX's eval is its async_eval and then the wait)
+    if program.device.kind() != Kind::Cpu {
+        mlx_rs::transforms::async_eval(&outputs)?;
+    }
+    let queued = Instant::now();
     mlx_rs::transforms::eval(&outputs)?;
+    let parts = [
+        1,
+        (built - started).as_nanos() as u64,
+        (queued - built).as_nanos() as u64,
+        queued.elapsed().as_nanos() as u64,
+    ];
+    for (total, part) in RUN_TIMES.iter().zip(parts) {
+        total.fetch_add(part, Ordering::Relaxed);
+    }
     // (an input computed on the way, such as a lazy slice, is computed
     // for the next call too, which may then run on its caller's thread)
     for t in inputs {
@@ -509,6 +527,29 @@ fn checked_inputs(program: &ProgramResource, args: Term) -> Result<Vec<TensorRef
         ));
     }
     Ok(inputs)
+}
+
+/// Over every program call the worker ran (`computed_outputs`): calls,
+/// nanoseconds running the program (interpreting it and building MLX's
+/// graph; a loop's steps, computed, among them), queueing the outputs'
+/// kernels (MLX's `async_eval`; on the CPU none: MLX's eval computes
+/// there) and waiting for them. A profile for benchmarks.
+static RUN_TIMES: [AtomicU64; 4] = [
+    AtomicU64::new(0),
+    AtomicU64::new(0),
+    AtomicU64::new(0),
+    AtomicU64::new(0),
+];
+
+/// `program_run_times()`: `[calls, building_ns, queueing_ns, waiting_ns]`
+/// of every program call the worker ran in this process so far
+/// (`RUN_TIMES`).
+#[rustler::nif]
+fn program_run_times() -> Vec<u64> {
+    RUN_TIMES
+        .iter()
+        .map(|t| t.load(Ordering::Relaxed))
+        .collect()
 }
 
 /// `program_loop_times()`: `[steps, building_ns, waiting_ns, reads,
