@@ -28,8 +28,9 @@ defmodule ExMLX.Application do
   # limit, 32 MB by default: every larger buffer then comes fresh from the
   # OS, and writing it first costs a page fault per 4 KB page (bin/bench's
   # 64 MB transfer rows show the difference). ExMLX starts with a larger
-  # limit (see `ExMLX.Memory.default_cache_limit/0`); `config :ex_mlx,
-  # cache_limit: bytes` sets another, `:mlx` keeps MLX's own.
+  # limit where MLX's is smaller, and never lowers MLX's own (see
+  # `ExMLX.Memory.default_cache_limit/0`); `config :ex_mlx, cache_limit:
+  # bytes` sets another, `:mlx` keeps MLX's own.
   defp apply_cache_limit(:mlx), do: :ok
 
   defp apply_cache_limit(setting) do

@@ -12,6 +12,8 @@ defmodule ExMLX.Memory do
     * `summary/1` - a readable table of samples or profile reports;
     * `set_memory_limit/1`, `set_cache_limit/1`, `clear_cache/0`,
       `reset_peak/0`, `device_info/1`;
+    * `default_cache_limit/0`, `mlx_cache_limit/0` - the cache limit ExMLX
+      starts with, and MLX's own;
     * `set_collect_after/1` - how often a process making tensors collects
       its garbage, so that dropped tensors free their memory.
 
@@ -153,27 +155,46 @@ defmodule ExMLX.Memory do
   def set_collect_after(bytes), do: set_limit(:collect_after, bytes)
 
   @doc """
-  The cache limit ExMLX sets when it starts: a quarter of the memory limit,
-  at most 1 GiB.
+  The cache limit ExMLX sets when it starts: MLX's own
+  (`mlx_cache_limit/0`), raised to a quarter of the memory limit (at most
+  1 GiB) where MLX's is smaller.
 
   MLX's own default on the CPU is 32 MB, below which a freed buffer is kept
   for reuse; every larger tensor then gets fresh pages from the OS, and the
   first write to them costs a page fault per 4 KB, which made a 64 MB
   `from_binary/4` several times slower. With the larger cache, steady-state work
-  reuses warm buffers. The cached bytes show as `:cache` in `stats/0` and
-  `clear_cache/0` returns them to the OS. To choose another limit, set it in
-  your config (`:mlx` keeps MLX's):
+  reuses warm buffers. On a GPU MLX's own limit is larger (CUDA: the memory
+  limit) and is kept: a smaller one sends freed device buffers back to the
+  driver, and a language model's prefill took twice as long
+  (docs/decisions/0024-cache-limit-never-below-mlx.md). The cached bytes show
+  as `:cache` in `stats/0` and `clear_cache/0` returns them to the OS. To
+  choose another limit, set it in your config (`:mlx` keeps MLX's):
 
       config :ex_mlx, cache_limit: 256 * 1024 * 1024
 
       iex> limit = ExMLX.Memory.default_cache_limit()
-      iex> limit == min(div(ExMLX.Memory.stats().memory_limit, 4), 1024 ** 3)
+      iex> raised = min(div(ExMLX.Memory.stats().memory_limit, 4), 1024 ** 3)
+      iex> limit == max(ExMLX.Memory.mlx_cache_limit(), raised)
       true
   """
   @spec default_cache_limit() :: non_neg_integer()
   def default_cache_limit do
-    min(div(stats().memory_limit, 4), 1024 ** 3)
+    max(mlx_cache_limit(), min(div(stats().memory_limit, 4), 1024 ** 3))
   end
+
+  @doc """
+  The cache limit MLX's allocator started with, whatever has been set since
+  (`set_cache_limit/1`, the `:cache_limit` config): it depends on MLX's
+  backend, 32 MB on the CPU, sized from the device's memory on a GPU.
+
+      iex> previous = ExMLX.Memory.set_cache_limit(ExMLX.Memory.mlx_cache_limit() + 4096)
+      iex> ExMLX.Memory.stats().cache_limit - ExMLX.Memory.mlx_cache_limit()
+      4096
+      iex> ExMLX.Memory.set_cache_limit(previous) - ExMLX.Memory.mlx_cache_limit()
+      4096
+  """
+  @spec mlx_cache_limit() :: non_neg_integer()
+  def mlx_cache_limit, do: Native.memory_mlx_cache_limit() |> ExMLX.Call.value()
 
   defp set_limit(which, bytes) when is_integer(bytes) and bytes >= 0,
     do: Native.memory_set_limit(which, bytes) |> ExMLX.Call.value()

@@ -233,6 +233,7 @@ defmodule ExMLX.Native do
   def memory_reset_peak, do: not_loaded()
   def memory_clear_cache, do: not_loaded()
   def memory_set_limit(_which, _bytes), do: not_loaded()
+  def memory_mlx_cache_limit, do: not_loaded()
   def device_info(_device), do: not_loaded()
 
   # Wire format

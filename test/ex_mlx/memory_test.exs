@@ -61,6 +61,29 @@ defmodule ExMLX.MemoryTest do
     assert Memory.set_cache_limit(old_cache) == 123 * @mb
   end
 
+  test "the start keeps MLX's own cache limit, raised where it is small" do
+    raised = min(div(Memory.stats().memory_limit, 4), 1024 * @mb)
+
+    if ExMLX.device_available?(:gpu) do
+      # MLX's GPU allocators size their cache from the device's memory
+      assert Memory.mlx_cache_limit() > raised
+      assert Memory.default_cache_limit() == Memory.mlx_cache_limit()
+    else
+      # MLX's CPU allocator keeps 32 MB of freed buffers
+      assert Memory.mlx_cache_limit() == 32 * @mb
+      assert Memory.default_cache_limit() == raised
+    end
+
+    # what the application set at start (test config sets no :cache_limit)
+    assert Memory.stats().cache_limit == Memory.default_cache_limit()
+
+    # a new limit leaves MLX's own as it was
+    mlx = Memory.mlx_cache_limit()
+    old_cache = Memory.set_cache_limit(7 * @mb)
+    assert Memory.mlx_cache_limit() == mlx
+    assert Memory.set_cache_limit(old_cache) == 7 * @mb
+  end
+
   test "a memory limit below current use is accepted: held tensors stay, new ones are refused" do
     {pid, _} = allocate_in_process(8 * @mb)
     held = ExMLX.iota({:s, 32}, {1000}) |> ExMLX.eval()

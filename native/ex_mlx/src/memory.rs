@@ -70,6 +70,12 @@ fn memory_set_limit(which: Term, bytes: Term) -> NifResult<usize> {
     }
 }
 
+/// `memory_mlx_cache_limit()`: the cache limit MLX's allocator started with.
+#[rustler::nif]
+fn memory_mlx_cache_limit() -> NifResult<usize> {
+    or_error(memory::mlx_cache_limit())
+}
+
 /// `device_info(device)`: a map of what MLX (and the OS) report about it.
 #[rustler::nif]
 fn device_info(env: Env, device: DeviceArg) -> NifResult<Term> {

@@ -3,6 +3,7 @@
 
 use std::cell::Cell;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::Mutex;
 
 use crate::device::Device;
 use crate::error::{Error, Result};
@@ -171,9 +172,18 @@ pub fn set_memory_limit(bytes: usize) -> Result<usize> {
     Ok(previous)
 }
 
+/// MLX's own cache limit, the one its allocator started with: recorded by
+/// the first [`set_cache_limit`] of the process (every change of the limit
+/// goes through it, under this lock, so the first previous value seen is
+/// MLX's).
+static MLX_CACHE_LIMIT: Mutex<Option<usize>> = Mutex::new(None);
+
 /// Sets the cache limit; returns the previous one.
 pub fn set_cache_limit(bytes: usize) -> Result<usize> {
-    Ok(mlx_rs::memory::set_cache_limit(bytes)?)
+    let mut mlx_default = MLX_CACHE_LIMIT.lock().unwrap_or_else(|e| e.into_inner());
+    let previous = mlx_rs::memory::set_cache_limit(bytes)?;
+    mlx_default.get_or_insert(previous);
+    Ok(previous)
 }
 
 /// The cache limit (MLX has no getter: set and restore).
@@ -181,6 +191,20 @@ pub fn cache_limit() -> Result<usize> {
     let current = set_cache_limit(usize::MAX)?;
     set_cache_limit(current)?;
     Ok(current)
+}
+
+/// The cache limit MLX's allocator started with, whatever has been set
+/// since: it depends on the backend (on a GPU it is sized from the device's
+/// memory, on the CPU it is small).
+pub fn mlx_cache_limit() -> Result<usize> {
+    let recorded = *MLX_CACHE_LIMIT.lock().unwrap_or_else(|e| e.into_inner());
+    match recorded {
+        Some(bytes) => Ok(bytes),
+        None => {
+            cache_limit()?;
+            Ok((*MLX_CACHE_LIMIT.lock().unwrap_or_else(|e| e.into_inner())).unwrap_or(0))
+        }
+    }
 }
 
 /// A device fact: a number or a string.
@@ -286,6 +310,11 @@ mod tests {
         assert_eq!(cache_limit().unwrap(), 1 << 20);
         set_cache_limit(before).unwrap();
         assert_eq!(cache_limit().unwrap(), before);
+        // MLX's own limit is what was there before the first change
+        let mlx = mlx_cache_limit().unwrap();
+        set_cache_limit(mlx / 2 + 12_345).unwrap();
+        assert_eq!(mlx_cache_limit().unwrap(), mlx);
+        set_cache_limit(before).unwrap();
     }
 
     #[test]
