@@ -33,9 +33,10 @@ if [[ ! -f $out/erlang.tar.xz ]]; then
   # (without Erlang's sources, documentation and the applications no test
   # starts: with Debian's erlang-src installed the whole tree packed to 31 MB,
   # and with mlx-cuda.part-aa passed a run's 64 MiB; this set is 21 MB and
-  # runs the GPU suite)
+  # runs the GPU suite; XML, Erlang's unit tests and C nodes left out keep it
+  # there with Debian's erlang-dev and erlang-xmerl installed)
   unused=(wx megaco diameter snmp observer debugger et reltool common_test dialyzer
-    jinterface odbc mnesia ssh eldap edoc erl_docgen tftp ftp)
+    jinterface odbc mnesia ssh eldap edoc erl_docgen tftp ftp xmerl eunit erl_interface)
   excludes=(--exclude='usr/lib/erlang/lib/*/src' --exclude='usr/lib/erlang/lib/*/doc'
     --exclude='usr/lib/erlang/man')
   for app in "${unused[@]}"; do excludes+=(--exclude="usr/lib/erlang/lib/$app-*"); done
