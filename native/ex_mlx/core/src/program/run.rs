@@ -306,8 +306,7 @@ impl<'a> Run<'a> {
 
     /// `attention_admitted` (crate::ops::fast), given its mask's values:
     /// known here, or read from MLX (an evaluation, counted as a read: a
-    /// loop whose steps read while they are built is not pipelined with a
-    /// large state).
+    /// loop whose steps read while they are built is not pipelined).
     fn attention_admitted(&mut self, call: &OpCall) -> Result<()> {
         let (&[q, k, v, mask], [Param::Float(scale)]) =
             (call.inputs.as_slice(), call.params.as_slice())
@@ -504,13 +503,13 @@ impl<'a> Run<'a> {
             // (a step that read the device while it was built, as a
             // branch whose predicate the host does not know does, would do
             // so while the step before it runs, as would a loop of its own
-            // evaluating its state: its writes into a large state would
-            // then copy it, and building it ahead gains nothing)
+            // evaluating its state: its writes into the state would then
+            // copy it, and building it ahead gains nothing)
             let reads_while_built = body_read || body_loops;
             if self.pipelined
                 && self.host[pred].is_none()
                 && step > PIPELINE_AFTER
-                && !(large && reads_while_built)
+                && !reads_while_built
             {
                 return self.pipelined_steps(l, state, step - 1, reads);
             }
@@ -527,11 +526,13 @@ impl<'a> Run<'a> {
                     .collect();
                 now.extend(p);
                 self.wait_for_device(false, || Ok(mlx_rs::transforms::eval(&now)?))?;
-                if large {
+                if large || self.pipelined {
                     // (an evaluation may end before MLX has released the
-                    // buffers its kernels held; on a drained stream they are
-                    // released, and the next step's writes may take over
-                    // the state's: docs/decisions/0023-large-states-drained-after-evaluation.md)
+                    // buffers its kernels held, as a GPU's backend does; on
+                    // a drained stream they are released, and the next
+                    // step's writes may take over the state's:
+                    // docs/decisions/0023-large-states-drained-after-evaluation.md,
+                    // docs/decisions/0025-every-pipelined-state-written-in-place.md)
                     self.wait_for_device(false, crate::worker::synchronize_own_stream)?;
                 }
             }
@@ -594,14 +595,15 @@ impl<'a> Run<'a> {
     /// ends with is kept only for the results read after the loop
     /// (`reads.unread`).
     ///
-    /// A state of [`EVAL_STATE_BYTES`] or more (a key/value cache) is
-    /// written in place only by a step queued once the step before it has
-    /// run: MLX reuses an input's buffer for a result only when nothing
-    /// else holds it, and the kernels of a queued step hold their inputs
-    /// until they have run. Such a loop builds the next step while the
-    /// device computes, and queues it once the condition is read and the
-    /// worker's stream has drained (docs/decisions/0020-pipelined-writes-in-place.md);
-    /// a step built ahead of a false condition is then never computed. A
+    /// A state (a key/value cache) is written in place only by a step
+    /// queued once the step before it has run: MLX reuses an input's
+    /// buffer for a result only when nothing else holds it, and the kernels
+    /// of a queued step hold their inputs until they have run. So the loop
+    /// builds the next step while the device computes, and queues it once
+    /// the condition is read and the worker's stream has drained, whatever
+    /// the state's size (docs/decisions/0020-pipelined-writes-in-place.md,
+    /// docs/decisions/0025-every-pipelined-state-written-in-place.md); a
+    /// step built ahead of a false condition is then never computed. A
     /// loop's body has no effect
     /// but its values (ExMLX.Compiler runs a loop with a hook on
     /// Nx.Defn.Evaluator), so the results are those of a loop that builds
@@ -626,7 +628,6 @@ impl<'a> Run<'a> {
             queued
         };
         queue(self, &condition)?;
-        let written_in_place = self.large_state(&state);
         loop {
             self.check_stop()?;
             // (a result nothing reads is not kept: the step built ahead
@@ -639,11 +640,7 @@ impl<'a> Run<'a> {
             step += 1;
             let ahead = self.step(l, &state, step, &reads.body).and_then(|()| {
                 self.block(&l.condition.instructions)?;
-                let next = self.read(pred)?;
-                if !written_in_place {
-                    queue(self, &next)?;
-                }
-                Ok(next)
+                self.read(pred)
             });
             let go = truthy(self.wait_for_device(true, || item::item(&condition))?);
             if !go {
@@ -652,12 +649,10 @@ impl<'a> Run<'a> {
             }
             drop(kept);
             condition = ahead?;
-            if written_in_place {
-                // (the stream drained, the buffers its kernels held are
-                // released: the step's writes may take over the state's)
-                self.wait_for_device(false, crate::worker::synchronize_own_stream)?;
-                queue(self, &condition)?;
-            }
+            // (the stream drained, the buffers its kernels held are
+            // released: the step's writes may take over the state's)
+            self.wait_for_device(false, crate::worker::synchronize_own_stream)?;
+            queue(self, &condition)?;
             if self.loops == 1 {
                 LOOP_STEPS.fetch_add(1, Ordering::Relaxed);
             }
