@@ -9,12 +9,17 @@ and MLX's host time to build and queue it, for mlx-lm beside ExMLX
         fixed shapes has it), each pipelined as mlx-lm's generate_step is.
         For each: the graph of its 4th step in MLX's DOT form
         (PREFIX.mlx-lm.dot, PREFIX.mlx-lm-fixed.dot), and the host time a
-        step spends building its graph (Python) and in `async_eval`.
+        step spends building its graph (Python) and in `async_eval`. Then
+        the prompt's pass over 32 and 512 tokens without a cache, as
+        integration/bench/llm.exs's prefill rows time it: its graph
+        (PREFIX.mlx-lm-prefill-N.dot) and the same host times.
 
     step_graph.py count FILE...
         the nodes of each graph by primitive, side by side: MLX DOT files
         (`mx.export_to_dot`) and `print_graph` files (ExMLX's
-        `EXMLX_STEP_GRAPH`, native/ex_mlx/core/src/step_graph.rs).
+        `EXMLX_STEP_GRAPH`, native/ex_mlx/core/src/step_graph.rs: a loop's
+        step as PREFIX.N.txt, a program without loops as
+        PREFIX.program.N.txt).
 
 On the GPU machine, after `bench/gpu/run.sh unpack` and an `llm` run that
 made the model:
@@ -79,6 +84,23 @@ def run(directory, prefix, steps, cpu):
             mx.eval(y)
         print(f"{name}: a step's building {statistics.median(built) * 1e3:.2f} ms, "
               f"async_eval {statistics.median(queued) * 1e3:.2f} ms (medians of {steps})")
+    for tokens in [32, 512]:
+        ids = mx.array([prompt_ids(vocab, tokens)])
+        built, queued = [], []
+        for k in range(4):
+            t0 = time.perf_counter()
+            logits = model(ids)
+            t1 = time.perf_counter()
+            if k == 1:
+                mx.export_to_dot(f"{prefix}.mlx-lm-prefill-{tokens}.dot", logits)
+            mx.async_eval(logits)
+            t2 = time.perf_counter()
+            mx.eval(logits)
+            if k > 0:
+                built.append(t1 - t0)
+                queued.append(t2 - t1)
+        print(f"prefill of {tokens} tokens: building {statistics.median(built) * 1e3:.2f} ms, "
+              f"async_eval {statistics.median(queued) * 1e3:.2f} ms (medians of 3)")
 
 
 def primitives(path):

@@ -22,6 +22,9 @@ pub struct ProgramResource {
     program: Program,
     constants: Vec<TensorRef>,
     device: Device,
+    /// Whether a call has written the program's graph
+    /// (`ex_mlx_core::step_graph::write_program`, a program without loops).
+    graph_written: AtomicBool,
 }
 
 #[rustler::resource_impl]
@@ -171,6 +174,7 @@ fn build(
         program,
         constants,
         device,
+        graph_written: AtomicBool::new(false),
     })
 }
 
@@ -383,6 +387,12 @@ fn computed_outputs(
     // loop feeding each step's parameters to the next) does not grow one
     // graph across its calls.
     let built = Instant::now();
+    if !program.program.loops()
+        && ex_mlx_core::step_graph::enabled()
+        && !program.graph_written.swap(true, Ordering::Relaxed)
+    {
+        ex_mlx_core::step_graph::write_program(&outputs).map_err(Error::Mlx)?;
+    }
     // (on a GPU, queueing the kernels and waiting for them are timed
     // apart: MLX's eval is its async_eval and then the wait)
     if program.device.kind() != Kind::Cpu {
@@ -586,6 +596,7 @@ fn program_load<'a>(env: Env<'a>, tag: Tag<'a>, bytes: Term<'a>) -> AsyncResult 
             program: decoded.program,
             constants,
             device,
+            graph_written: AtomicBool::new(false),
         })))
     })
 }

@@ -4,8 +4,9 @@
 //! the loops so written in this process) in MLX's `print_graph` form: the
 //! step's inputs, then a line per node, its primitive, input and output
 //! arrays with their shapes and types (bench/gpu/README.md, "A step's
-//! graph"). Unset, nothing is written and nothing is checked but the
-//! variable, once.
+//! graph"). A program without loops writes the graph of its outputs at its
+//! first call, to `PREFIX.program.N.txt` ([`write_program`]). Unset,
+//! nothing is written and nothing is checked but the variable, once.
 
 use std::ffi::CString;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -42,6 +43,17 @@ pub fn write(outputs: &[Array]) -> Result<(), String> {
     };
     let n = WRITTEN.fetch_add(1, Ordering::Relaxed);
     write_to(&format!("{prefix}.{n}.txt"), outputs)
+}
+
+/// Writes the graph that computes a loop-free program's `outputs` to the
+/// next `PREFIX.program.N.txt`.
+pub fn write_program(outputs: &[Array]) -> Result<(), String> {
+    static WRITTEN: AtomicUsize = AtomicUsize::new(0);
+    let Some(prefix) = prefix() else {
+        return Ok(());
+    };
+    let n = WRITTEN.fetch_add(1, Ordering::Relaxed);
+    write_to(&format!("{prefix}.program.{n}.txt"), outputs)
 }
 
 /// Writes the graph that computes `outputs` to the file at `path`, in MLX's
