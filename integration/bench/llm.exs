@@ -210,7 +210,9 @@ end
 
 # a prefill's median time (s) and the mean parts of its program calls on
 # the worker (ExMLX.Native.program_run_times/0): building the graph,
-# queueing its kernels (MLX's async_eval), waiting for them (s)
+# queueing its kernels (MLX's async_eval), waiting for them, and the rest
+# of a call's mean time, outside the worker (Nx.Defn's work at each call,
+# the read of the result) (s)
 profiled_prefill = fn n, pass ->
   inputs = prompt_inputs.(n)
   read = fn -> pass.(model.params, inputs) |> Nx.backend_transfer(Nx.BinaryBackend) end
@@ -220,7 +222,7 @@ profiled_prefill = fn n, pass ->
   [calls_before, building_before, queueing_before, waiting_before] =
     ExMLX.Native.program_run_times()
 
-  wall = median.(read)
+  {total_us, wall} = :timer.tc(fn -> median.(read) end)
 
   [calls_after, building_after, queueing_after, waiting_after] = ExMLX.Native.program_run_times()
 
@@ -236,7 +238,9 @@ profiled_prefill = fn n, pass ->
       &(&1 / calls / 1.0e9)
     )
 
-  {wall, parts}
+  # (median/1 makes reps + 1 calls, each one program call)
+  outside = total_us / 1.0e6 / (reps + 1) - Enum.sum(parts)
+  {wall, parts ++ [outside]}
 end
 
 whole_logits = fn params, inputs -> forward.(params, inputs).logits[[.., -1, ..]] end
@@ -442,8 +446,8 @@ end
 rows = [
   "| prefill, 32 tokens (ms) | #{ms.(prefill_32)} | #{ms.(mlx_lm["prefill_32_s"])} | #{ratio.(mlx_lm["prefill_32_s"], prefill_32)} | #{ms.(torch["prefill_32_s"])} | — |",
   "| prefill, 512 tokens (ms) | #{ms.(prefill_512)} | #{ms.(mlx_lm["prefill_512_s"])} | #{ratio.(mlx_lm["prefill_512_s"], prefill_512)} | #{ms.(torch["prefill_512_s"])} | — |",
-  "| prefill, 32 / 512 tokens: the worker's building / queueing (MLX's async_eval) / waiting, a call (ms) | #{Enum.map_join(prefill_32_parts, " / ", ms)}; #{Enum.map_join(prefill_512_parts, " / ", ms)} | — | — | — | — |",
-  "| prefill, 512 tokens, the last position's logits alone: time; the worker's parts (ms) | #{ms.(prefill_512_last)}; #{Enum.map_join(prefill_512_last_parts, " / ", ms)} | — | — | — | — |",
+  "| prefill, 32 / 512 tokens: the worker's building / queueing (MLX's async_eval) / waiting, and the rest of a call outside the worker, a call (ms) | #{Enum.map_join(prefill_32_parts, " / ", ms)}; #{Enum.map_join(prefill_512_parts, " / ", ms)} | — | — | — | — |",
+  "| prefill, 512 tokens, the last position's logits alone: time; the worker's parts, outside the worker (ms) | #{ms.(prefill_512_last)}; #{Enum.map_join(prefill_512_last_parts, " / ", ms)} | — | — | — | — |",
   "| prefill, 512 tokens, the cache limit lowered to #{gb.(lowered_cache_limit)} GB (ms); the cache limit in effect, MLX's cache before the prefill rows (GB) | #{ms.(prefill_512_lowered_cache)}; #{gb.(cache_limit_in_effect)}, #{gb.(cache_at_prefill)} | — | — | — | — |",
   "| decode, #{new} new tokens after #{prompt} (tokens/s) | #{num.(decode)} | #{num.(mlx_lm["decode"])} | #{ratio.(decode, mlx_lm["decode"])} | #{num.(torch["decode_dynamic"])} | #{num.(torch["decode_static"])} |",
   "| decode beside mlx-lm's model with a fixed-length cache read whole under a mask, as a compiled program's step is (tokens/s) | #{num.(decode)} | #{num.(mlx_lm["decode_fixed_cache"])} | #{ratio.(decode, mlx_lm["decode_fixed_cache"])} | — | — |",
