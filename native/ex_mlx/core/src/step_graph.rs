@@ -38,22 +38,24 @@ pub fn enabled() -> bool {
 /// back to evaluated ones) to the next file of the prefix.
 pub fn write(outputs: &[Array]) -> Result<(), String> {
     static WRITTEN: AtomicUsize = AtomicUsize::new(0);
-    let Some(prefix) = prefix() else {
-        return Ok(());
-    };
-    let n = WRITTEN.fetch_add(1, Ordering::Relaxed);
-    write_to(&format!("{prefix}.{n}.txt"), outputs)
+    write_numbered(&WRITTEN, "", outputs)
 }
 
 /// Writes the graph that computes a loop-free program's `outputs` to the
 /// next `PREFIX.program.N.txt`.
 pub fn write_program(outputs: &[Array]) -> Result<(), String> {
     static WRITTEN: AtomicUsize = AtomicUsize::new(0);
+    write_numbered(&WRITTEN, ".program", outputs)
+}
+
+/// Writes `outputs`' graph to `PREFIX{kind}.N.txt`, N the next of `written`
+/// (nothing when the prefix is unset).
+fn write_numbered(written: &AtomicUsize, kind: &str, outputs: &[Array]) -> Result<(), String> {
     let Some(prefix) = prefix() else {
         return Ok(());
     };
-    let n = WRITTEN.fetch_add(1, Ordering::Relaxed);
-    write_to(&format!("{prefix}.program.{n}.txt"), outputs)
+    let n = written.fetch_add(1, Ordering::Relaxed);
+    write_to(&format!("{prefix}{kind}.{n}.txt"), outputs)
 }
 
 /// Writes the graph that computes `outputs` to the file at `path`, in MLX's

@@ -1,7 +1,7 @@
 //! A pipelined loop (`program::run`'s `pipelined_steps`, as on a GPU) that
-//! writes its state at every step, large or not, writes it in place, with or without
-//! a branch in its body that reads the write: the run takes no copy of
-//! the state above its start. Alone in its test
+//! writes its state at every step, large or not, writes it in place, with
+//! or without a branch in its body that reads the write: the run takes no
+//! copy of the state above its start. Alone in its test
 //! executable and without libtest's harness (Cargo.toml): MLX's memory
 //! counters are global to the process, so nothing else may allocate while
 //! it measures.
