@@ -683,15 +683,6 @@ if Code.ensure_loaded?(Nx) do
       n = Nx.tensor([6, 7, 1, 27])
       path = Path.join(dir, "collatz.exmlx")
       File.write!(path, ExMLX.Compiler.export(&Funs.collatz_steps/1, [n]))
-      # The child gets this VM's code path, absolute entries only: OTP 25
-      # puts "." on it, and in a checkout whose folder is named ex_mlx the
-      # child would take "." for the application's directory, so that
-      # :code.priv_dir(:ex_mlx) would be ./priv, which holds no NIF.
-      paths =
-        :code.get_path()
-        |> Enum.map(&to_string/1)
-        |> Enum.filter(&(Path.type(&1) == :absolute and File.dir?(&1)))
-        |> Enum.flat_map(&["-pa", &1])
 
       script = """
       {:ok, _} = Application.ensure_all_started(:ex_mlx)
@@ -700,11 +691,7 @@ if Code.ensure_loaded?(Nx) do
       IO.inspect({Nx.to_flat_list(steps), :code.is_loaded(Nx.Defn.Expr)})
       """
 
-      {out, status} =
-        System.cmd(System.find_executable("elixir"), paths ++ ["-e", script],
-          stderr_to_stdout: true
-        )
-
+      {out, status} = ExMLX.TestHelpers.elixir(script)
       assert {status, out} == {0, "{[8, 16, 0, 111], false}\n"}
     end
 

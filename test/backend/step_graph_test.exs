@@ -4,21 +4,6 @@ if Code.ensure_loaded?(Nx) do
     # variable is read once per VM, so each case runs in a VM of its own.
     use ExUnit.Case, async: true
 
-    # `script` in a new VM with this VM's code path (absolute entries only,
-    # as compiler_test.exs explains) and EXMLX_STEP_GRAPH set to `prefix`
-    defp run_with_graphs(script, prefix) do
-      paths =
-        :code.get_path()
-        |> Enum.map(&to_string/1)
-        |> Enum.filter(&(Path.type(&1) == :absolute and File.dir?(&1)))
-        |> Enum.flat_map(&["-pa", &1])
-
-      System.cmd(System.find_executable("elixir"), paths ++ ["-e", script],
-        env: [{"EXMLX_STEP_GRAPH", prefix}],
-        stderr_to_stdout: true
-      )
-    end
-
     # the primitives of a `print_graph` file's nodes, in order
     defp primitives(path) do
       path
@@ -37,7 +22,9 @@ if Code.ensure_loaded?(Nx) do
       IO.puts(Enum.map_join(1..3, ";", fn _ -> Enum.map_join(Nx.to_flat_list(f.(x)), ",", &round/1) end))
       """
 
-      {out, status} = run_with_graphs(script, Path.join(dir, "g"))
+      {out, status} =
+        ExMLX.TestHelpers.elixir(script, env: [{"EXMLX_STEP_GRAPH", Path.join(dir, "g")}])
+
       # x · x has (i, j) = i · j · 30 (the sum of k² for k in 1..4), rows
       # summed: 300 i
       rows = "300,600,900,1200"

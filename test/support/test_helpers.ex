@@ -35,6 +35,28 @@ defmodule ExMLX.TestHelpers do
   end
 
   @doc """
+  Runs `elixir -e script` in a new VM with this VM's code path, as
+  `System.cmd/3` does (output, stderr included, and exit status); `opts`
+  go to `System.cmd/3` (`:env`). Only the path's absolute entries are
+  passed: OTP 25 puts "." on it, and in a checkout whose folder is named
+  ex_mlx the child would take "." for the application's directory, so that
+  `:code.priv_dir(:ex_mlx)` would be ./priv, which holds no NIF.
+  """
+  def elixir(script, opts \\ []) do
+    paths =
+      :code.get_path()
+      |> Enum.map(&to_string/1)
+      |> Enum.filter(&(Path.type(&1) == :absolute and File.dir?(&1)))
+      |> Enum.flat_map(&["-pa", &1])
+
+    System.cmd(
+      System.find_executable("elixir"),
+      paths ++ ["-e", script],
+      [stderr_to_stdout: true] ++ opts
+    )
+  end
+
+  @doc """
   `count` floats in [-scale, scale): a fixed pseudo-random sequence from
   `seed` (a Lehmer generator), the same on every machine.
   """
