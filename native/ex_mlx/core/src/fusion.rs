@@ -1,9 +1,14 @@
-//! Fusion (opt-in, `ExMLX.Compiler`'s `fuse: true`): a straight-line
-//! program's instructions compiled as one function with MLX's compile,
-//! which simplifies the graph and fuses runs of element-wise ops into single
-//! kernels (on the CPU, C++ that MLX builds with `g++` at run time: MLX fails
-//! without it, so `ExMLX.Compiler` fuses CPU programs only where `g++` is on
-//! `PATH`).
+//! Fusion (opt-in, `ExMLX.Compiler`'s `fuse: true`, on a GPU): a
+//! straight-line program's instructions compiled as one function with MLX's
+//! compile, which simplifies the graph and fuses runs of element-wise ops
+//! into single kernels (built with NVRTC at their first run).
+//!
+//! CPU programs are not given to MLX's compile (`Program::fuse`;
+//! crate::elementwise_fusion fuses them). On the CPU MLX's compile builds
+//! C++ at run time, and first checks for a compiler with `system()`; inside
+//! the BEAM, which ignores `SIGCHLD`, that check always fails and MLX hands
+//! back the function uncompiled. The core's own tests, outside the BEAM,
+//! run the compiled CPU path.
 //!
 //! mlx-rs's compiled functions are tied to the thread that made them (they
 //! are neither `Send` nor `Sync`), and MLX's streams to their thread too, so
