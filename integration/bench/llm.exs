@@ -108,6 +108,22 @@ IO.puts("ExMLX...")
 backend = {ExMLX.Backend, device: device}
 Nx.global_default_backend(backend)
 
+# On a GPU, MLX builds each kernel module it compiles at run time (fused
+# kernels, gathers, quantized products) with NVRTC at its first use and
+# keeps it as one `.ptx` file in its disk cache (docs/gpu.md): how many
+# files the cache holds now (nil on the CPU)
+ptx_modules = fn ->
+  if device == :gpu do
+    dir =
+      System.get_env("MLX_PTX_CACHE_DIR") ||
+        Path.join([System.tmp_dir!(), "mlx", ExMLX.mlx_version(), "ptx"])
+
+    dir |> Path.join("**/*.ptx") |> Path.wildcard() |> length()
+  end
+end
+
+ptx_at_start = ptx_modules.()
+
 # this VM's resident and peak resident bytes (Linux /proc)
 host_memory = fn ->
   fields =
@@ -350,7 +366,9 @@ end
 [_, first_building_before, first_waiting_before, _, _, first_compiled_before] =
   ExMLX.Native.program_loop_times()
 
+ptx_before_first = ptx_modules.()
 {first_s, tokens} = run.(generate_new)
+ptx_after_first = ptx_modules.()
 
 [_, first_building_after, first_waiting_after, _, _, first_compiled_after] =
   ExMLX.Native.program_loop_times()
@@ -408,6 +426,12 @@ ms = fn
   s -> :erlang.float_to_binary(s * 1000, decimals: 1)
 end
 
+# the modules MLX added to its disk cache between two counts
+ptx_count = fn
+  after_count, before_count when is_integer(after_count) -> to_string(after_count - before_count)
+  _, _ -> "—"
+end
+
 num = fn
   nil -> "—"
   x when is_float(x) -> :erlang.float_to_binary(x, decimals: 1)
@@ -458,6 +482,7 @@ rows = [
   "| a decoding step of one more run (#{steps_after - steps_before} steps, #{ms.(profiled_s)} ms): building (of which compiled runs, MLX's async_eval) / waiting for the device (ms), device reads | #{ms.(step_building)} (#{ms.(step_compiled)}, #{ms.(step_queueing)}) / #{ms.(step_waiting)}, #{num.(step_reads)} | #{mlx_lm_step.()} | — | — | — |",
   "| first generation call: trace, compile, run (s) | #{num.(first_s)} | — | — | — | — |",
   "| of the first call: ExMLX.Compiler's tracing and compiling / the loop's steps (of which MLX-compiled runs) (s) | #{:erlang.float_to_binary(first_compiling, decimals: 2)} / #{num.(first_loop)} (#{num.(first_compiled)}) | — | — | — | — |",
+  "| kernel modules MLX built with NVRTC: in the first generation call / in ExMLX's rows before it; in its disk cache at ExMLX's start | #{ptx_count.(ptx_after_first, ptx_before_first)} / #{ptx_count.(ptx_before_first, ptx_at_start)}; #{num.(ptx_at_start)} | — | — | — | — |",
   "| prompt's last logits against PyTorch's: largest difference ÷ largest logit | #{gap.(relative_gap.(our_logits, logits_of.(torch)))} | #{gap.(relative_gap.(logits_of.(mlx_lm), logits_of.(torch)))} | — | — | — |",
   "| prompt's last logits against mlx-lm's: largest difference ÷ largest logit | #{gap.(relative_gap.(our_logits, logits_of.(mlx_lm)))} | — | — | — | — |",
   "| leading greedy tokens equal to PyTorch's, of #{new} | #{num.(agree.(tokens, torch["tokens"]))} | #{num.(agree.(mlx_lm["tokens"], torch["tokens"]))} | — | #{new} | — |",
