@@ -184,7 +184,6 @@ host_before =
 
 model =
   if bits do
-    # (the unquantized weights are freed once nothing holds them)
     model = ExMLX.Quantization.quantize_model(model, bits: bits, group_size: 64)
     quantized = model.params
 
@@ -194,12 +193,16 @@ model =
       end)
 
     IO.puts("quantized the kernels of #{count} of #{map_size(quantized.data)} layers")
-    :erlang.garbage_collect()
     model
   else
     model
   end
 
+# (the unquantized weights, once nothing holds them, collected and their
+# release done on the worker: the steady memory after loading is the
+# weights generation runs on, quantized where asked)
+:erlang.garbage_collect()
+ExMLX.Stream.synchronize(device)
 {:ok, generation} = Bumblebee.load_generation_config({:local, dir})
 steady_after_load = ExMLX.Memory.stats().active
 vocab = model.spec.vocab_size

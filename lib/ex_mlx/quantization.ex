@@ -239,6 +239,11 @@ if Code.ensure_loaded?(Nx) do
     it, a layer whose name ends with `"embedding"` is an embedding
     (`:embedding?`) and every other is a dense layer.
 
+    The quantized tensors are computed before it returns, so that an
+    unquantized kernel is freed as soon as nothing else holds it
+    (`ExMLX.Memory` then counts the quantized storage alone; `quantize/2`
+    of one tensor stays lazy, as other ops are).
+
     Options: `:bits`, `:group_size` and `:mode` as in `quantize/2`; `:only` - a
     function of the layer name and the parameter name that returns whether
     to quantize it (default: every qualifying kernel); `:model` - the Axon
@@ -289,7 +294,7 @@ if Code.ensure_loaded?(Nx) do
 
       # (one tensor held by several parameters, ExMLX.Params.share_equal/2's
       # tied weights, is quantized once and stays shared)
-      {quantized, _once} =
+      {quantized, once} =
         Enum.map_reduce(params, %{}, fn
           {layer, %{} = layer_params}, once when not is_struct(layer_params) ->
             # (grouped along `in`: a dense kernel's first axis, a transposed
@@ -318,6 +323,13 @@ if Code.ensure_loaded?(Nx) do
           other, once ->
             {other, once}
         end)
+
+      # (computed before returning: a lazy quantized tensor holds the
+      # tensor it quantizes, which then stays in memory until its first
+      # use, whoever else holds it)
+      for {_source, %T{data: %ExMLX.Backend{quantization: q}}} <- once,
+          stored <- [q.packed, q.scales, q.biases],
+          do: ExMLX.eval(stored)
 
       Map.new(quantized)
     end
