@@ -8,6 +8,37 @@ if Code.ensure_loaded?(Nx) do
     alias Nx.Defn.Composite
 
     @doc """
+    Computes every tensor of `params` on `ExMLX.Backend` now and returns
+    `params`, as `ExMLX.eval/1` computes one tensor (and mlx-lm evaluates
+    its model's parameters once loaded).
+
+    MLX's operations are lazy: a parameter converted after loading (the
+    float32 weights of a checkpoint loaded with `Bumblebee.load_model/2`'s
+    `type: :bf16`, say) holds what it is computed from until its first use,
+    and that first use then holds both. Computed, the sources are freed
+    once nothing else holds them. Quantized tensors (`ExMLX.Quantization`)
+    have their stored values computed; tensors of other backends are left
+    as they are.
+
+        iex> params = %{"dense" => %{"kernel" => Nx.iota({2, 2}, type: :f32, backend: ExMLX.Backend) |> Nx.as_type(:bf16)}}
+        iex> ExMLX.Params.eval(params) == params
+        true
+    """
+    @spec eval(container) :: container when container: Nx.Container.t()
+    def eval(params) do
+      for %Nx.Tensor{data: %ExMLX.Backend{} = data} = t <- Composite.flatten_list([params]),
+          stored <- stored(t, data),
+          do: ExMLX.eval(stored)
+
+      params
+    end
+
+    defp stored(_t, %ExMLX.Backend{quantization: %ExMLX.Quantization{} = q}),
+      do: [q.packed, q.scales, q.biases]
+
+    defp stored(t, _data), do: [ExMLX.Backend.from_nx(t)]
+
+    @doc """
     `params` with its tensors of equal values made one tensor: where two or
     more leaves have the same shape, type and bits, on the same backend and
     device, every one of them is replaced by the first in the container's
