@@ -159,6 +159,13 @@ case "$1" in
         integration/bench/llm.exs --device gpu --shape "$shape" ${LLM_ARGS:-} \
         --out "$out/llm-$(basename "$shape" .json).md" 2>&1 | tee "$out/llm-$(basename "$shape" .json).log"
     done
+    # the kernel modules MLX built with NVRTC on this machine so far (one
+    # .ptx file each in its disk cache, docs/gpu.md), by name
+    ptx_dir=${MLX_PTX_CACHE_DIR:-${TMPDIR:-/tmp}/mlx/$(python3 -c 'import sys; sys.path.insert(0, sys.argv[1]); import mlx.core as mx; print(mx.__version__)' "$work/mlx-cuda" 2>/dev/null || echo 0.32.2)/ptx}
+    if [[ -d $ptx_dir ]]; then
+      find "$ptx_dir" -name '*.ptx' -printf '%T@ %s %P\n' | sort -n > "$out/ptx-modules.txt"
+      echo "==> $(wc -l < "$out/ptx-modules.txt") kernel modules in $ptx_dir (OUT/ptx-modules.txt)"
+    fi
     ;;
   trace)
     # The llm rows of each SHAPE with every CUDA process's GPU timeline
