@@ -391,7 +391,9 @@ if Code.ensure_loaded?(Nx) do
     weight without its scales or biases, scales whose shape does not match
     the format (a wrong group size), bits that do not divide the packed
     words, raise an `ArgumentError` naming the tensor, and nothing is loaded.
-    A quantized layer the model has no parameter for raises too.
+    A quantized layer the model has no parameter for raises too. The
+    parameters are computed before it returns (`ExMLX.Params.eval/1`): a
+    converted one does not keep what it was converted from.
 
     Needs Bumblebee (0.7) in the caller's dependencies. `repository` is
     `{:local, folder}`. Options:

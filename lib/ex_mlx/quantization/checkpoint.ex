@@ -86,7 +86,8 @@ if Code.ensure_loaded?(Nx) do
         ])
 
       check_used!(indices, used, params)
-      {:ok, %{model: model, params: params, spec: spec}}
+      # (the converted parameters computed: they let go of their sources)
+      {:ok, %{model: model, params: ExMLX.Params.eval(params), spec: spec}}
     end
 
     defp require_bumblebee! do
