@@ -327,9 +327,7 @@ if Code.ensure_loaded?(Nx) do
       # (computed before returning: a lazy quantized tensor holds the
       # tensor it quantizes, which then stays in memory until its first
       # use, whoever else holds it)
-      for {_source, %T{data: %ExMLX.Backend{quantization: q}}} <- once,
-          stored <- [q.packed, q.scales, q.biases],
-          do: ExMLX.eval(stored)
+      once |> Map.values() |> List.to_tuple() |> ExMLX.Params.eval()
 
       Map.new(quantized)
     end

@@ -95,7 +95,7 @@ if Code.ensure_loaded?(Nx) do
       end
     end
 
-    def refs(inputs),
+    defp refs(inputs),
       do:
         Enum.map(inputs, fn
           %T{} = t -> ref(t)
