@@ -224,6 +224,12 @@ def run_mlx_lm(directory, device, prompt, new, reps, bits=None):
             times.append(time.time() - t)
         return statistics.median(times)
 
+    # the first generation call (its graphs built, MLX's compiled functions
+    # traced and their kernel modules built with NVRTC where none is cached),
+    # timed as ExMLX's first call is
+    ptx_before = ptx_modules(mx)
+    first_s = generate(new)[0]
+    ptx_first = None if ptx_before is None else ptx_modules(mx) - ptx_before
     # the peak of the generations alone (the prefill rows come after)
     mx.reset_peak_memory()
     rate, _ = decode_rate(generate, new, reps)
@@ -239,7 +245,23 @@ def run_mlx_lm(directory, device, prompt, new, reps, bits=None):
          load_host_peak_gb=host_peak, load_host_kept_gb=host_kept,
          peak_gb=peak_gb, active_gb=mx.get_active_memory() / 1e9,
          tokens=tokens, decode_fixed_cache=round(fixed_rate, 1),
-         fixed_cache_tokens_equal=fixed_tokens == tokens, step_profile=step_profile)
+         fixed_cache_tokens_equal=fixed_tokens == tokens, step_profile=step_profile,
+         first_s=first_s, ptx_at_start=ptx_before, ptx_first=ptx_first)
+
+
+def ptx_modules(mx):
+    """How many kernel modules MLX's CUDA backend holds in its disk cache
+    (one `.ptx` file each: `MLX_PTX_CACHE_DIR`, else `mlx/VERSION/ptx` under
+    the temporary directory, as integration/bench/llm.exs counts them);
+    None off a GPU."""
+    if not mx.default_device() == mx.gpu:
+        return None
+    import tempfile
+    from pathlib import Path
+
+    directory = os.environ.get("MLX_PTX_CACHE_DIR") or os.path.join(
+        tempfile.gettempdir(), "mlx", mx.__version__, "ptx")
+    return sum(1 for _ in Path(directory).rglob("*.ptx"))
 
 
 def mlx_lm_step_profile(mx, model, vocab, prompt, new):
