@@ -12,12 +12,32 @@ IO.puts(
 # (Mix's build support, which some tests check, is loaded by mix.exs under Mix)
 Enum.each(["mix/ex_mlx_build.ex", "mix/ex_mlx_precompiled.ex"], &Code.require_file/1)
 Code.require_file("test/test_helper.exs")
-# (tests tagged :mix_project run Mix in the project: nothing here can build it)
+# (tests tagged :mix_project run Mix in the project: nothing here can build
+# it. Tests tagged :one_op_per_graph bound the memory ExMLX holds, apart from
+# the queued ops' inputs MLX's CUDA backend holds: run.sh runs them in a pass
+# of their own, EXMLX_SUITE_PASS=one_op_per_graph with MLX_MAX_OPS_PER_BUFFER=1)
+{include, exclude} =
+  case System.get_env("EXMLX_SUITE_PASS") do
+    "one_op_per_graph" ->
+      if System.get_env("MLX_MAX_OPS_PER_BUFFER") != "1" do
+        raise "EXMLX_SUITE_PASS=one_op_per_graph needs MLX_MAX_OPS_PER_BUFFER=1"
+      end
+
+      {[:one_op_per_graph], [:test]}
+
+    nil ->
+      {[], [:one_op_per_graph]}
+
+    other ->
+      raise "EXMLX_SUITE_PASS is one_op_per_graph or unset, not #{inspect(other)}"
+  end
+
 ExUnit.configure(
   formatters: [ExUnit.CLIFormatter],
   seed: 0,
   timeout: 300_000,
-  exclude: [:mix_project | ExUnit.configuration()[:exclude]]
+  include: include,
+  exclude: [:mix_project | exclude ++ ExUnit.configuration()[:exclude]]
 )
 
 # (EXMLX_SUITE_FILES, a wildcard, runs some files only: a quick check)
