@@ -178,6 +178,34 @@ case "$1" in
       echo "==> $(wc -l < "$out/ptx-modules.txt") kernel modules in $ptx_dir (OUT/ptx-modules.txt)"
     fi
     ;;
+  ab)
+    # Two NIFs on one machine: the staged one (a) and OTHER_NIF (b, a
+    # staged app's libex_mlx.so: its run-time path set by stage.sh), the
+    # `llm` rows of SHAPE without references, alternated for ROUNDS
+    # rounds (default 2), each NIF with a kernel cache of its own
+    # (MLX_PTX_CACHE_DIR), empty at its first round: that round's first
+    # call is a fresh machine's. OUT_DIR/{a,b}N.md, the rows that differ
+    # most in OUT_DIR/ab.txt.
+    out=$2 other=$3 shape=$4 rounds=${5:-2}
+    mkdir -p "$out"
+    nif=$work/lib/ex_mlx/priv/native/libex_mlx.so
+    cp "$nif" "$work/libex_mlx-a.so"
+    cp "$other" "$work/libex_mlx-b.so"
+    rm -rf "$work"/ptx-a "$work"/ptx-b
+    for round in $(seq 1 "$rounds"); do
+      for v in a b; do
+        cp "$work/libex_mlx-$v.so" "$nif"
+        MLX_PTX_CACHE_DIR="$work/ptx-$v" LLM_ARGS="${LLM_ARGS:-} --no-references" \
+          "$0" llm "$work/ab-$v$round" "$shape" > "$work/ab-$v$round.log" 2>&1 || echo "$v$round: exit $?"
+        cp "$work/ab-$v$round/llm-$(basename "$shape" .json).md" "$out/$v$round.md" || true
+      done
+    done
+    cp "$work/libex_mlx-a.so" "$nif"
+    for f in "$out"/[ab][0-9]*.md; do
+      echo "== $(basename "$f" .md)"
+      grep -E '^\| (decode, |prefill, (32|512) tokens \(|first generation|kernel modules|a decoding step|peak)' "$f" | cut -d'|' -f2,3
+    done | tee "$out/ab.txt"
+    ;;
   trace)
     # The llm rows of each SHAPE with every CUDA process's GPU timeline
     # recorded (bench/gpu/kernel_trace.c: ExMLX's, mlx-lm's and PyTorch's
