@@ -91,6 +91,10 @@ if Code.ensure_loaded?(Nx) do
     end
 
     defn(uniform(key, opts \\ []), do: Nx.Random.uniform(key, shape: opts[:shape]))
+
+    # the sum of a map's tensors: a call with as many arguments as a
+    # language model's parameters (a plain function, as Axon's are jitted)
+    def sum_all(params), do: params |> Map.values() |> Enum.reduce(&Nx.add/2)
   end
 
   defmodule Bench.Defn do
@@ -256,7 +260,9 @@ if Code.ensure_loaded?(Nx) do
         {"block_bf16", "transformer block, bf16", &Programs.block/2,
          [bf16.(block_x), bf16.(block_w)], few},
         {"rows_3001", "while loop writing 3,001 rows of 400 f32", &Programs.rows/1,
-         [Nx.broadcast(0.0, {3001, 400})], 2}
+         [Nx.broadcast(0.0, {3001, 400})], 2},
+        {"args_300", "300 arguments of one f32 summed", &Programs.sum_all/1,
+         [Map.new(1..300, &{"p#{&1}", Nx.tensor([&1 * 1.0])})], few}
       ]
     end
 

@@ -120,6 +120,14 @@ def rows(buffer):
     return buffer
 
 
+def sum_all(params):
+    """The sum of a tuple of arrays (bench/defn.exs's sum_all: 300 arguments)."""
+    total = params[0]
+    for p in params[1:]:
+        total = total + p
+    return total
+
+
 def warm_up_gpu():
     """About a second of matrix products before the first timed row, as
     bench/gpu/defn.exs does, so that no row starts on an idle GPU."""
@@ -159,6 +167,7 @@ def main():
         "chain20": (chain20, (chain_x,), FEW),
         "block_f32": (block, (block_x, block_w), FEW),
         "block_bf16": (block, (block_x.astype(mx.bfloat16), bf16(block_w)), FEW),
+        "args_300": (sum_all, (tuple(mx.array([i * 1.0]) for i in range(1, 301)),), FEW),
     }
     # per program: its calls, plain and compiled, and its repetitions
     calls = {}

@@ -288,12 +288,15 @@ if Code.ensure_loaded?(Nx) do
 
       ExMLX.ProgramCache.put_spec(program, {device, inputs, constants, instructions, slots})
 
+      sources = List.to_tuple(sources)
+
       compiled =
         {:program,
          %{
            program: program,
            used: used,
-           sources: List.to_tuple(sources),
+           sources: sources,
+           reads: QuantizedInputs.reads(used, sources),
            result: result,
            templates: Enum.reverse(templates),
            hooks: hooks,

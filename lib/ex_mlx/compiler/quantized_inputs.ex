@@ -19,28 +19,36 @@ if Code.ensure_loaded?(Nx) do
     reads: `{args, signature}`, the signature a list of
     `{index, {bits, group_size, transposed}}` (`[]` when none is quantized).
     """
-    def signature({:program, %{used: used, sources: sources}}, args) do
-      read = used |> Enum.map(&elem(elem(sources, &1), 0)) |> Enum.uniq()
-      args = List.to_tuple(args)
-      called = Map.new(read, fn i -> {i, elem(args, i).()} end)
+    def signature({:program, %{reads: reads}}, args) do
+      indexed = List.to_tuple(args)
+      called = for i <- reads, do: {i, elem(indexed, i).()}
 
       signature =
-        for {i, %Nx.Tensor{data: %ExMLX.Backend{quantization: %Quantization{} = q}}} <-
-              Enum.sort(called),
+        for {i, %Nx.Tensor{data: %ExMLX.Backend{quantization: %Quantization{} = q}}} <- called,
             do: {i, {q.bits, q.group_size, q.transposed}}
 
-      args =
-        for i <- 0..(tuple_size(args) - 1)//1 do
-          case called do
-            %{^i => t} -> fn -> t end
-            _ -> elem(args, i)
-          end
-        end
-
-      {args, signature}
+      {with_called(args, 0, called, []), signature}
     end
 
     def signature(_evaluator, args), do: {args, []}
+
+    # `args` with the ones in `called` ({index, value}, by index) giving
+    # their value
+    defp with_called([_ | args], i, [{i, t} | called], acc),
+      do: with_called(args, i + 1, called, [fn -> t end | acc])
+
+    defp with_called([arg | args], i, called, acc),
+      do: with_called(args, i + 1, called, [arg | acc])
+
+    defp with_called([], _i, _called, acc), do: Enum.reverse(acc)
+
+    @doc """
+    The parameters a program with inputs `used` from `sources` (a tuple,
+    in the order of `sources/2`) reads: their indices, each once, in order.
+    """
+    def reads(used, sources) do
+      used |> Enum.map(&elem(elem(sources, &1), 0)) |> Enum.uniq() |> Enum.sort()
+    end
 
     @doc """
     The program's inputs for `count` parameters: for each input, in order,
