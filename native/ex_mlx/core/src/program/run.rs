@@ -526,12 +526,13 @@ impl<'a> Run<'a> {
                     .collect();
                 now.extend(p);
                 self.wait_for_device(false, || Ok(mlx_rs::transforms::eval(&now)?))?;
-                if self.pipelined || (large && !crate::device::Device::current_is_cpu()) {
-                    // (an evaluation may end before MLX has released the
-                    // buffers its kernels held, as a GPU's backend does; on
-                    // a drained stream they are released, and the next
-                    // step's writes may take over the state's. MLX's CPU
-                    // backend releases them before the evaluation returns:
+                if self.pipelined {
+                    // (a GPU run: an evaluation may end before MLX has
+                    // released the buffers its kernels held, as a GPU's
+                    // backend does; on a drained stream they are released,
+                    // and the next step's writes may take over the state's.
+                    // MLX's CPU backend releases them before the evaluation
+                    // returns:
                     // docs/decisions/0023-large-states-drained-after-evaluation.md,
                     // docs/decisions/0025-every-pipelined-state-written-in-place.md)
                     self.wait_for_device(false, crate::worker::synchronize_own_stream)?;
