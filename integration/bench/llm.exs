@@ -83,9 +83,21 @@ mlx_paths =
       []
   end
 
+# On a GPU, MLX builds each kernel module it compiles at run time (fused
+# kernels, gathers, quantized products) with NVRTC at its first use and
+# keeps it as one `.ptx` file in its disk cache, this folder (docs/gpu.md);
+# nil on the CPU
+ptx_dir =
+  if device == :gpu,
+    do:
+      System.get_env("MLX_PTX_CACHE_DIR") ||
+        Path.join([System.tmp_dir!(), "mlx", ExMLX.mlx_version(), "ptx"])
+
 reference_args =
   ["run", dir, torch_device, "#{prompt}", "#{new}"] ++
-    if(quick, do: ["--quick"], else: []) ++ if(bits, do: ["--bits", "#{bits}"], else: [])
+    if(quick, do: ["--quick"], else: []) ++
+    if(bits, do: ["--bits", "#{bits}"], else: []) ++
+    if(ptx_dir, do: ["--ptx-dir", ptx_dir], else: [])
 
 references =
   if(references?,
@@ -108,18 +120,9 @@ IO.puts("ExMLX...")
 backend = {ExMLX.Backend, device: device}
 Nx.global_default_backend(backend)
 
-# On a GPU, MLX builds each kernel module it compiles at run time (fused
-# kernels, gathers, quantized products) with NVRTC at its first use and
-# keeps it as one `.ptx` file in its disk cache (docs/gpu.md): how many
-# files the cache holds now (nil on the CPU)
+# how many files MLX's kernel cache holds now (nil on the CPU)
 ptx_modules = fn ->
-  if device == :gpu do
-    dir =
-      System.get_env("MLX_PTX_CACHE_DIR") ||
-        Path.join([System.tmp_dir!(), "mlx", ExMLX.mlx_version(), "ptx"])
-
-    dir |> Path.join("**/*.ptx") |> Path.wildcard() |> length()
-  end
+  if ptx_dir, do: ptx_dir |> Path.join("**/*.ptx") |> Path.wildcard() |> length()
 end
 
 ptx_at_start = ptx_modules.()

@@ -3,7 +3,7 @@ Llama-shaped model made with transformers from a config (no hub), and its
 greedy generation and prefill timed with PyTorch and, where importable, mlx-lm.
 
     llm_reference.py make DIR SHAPE DTYPE     # SHAPE: a name below or a config.json path
-    llm_reference.py run DIR DEVICE PROMPT NEW [--quick]
+    llm_reference.py run DIR DEVICE PROMPT NEW [--quick] [--bits N] [--ptx-dir DIR]
     llm_reference.py greedy DIR DEVICE PROMPT NEW
 
 `make` writes DIR (config.json as Hub checkpoints have it, model.safetensors)
@@ -179,7 +179,7 @@ def run_torch(directory, device, prompt, new, reps):
     gc.collect()
 
 
-def run_mlx_lm(directory, device, prompt, new, reps, bits=None):
+def run_mlx_lm(directory, device, prompt, new, reps, bits=None, ptx_dir=None):
     try:
         import mlx.core as mx
         from mlx_lm.generate import generate_step
@@ -227,9 +227,9 @@ def run_mlx_lm(directory, device, prompt, new, reps, bits=None):
     # the first generation call (its graphs built, MLX's compiled functions
     # traced and their kernel modules built with NVRTC where none is cached),
     # timed as ExMLX's first call is
-    ptx_before = ptx_modules(mx)
+    ptx_before = ptx_modules(ptx_dir)
     first_s = generate(new)[0]
-    ptx_first = None if ptx_before is None else ptx_modules(mx) - ptx_before
+    ptx_first = None if ptx_before is None else ptx_modules(ptx_dir) - ptx_before
     # the peak of the generations alone (the prefill rows come after)
     mx.reset_peak_memory()
     rate, _ = decode_rate(generate, new, reps)
@@ -249,18 +249,14 @@ def run_mlx_lm(directory, device, prompt, new, reps, bits=None):
          first_s=first_s, ptx_at_start=ptx_before, ptx_first=ptx_first)
 
 
-def ptx_modules(mx):
+def ptx_modules(directory):
     """How many kernel modules MLX's CUDA backend holds in its disk cache
-    (one `.ptx` file each: `MLX_PTX_CACHE_DIR`, else `mlx/VERSION/ptx` under
-    the temporary directory, as integration/bench/llm.exs counts them);
-    None off a GPU."""
-    if not mx.default_device() == mx.gpu:
+    `directory` (one `.ptx` file each; integration/bench/llm.exs names the
+    folder with `--ptx-dir`); None without one."""
+    if directory is None:
         return None
-    import tempfile
     from pathlib import Path
 
-    directory = os.environ.get("MLX_PTX_CACHE_DIR") or os.path.join(
-        tempfile.gettempdir(), "mlx", mx.__version__, "ptx")
     return sum(1 for _ in Path(directory).rglob("*.ptx"))
 
 
@@ -395,8 +391,9 @@ def main(argv):
         directory, device, prompt, new = argv[1], argv[2], int(argv[3]), int(argv[4])
         reps = 1 if "--quick" in argv else 3
         bits = int(argv[argv.index("--bits") + 1]) if "--bits" in argv else None
+        ptx_dir = argv[argv.index("--ptx-dir") + 1] if "--ptx-dir" in argv else None
         run_torch(directory, device, prompt, new, reps)
-        run_mlx_lm(directory, device, prompt, new, reps, bits)
+        run_mlx_lm(directory, device, prompt, new, reps, bits, ptx_dir)
     elif argv[:1] == ["greedy"]:
         greedy_torch(argv[1], argv[2], int(argv[3]), int(argv[4]))
     else:
