@@ -118,10 +118,11 @@ case "$1" in
     nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader > "$out/gpu.txt" || true
     # one pass of bench/gpu/suite.exs into LOG, its summary on stdout
     # (integration tests among EXMLX_SUITE_FILES run their Python scripts
-    # with the machine's PyTorch and the staged transformers)
+    # with the machine's PyTorch, the staged transformers, Python mlx and
+    # mlx-lm: ExMLX.Integration.mlx_python_paths/0)
     suite_pass() {
       local log=$1 status=0
-      INTEGRATION_PYTHON="$(python_with_torch)" PYTHONPATH="$work/pylib" \
+      INTEGRATION_PYTHON="$(python_with_torch)" PYTHONPATH="$work/pylib:$work/mlx-cuda:$work/mlx-lm" \
         elixir $(code_paths) bench/gpu/suite.exs > "$log" 2>&1 || status=$?
       grep -E "doctests|tests,|failure" "$log" | tail -3 || true
       echo "exit $status"

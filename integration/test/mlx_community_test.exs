@@ -17,10 +17,9 @@ if Code.ensure_loaded?(Bumblebee) and Code.ensure_loaded?(ExMLX.Build) do
       dir = Integration.data_path("mlx-community")
 
       unless File.exists?(Path.join([dir, "llama-3bit", "mlx_lm_reference.safetensors"])) do
-        {:ok, mlx} = ExMLX.Build.bench_python()
-        {:ok, mlx_lm} = ExMLX.Build.bench_mlx_lm()
+        {:ok, paths} = Integration.mlx_python_paths()
         File.mkdir_p!(dir)
-        IO.puts(Integration.python!("mlx_community.py", [dir], [mlx, mlx_lm]))
+        IO.puts(Integration.python!("mlx_community.py", [dir], paths))
       end
 
       %{dir: dir}

@@ -40,15 +40,19 @@ defmodule ExMLX.Integration do
 
   @doc """
   Runs `scripts/<script>` with `args`; its standard output, or raises. The
-  interpreter is INTEGRATION_PYTHON if set, else `python3` with the packages
-  `bin/setup` installed; `paths` are put on its PYTHONPATH after them.
+  interpreter is INTEGRATION_PYTHON if set (its PYTHONPATH: `paths`, then
+  the one this process was given), else `python3` with the packages
+  `bin/setup` installed (`paths` after them).
   """
   @spec python!(String.t(), [String.t()], [Path.t()]) :: String.t()
   def python!(script, args, paths \\ []) do
     {python, env} =
       case System.get_env("INTEGRATION_PYTHON") do
         python when is_binary(python) and python != "" ->
-          {python, if(paths == [], do: [], else: [{"PYTHONPATH", Enum.join(paths, ":")}])}
+          inherited = System.get_env("PYTHONPATH", "") |> String.split(":", trim: true)
+
+          {python,
+           if(paths == [], do: [], else: [{"PYTHONPATH", Enum.join(paths ++ inherited, ":")}])}
 
         _ ->
           {"python3",
@@ -63,6 +67,24 @@ defmodule ExMLX.Integration do
 
     if status != 0, do: raise("scripts/#{script} failed (exit #{status}):\n#{output}")
     output
+  end
+
+  @doc """
+  Python mlx (on the CPU's libmlx) and mlx-lm for the scripts that run
+  them: `{:ok, paths}` to give `python!/3`. Under Mix, the folders
+  `ExMLX.Build` installs them into; without Mix (a staged GPU machine,
+  where `bench/gpu/run.sh suite` puts the staged mlx and mlx-lm on
+  PYTHONPATH), none: the inherited PYTHONPATH has them.
+  """
+  @spec mlx_python_paths() :: {:ok, [Path.t()]} | {:error, String.t()}
+  def mlx_python_paths do
+    if Process.whereis(Mix.ProjectStack) && Code.ensure_loaded?(ExMLX.Build) do
+      with {:ok, mlx} <- ExMLX.Build.bench_python(),
+           {:ok, mlx_lm} <- ExMLX.Build.bench_mlx_lm(),
+           do: {:ok, [mlx, mlx_lm]}
+    else
+      {:ok, []}
+    end
   end
 
   @doc """
