@@ -4,7 +4,8 @@ step's timeline"; docs/decisions/0025-every-pipelined-state-written-in-place.md)
 
     PYTHONPATH=/tmp/exmlx-gpu/mlx-cuda python3 bench/gpu/donation_probe.py [--cpu] [--steps N]
 
-A step writes one row of a cache (`slice_update` at the step's position) and
+A step writes one row of a cache (at the step's position: bounds of constant
+values, as mlx-lm's cache writes, or a position given as an array) and
 reads the cache (a sum over the written rows), as a decoding step writes its
 key/value cache and attends over it. Each form runs the same steps and prints
 the peak memory above its start in caches: about 0 where every write took over
@@ -16,9 +17,10 @@ Forms:
 - drained: each step waited for and the stream synchronized before the next
   is queued (ExMLX's pipelined loops, decision 0025);
 - pipelined, step before held / drained, step before held: as pipelined or
-  drained, with a reference to step n's cache kept until step n+1 is queued
-  (as a loop's state held while the next step is built);
-- pipelined, compiled: the step under `mx.compile`, cache in and cache out.
+  drained, with a view of step n's cache kept until step n+1 is queued (as a
+  loop's state held while the next step is built);
+- pipelined, dynamic write: as pipelined, the position given as an array;
+- pipelined, compiled: that step under `mx.compile`, cache in and cache out.
 """
 
 import argparse
@@ -27,7 +29,14 @@ import mlx.core as mx
 
 
 def step(cache, row, position):
+    # (a write at a position given as an array: MLX's dynamic slice update)
     cache = mx.slice_update(cache, row, start_indices=position, axes=[0])
+    return cache, cache.sum()
+
+
+def static_step(cache, row, i):
+    # (a write of constant bounds, as mlx-lm's cache writes its rows)
+    cache[i : i + 1] = row
     return cache, cache.sum()
 
 
@@ -38,13 +47,19 @@ def run(form, rows, width, steps):
     mx.synchronize()
     mx.reset_peak_memory()
     start = mx.get_active_memory()
-    body = mx.compile(step) if form == "pipelined, compiled" else step
+    dynamic = form.endswith("dynamic write") or form.endswith("compiled")
+    body = mx.compile(step) if form.endswith("compiled") else step
     before, held = None, None
     for i in range(steps):
         row = (mx.full((1, width), float(i)) @ w) / width
         if form.endswith("step before held"):
-            held = cache
-        cache, score = body(cache, row, mx.array([i]))
+            # (a lazy view: it holds step n's cache array, whichever Python
+            # object names the cache next)
+            held = cache[0:1]
+        if dynamic:
+            cache, score = body(cache, row, mx.array([i]))
+        else:
+            cache, score = static_step(cache, row, i)
         mx.async_eval(cache, score)
         held = None
         if form.startswith("drained"):
@@ -76,6 +91,7 @@ def main():
         "drained",
         "pipelined, step before held",
         "drained, step before held",
+        "pipelined, dynamic write",
         "pipelined, compiled",
     ]
     for form in forms:
