@@ -6,7 +6,7 @@ step's timeline"; docs/decisions/0025-every-pipelined-state-written-in-place.md)
 
 A step writes one row of a cache (at the step's position: bounds of constant
 values, as mlx-lm's cache writes, or a position given as an array) and
-reads the cache (a sum over the written rows), as a decoding step writes its
+reads the cache (a sum over all of it), as a decoding step writes its
 key/value cache and attends over it. Each form runs the same steps and prints
 the peak memory above its start in caches: about 0 where every write took over
 the cache's buffer, about 1 or more where writes copied it.

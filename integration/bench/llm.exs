@@ -69,14 +69,9 @@ if references?, do: IO.puts("PyTorch and mlx-lm (scripts/llm_reference.py)...")
 # the CPU; on a GPU machine the CUDA one), where it can be installed
 # (without Mix, as on a staged GPU machine, PYTHONPATH says where they are)
 mlx_paths =
-  with true <- Code.ensure_loaded?(ExMLX.Build),
-       {:ok, mlx} <-
-         if(device == :gpu, do: ExMLX.Build.bench_python_gpu(), else: ExMLX.Build.bench_python()),
-       {:ok, mlx_lm} <- ExMLX.Build.bench_mlx_lm() do
-    [mlx, mlx_lm]
-  else
-    false ->
-      []
+  case Integration.mlx_python_paths(device) do
+    {:ok, paths} ->
+      paths
 
     {:error, reason} ->
       IO.puts("mlx-lm's rows left empty: #{reason}")

@@ -70,16 +70,20 @@ defmodule ExMLX.Integration do
   end
 
   @doc """
-  Python mlx (on the CPU's libmlx) and mlx-lm for the scripts that run
-  them: `{:ok, paths}` to give `python!/3`. Under Mix, the folders
-  `ExMLX.Build` installs them into; without Mix (a staged GPU machine,
-  where `bench/gpu/run.sh suite` puts the staged mlx and mlx-lm on
-  PYTHONPATH), none: the inherited PYTHONPATH has them.
+  Python mlx and mlx-lm for the scripts that run them, on ExMLX's own
+  libmlx of `device` (`:cpu`, or `:gpu`: the CUDA one): `{:ok, paths}` to
+  give `python!/3`, or `{:error, reason}` where they cannot be installed.
+  Under Mix, the folders `ExMLX.Build` installs them into; without Mix (a
+  staged GPU machine, where `bench/gpu/run.sh` puts the staged mlx and
+  mlx-lm on PYTHONPATH), none: the inherited PYTHONPATH has them.
   """
-  @spec mlx_python_paths() :: {:ok, [Path.t()]} | {:error, String.t()}
-  def mlx_python_paths do
+  @spec mlx_python_paths(:cpu | :gpu) :: {:ok, [Path.t()]} | {:error, String.t()}
+  def mlx_python_paths(device \\ :cpu) do
     if Process.whereis(Mix.ProjectStack) && Code.ensure_loaded?(ExMLX.Build) do
-      with {:ok, mlx} <- ExMLX.Build.bench_python(),
+      python =
+        if device == :gpu, do: &ExMLX.Build.bench_python_gpu/0, else: &ExMLX.Build.bench_python/0
+
+      with {:ok, mlx} <- python.(),
            {:ok, mlx_lm} <- ExMLX.Build.bench_mlx_lm(),
            do: {:ok, [mlx, mlx_lm]}
     else
