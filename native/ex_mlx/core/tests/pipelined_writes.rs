@@ -1,10 +1,16 @@
-//! A pipelined loop (`program::run`'s `pipelined_steps`, as on a GPU) that
-//! writes its state at every step, large or not, writes it in place, with
-//! or without a branch in its body that reads the write: the run takes no
-//! copy of the state above its start. Alone in its test
-//! executable and without libtest's harness (Cargo.toml): MLX's memory
-//! counters are global to the process, so nothing else may allocate while
-//! it measures.
+//! The memory a loop on its pipelined path (`program::run`'s
+//! `pipelined_steps`, as on a GPU) holds while it writes its state at
+//! every step, large or not. A step is queued while the step before it
+//! runs, whose kernels still read the state: MLX then writes the next
+//! state into a buffer of its own, two states above the one the loop
+//! started with at most (the running step's and the queued step's),
+//! however many steps the loop runs (docs/decisions/0026-pipelined-steps-queued-ahead.md).
+//! A body with a branch that reads the write while the step is built
+//! leaves the pipelined path after its first step (the step reads the
+//! device while it is built) and writes the state in place. Alone in its
+//! test executable and without libtest's harness (Cargo.toml): MLX's
+//! memory counters are global to the process, so nothing else may
+//! allocate while it measures.
 
 use ex_mlx_core::device::Device;
 use ex_mlx_core::memory;
@@ -27,7 +33,19 @@ const STEPS: usize = 40;
 
 fn main() {
     for state in STATES {
-        for (name, program) in [("plain", plain()), ("with a branch", with_branch())] {
+        let bytes = state * 4;
+        // a step's small arrays (the counter's, 16 KiB each) with an
+        // allocator's rounding: under a quarter of the small state
+        let small = (bytes / 4).min(1 << 20);
+        // the plain loop: the states written by the running step and by
+        // the step queued after it, while the state before is still read
+        // (a copy kept by each step would be STEPS states); the loop with
+        // a branch: the state's buffer, made before the start, taken over
+        // by every step's write
+        for (name, program, bound) in [
+            ("plain", plain(), 2 * bytes + small),
+            ("with a branch", with_branch(), small),
+        ] {
             let (values, extra) = run_blocking(Device::Cpu, move || run(&program, state))
                 .unwrap_or_else(|e| panic!("{name}: the program runs: {e}"));
             // every element of the state was 1 and gained 1 at each step
@@ -36,14 +54,6 @@ fn main() {
                 "{name}: the state's values: {:?}",
                 &values[..4]
             );
-            // the state's buffer, made before the start, is taken over by
-            // every step's write: above the start only a step's small
-            // arrays (the counter's, 16 KiB each), under a quarter of the
-            // small state with an allocator's rounding; a step whose write
-            // is made while the step before it runs copies the state (a
-            // state or two above the start)
-            let bytes = state * 4;
-            let bound = (bytes / 4).min(1 << 20);
             assert!(
                 extra <= bound,
                 "{name}: the run took {extra} bytes above its start, the state is {bytes}"

@@ -586,30 +586,29 @@ impl<'a> Run<'a> {
     }
 
     /// The rest of loop `l` after its first `done` steps, whose state is in
-    /// `state` and whose condition
-    /// on it was just built and is not known here: while the device
-    /// computes a step and its condition, the next step and its condition
-    /// are built and queued (MLX's `async_eval`), then the condition is
-    /// read. When it is false the state is the loop's result and the step
-    /// built ahead is dropped unread (the device may have computed it: one
-    /// step of work, once a loop ends); an error building that step is
-    /// raised only when the step is needed; the state a false condition
-    /// ends with is kept only for the results read after the loop
-    /// (`reads.unread`).
+    /// `state` and whose condition on it was just built and is not known
+    /// here: while the device computes a step and its condition, the next
+    /// step and its condition are built and queued (MLX's `async_eval`),
+    /// then the condition of the step before is read, as mlx-lm's
+    /// generation queues its steps. When it is false the state is the
+    /// loop's result and the step queued ahead is dropped unread (the
+    /// device computes it: one step of work, once a loop ends); an error
+    /// building or queueing that step is raised only when the step is
+    /// needed; the state a false condition ends with is kept only for the
+    /// results read after the loop (`reads.unread`).
     ///
-    /// A state (a key/value cache) is written in place only by a step
-    /// queued once the step before it has run: MLX reuses an input's
-    /// buffer for a result only when nothing else holds it, and the kernels
-    /// of a queued step hold their inputs until they have run. So the loop
-    /// builds the next step while the device computes, and queues it once
-    /// the condition is read and the worker's stream has drained, whatever
-    /// the state's size (docs/decisions/0020-pipelined-writes-in-place.md,
-    /// docs/decisions/0025-every-pipelined-state-written-in-place.md); a
-    /// step built ahead of a false condition is then never computed. A
-    /// loop's body has no effect
-    /// but its values (ExMLX.Compiler runs a loop with a hook on
-    /// Nx.Defn.Evaluator), so the results are those of a loop that builds
-    /// a step only once its condition is read.
+    /// MLX reuses an input's buffer for a result only when nothing else
+    /// holds it, and a queued step's kernels hold their inputs until they
+    /// have run. A state (a key/value cache) is therefore written in place
+    /// when the device has run the step before by the time the next is
+    /// queued, as it has whenever building a step takes longer than
+    /// computing it (decoding), and copied otherwise: then three states at
+    /// most, the one the running step reads, the one it writes and the
+    /// one the step queued after it writes
+    /// (docs/decisions/0026-pipelined-steps-queued-ahead.md). A loop's body
+    /// has no effect but its values (ExMLX.Compiler runs a loop with a hook
+    /// on Nx.Defn.Evaluator), so the results are those of a loop that
+    /// builds a step only once its condition is read.
     fn pipelined_steps(
         &mut self,
         l: &Loop,
@@ -644,6 +643,10 @@ impl<'a> Run<'a> {
                 self.block(&l.condition.instructions)?;
                 self.read(pred)
             });
+            let queued = match &ahead {
+                Ok(next) => queue(self, next),
+                Err(_) => Ok(()),
+            };
             let go = truthy(self.wait_for_device(true, || item::item(&condition))?);
             if !go {
                 self.replace(l.state..l.results, l.state, kept);
@@ -651,10 +654,7 @@ impl<'a> Run<'a> {
             }
             drop(kept);
             condition = ahead?;
-            // (the stream drained, the buffers its kernels held are
-            // released: the step's writes may take over the state's)
-            self.wait_for_device(false, crate::worker::synchronize_own_stream)?;
-            queue(self, &condition)?;
+            queued?;
             if self.loops == 1 {
                 LOOP_STEPS.fetch_add(1, Ordering::Relaxed);
             }
