@@ -60,6 +60,9 @@ python_with_torch() {
 # -pa for each staged application (ExMLX, and Nx's when staged)
 code_paths() {
   for ebin in "$work"/lib/*/ebin; do printf -- '-pa\n%s\n' "$ebin"; done
+  # (the protocols consolidated at staging, stage.sh: Elixir prepends each
+  # -pa folder in turn, so the last one given is searched first)
+  if [[ -d $work/lib/consolidated ]]; then printf -- '-pa\n%s\n' "$work/lib/consolidated"; fi
 }
 
 case "$1" in

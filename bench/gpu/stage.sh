@@ -3,7 +3,9 @@
 # needs to run ExMLX's ExUnit suite on :gpu (bench/gpu/README.md), into
 # _build/gpu-stage/ (ignored by git):
 #   erlang.tar.xz     Debian's Erlang/OTP and Elixir, as installed here
-#   app.tar.gz        the test build of the app: ex_mlx/{ebin,priv}
+#   app.tar.gz        the test build of the app: ex_mlx/{ebin,priv}, and
+#                     consolidated/: every protocol consolidated over the
+#                     staged applications (bench/gpu/consolidate.exs)
 #   mlx-cuda.part-a*  the mlx-cuda-13 wheel (MLX's CUDA libmlx), split in two
 #                     halves: one run of the GPU machine carries 64 MiB at most
 #   cuda-crt.whl      CUDA's crt/ headers (nvidia-cuda-crt), which MLX's
@@ -105,6 +107,19 @@ rm -rf "$out/app" && mkdir -p "$out/app"
 # `mix compile` does on a CUDA machine (ExMLX.Build.gpu_runtime/0): it then
 # loads without LD_LIBRARY_PATH.
 patchelf --set-rpath /tmp/exmlx-gpu/mlx-cuda/mlx/lib "$out/app/ex_mlx/priv/native/libex_mlx.so"
+# The protocols consolidated over the app's applications and, when they are
+# staged too, the integration project's (below), as Mix consolidates them
+# for `mix test` and `mix run`; run.sh puts `consolidated/` first in the
+# code path
+integration_lib=${INTEGRATION_LIB:-integration/_build/test/lib}
+protocol_paths=()
+for ebin in "$build"/lib/*/ebin; do protocol_paths+=(-pa "$ebin"); done
+if [[ -n ${BUMBLEBEE_PATH:-} && -d $integration_lib/bumblebee/ebin ]]; then
+  for ebin in "$integration_lib"/*/ebin; do
+    [[ -d $build/lib/$(basename "$(dirname "$ebin")") ]] || protocol_paths+=(-pa "$ebin")
+  done
+fi
+elixir "${protocol_paths[@]}" bench/gpu/consolidate.exs "$out/app/consolidated"
 tar -C "$out/app" -czf "$out/app.tar.gz" .
 rm -rf "$out/app"
 
@@ -121,7 +136,6 @@ fi
 # applications beside the app's, and transformers for the GPU machine's
 # PyTorch (which has torch and nothing of Hugging Face's)
 # (INTEGRATION_LIB names another build of it: a folder of its applications)
-integration_lib=${INTEGRATION_LIB:-integration/_build/test/lib}
 if [[ -n ${BUMBLEBEE_PATH:-} && -d $integration_lib/bumblebee/ebin ]]; then
   have=$(cd "$build/lib" && ls)
   extra=$(cd "$integration_lib" && for app in *; do
