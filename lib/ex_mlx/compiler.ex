@@ -59,6 +59,10 @@ if Code.ensure_loaded?(Nx) do
     such tracing emits the telemetry event `[:ex_mlx, :compiler, :compile]`
     with the time it took (ExMLX.Telemetry); the device's own work at the
     first run (MLX compiling fused kernels, say) is not part of it.
+    `Nx.Defn.compile/3` traces and records when it is called, and the
+    function it returns holds its program: its calls look nothing up, in
+    whatever process they run (`Nx.Serving` runs each batch in a process of
+    its own).
 
     Quantized arguments (`ExMLX.Quantization`) are inputs as they are
     stored, their format part of the cache key: `Nx.dot` with a quantized
@@ -101,12 +105,22 @@ if Code.ensure_loaded?(Nx) do
 
     @impl true
     def __jit__(key, vars, fun, args_list, opts),
-      do: __compile__(key, vars, fun, opts).(args_list)
+      do: runner(key, vars, fun, opts, :jit).(args_list)
 
     @impl true
-    def __compile__(key, vars, fun, opts) do
+    def __compile__(key, vars, fun, opts), do: runner(key, vars, fun, opts, make_ref())
+
+    # The function that runs `fun`'s program on each list of arguments. The
+    # program for arguments without quantized tensors is looked up (or
+    # compiled) here, once; one for quantized arguments at the call, keyed
+    # by their quantization too. A function compiled ahead of time
+    # (`Nx.Defn.compile/3`: `id` a reference) keys those by `id`, and holds
+    # neither `key` nor the cache key, which both hold what the function
+    # captured (an Axon model): Nx.Serving runs each batch in a process of
+    # its own, and a process started with a function copies all it holds.
+    defp runner(key, vars, fun, opts, id) do
       # (`:ex_mlx_export`, which export/3 passes, is not a user's option:
-      # the others are checked, and `opts` keeps it for run/7)
+      # the others are checked, and `opts` keeps it for run/6)
       validate_options!(Keyword.delete(opts, :ex_mlx_export))
       device = device(opts)
       # the arguments' structure and templates: `fun` may give another graph
@@ -117,26 +131,34 @@ if Code.ensure_loaded?(Nx) do
       hooked = opts |> Keyword.get(:hooks, %{}) |> Map.keys() |> Enum.sort()
       cache_key = {function_key(key), device, fuse, templates, hooked}
 
+      compiled =
+        ExMLX.ProgramCache.fetch(cache_key, fn ->
+          compile(vars, fun, device, fuse, hooked, [])
+        end)
+
+      variants = if id == :jit, do: {:shared, cache_key}, else: {:own, id}
+
       fn args_list ->
         Enum.map(args_list, fn args ->
-          compiled =
-            ExMLX.ProgramCache.fetch(cache_key, fn ->
-              compile(vars, fun, device, fuse, hooked, [])
-            end)
-
           # quantized arguments the program reads are inputs of their own
           # (ExMLX.Quantization): another program, keyed by them too
           case QuantizedInputs.signature(compiled, args) do
             {args, []} ->
-              run(compiled, key, vars, fun, args, device, opts)
+              run(compiled, vars, fun, args, device, opts)
 
             {args, quantized} ->
+              variant_key =
+                case variants do
+                  {:shared, cache_key} -> put_elem(cache_key, 3, {templates, quantized})
+                  {:own, id} -> {id, quantized}
+                end
+
               compiled =
-                ExMLX.ProgramCache.fetch(put_elem(cache_key, 3, {templates, quantized}), fn ->
+                ExMLX.ProgramCache.fetch(variant_key, fn ->
                   compile(vars, fun, device, fuse, hooked, quantized)
                 end)
 
-              run(compiled, key, vars, fun, args, device, opts)
+              run(compiled, vars, fun, args, device, opts)
           end
         end)
       end
@@ -390,7 +412,7 @@ if Code.ensure_loaded?(Nx) do
     # One NIF call that returns the outputs pending (their shapes and types
     # are the recorded ones): reading them waits for the worker, as for the
     # backend's deferred ops.
-    defp run({:program, compiled}, key, vars, fun, args, device, opts) do
+    defp run({:program, compiled}, vars, fun, args, device, opts) do
       args = List.to_tuple(args)
       # (each input: an argument, or a quantized argument's stored tensor)
       inputs =
@@ -403,18 +425,19 @@ if Code.ensure_loaded?(Nx) do
       # runs such a call (it fails only if an op reads the template)
       if Enum.any?(inputs, &match?({%Nx.Tensor{data: %Nx.TemplateBackend{}}, _}, &1)) do
         reason = "an argument is a template (Nx.template/3)"
-        run({:evaluator, reason}, key, vars, fun, Tuple.to_list(args), device, opts)
+        run({:evaluator, reason}, vars, fun, Tuple.to_list(args), device, opts)
       else
         run_program(compiled, inputs, device, opts)
       end
     end
 
-    defp run({:evaluator, reason}, key, vars, fun, args, device, opts) do
+    defp run({:evaluator, reason}, vars, fun, args, device, opts) do
       if opts[:ex_mlx_export], do: throw({@exported, {:evaluator, reason}})
 
+      # (Nx.Defn.Evaluator takes a key and does not read it)
       Nx.with_default_backend({ExMLX.Backend, device: device}, fn ->
         [output] =
-          Nx.Defn.Evaluator.__jit__(key, vars, fun, [args], Keyword.delete(opts, :device))
+          Nx.Defn.Evaluator.__jit__(nil, vars, fun, [args], Keyword.delete(opts, :device))
 
         output
       end)

@@ -780,6 +780,28 @@ if Code.ensure_loaded?(Nx) do
       )
     end
 
+    test "a function compiled ahead of time holds its program, and what its function captured once" do
+      # a captured term large beside everything else the function holds
+      offsets = Enum.to_list(1..100_000)
+      fun = fn x -> Nx.add(x, length(offsets)) end
+      x = Nx.tensor([1.0, 2.0])
+      before = programs()
+      compiled = Nx.Defn.compile(fun, [Nx.template({2}, :f32)], compiler: ExMLX.Compiler)
+      # recorded by Nx.Defn.compile/3, before any call
+      assert programs() == before + 1
+
+      # a call in a process of its own, as Nx.Serving runs a batch, with the
+      # cache emptied: the function runs the program it holds
+      :ets.delete_all_objects(ExMLX.ProgramCache)
+      got = Task.async(fn -> compiled.(x) |> Nx.to_flat_list() end) |> Task.await()
+      assert got == [100_001.0, 100_002.0]
+      assert programs() == 0
+
+      # the captured list once (as in `fun` itself), not once more in a
+      # cache key: a process started with the function copies all it holds
+      assert :erts_debug.flat_size(compiled) < 2 * :erts_debug.flat_size(offsets)
+    end
+
     test "while loops run inside the program, step by step" do
       assert compiled(&Funs.countdown/1, [Nx.tensor(5)]) |> Nx.to_number() == 0
       assert {:program, _} = cached(&Funs.countdown/1, [Nx.tensor(5)])
