@@ -60,9 +60,10 @@ if Code.ensure_loaded?(Nx) do
     with the time it took (ExMLX.Telemetry); the device's own work at the
     first run (MLX compiling fused kernels, say) is not part of it.
     `Nx.Defn.compile/3` traces and records when it is called, and the
-    function it returns holds its program: its calls look nothing up, in
-    whatever process they run (`Nx.Serving` runs each batch in a process of
-    its own).
+    function it returns holds its program: its calls do not look the
+    function up, in whatever process they run (`Nx.Serving` runs each batch
+    in a process of its own); quantized arguments' programs are kept under
+    a key of the function's own.
 
     Quantized arguments (`ExMLX.Quantization`) are inputs as they are
     stored, their format part of the cache key: `Nx.dot` with a quantized
