@@ -96,8 +96,8 @@ if Code.ensure_loaded?(Bumblebee) do
 
       # the generation program multiplies by the packed kernels in its loop
       [ops] =
-        for {{_fun, _device, _fuse, {_templates, [_ | _]}, _hooked} = key,
-             {:program, %{program: p}}} <- ExMLX.ProgramCache.entries(),
+        for {{:quantized, _plain, [_ | _]} = key, {:program, %{program: p}}} <-
+              ExMLX.ProgramCache.entries(),
             not MapSet.member?(earlier, key),
             {_device, _inputs, _constants, instructions, _outputs} = ExMLX.ProgramCache.spec(p),
             Enum.any?(instructions, &match?({:while, _, _, _}, &1)),

@@ -62,8 +62,8 @@ if Code.ensure_loaded?(Nx) do
     `Nx.Defn.compile/3` traces and records when it is called, and the
     function it returns holds its program: its calls do not look the
     function up, in whatever process they run (`Nx.Serving` runs each batch
-    in a process of its own); quantized arguments' programs are kept under
-    a key of the function's own.
+    in a process of its own). A program for quantized arguments is kept
+    under the program for plain ones and their quantization.
 
     Quantized arguments (`ExMLX.Quantization`) are inputs as they are
     stored, their format part of the cache key: `Nx.dot` with a quantized
@@ -106,20 +106,21 @@ if Code.ensure_loaded?(Nx) do
 
     @impl true
     def __jit__(key, vars, fun, args_list, opts),
-      do: runner(key, vars, fun, opts, :jit).(args_list)
+      do: runner(key, vars, fun, opts).(args_list)
 
     @impl true
-    def __compile__(key, vars, fun, opts), do: runner(key, vars, fun, opts, make_ref())
+    def __compile__(key, vars, fun, opts), do: runner(key, vars, fun, opts)
 
     # The function that runs `fun`'s program on each list of arguments. The
     # program for arguments without quantized tensors is looked up (or
-    # compiled) here, once; one for quantized arguments at the call, keyed
-    # by their quantization too. A function compiled ahead of time
-    # (`Nx.Defn.compile/3`: `id` a reference) keys those by `id`, and holds
-    # neither `key` nor the cache key, which both hold what the function
-    # captured (an Axon model): Nx.Serving runs each batch in a process of
-    # its own, and a process started with a function copies all it holds.
-    defp runner(key, vars, fun, opts, id) do
+    # compiled) here, once; one for quantized arguments at the call, under
+    # that program and their quantization (a key cheap to hash, where the
+    # cache key hashes what the function captured). The function holds
+    # neither `key` nor the cache key, which both hold what `fun` captured
+    # (an Axon model): Nx.Serving runs each batch of a function of
+    # Nx.Defn.compile/3 in a process of its own, and a process started with
+    # a function copies all it holds.
+    defp runner(key, vars, fun, opts) do
       # (`:ex_mlx_export`, which export/3 passes, is not a user's option:
       # the others are checked, and `opts` keeps it for run/6)
       validate_options!(Keyword.delete(opts, :ex_mlx_export))
@@ -137,8 +138,6 @@ if Code.ensure_loaded?(Nx) do
           compile(vars, fun, device, fuse, hooked, [])
         end)
 
-      variants = if id == :jit, do: {:shared, cache_key}, else: {:own, id}
-
       fn args_list ->
         Enum.map(args_list, fn args ->
           # quantized arguments the program reads are inputs of their own
@@ -148,14 +147,10 @@ if Code.ensure_loaded?(Nx) do
               run(compiled, vars, fun, args, device, opts)
 
             {args, quantized} ->
-              variant_key =
-                case variants do
-                  {:shared, cache_key} -> put_elem(cache_key, 3, {templates, quantized})
-                  {:own, id} -> {id, quantized}
-                end
+              {:program, %{program: program}} = compiled
 
               compiled =
-                ExMLX.ProgramCache.fetch(variant_key, fn ->
+                ExMLX.ProgramCache.fetch({:quantized, program, quantized}, fn ->
                   compile(vars, fun, device, fuse, hooked, quantized)
                 end)
 

@@ -268,11 +268,15 @@ if Code.ensure_loaded?(Nx) do
     end
 
     # the names of the ops of the program ExMLX.Compiler made for `fun`
-    # with a quantized argument
+    # with a quantized argument (kept under the program for plain
+    # arguments and the arguments' quantization)
     defp program_ops(fun) do
+      entries = ExMLX.ProgramCache.entries()
+
       [program] =
-        for {{^fun, _device, _fuse, {_templates, [_ | _]}, _hooked}, {:program, %{program: p}}} <-
-              ExMLX.ProgramCache.entries(),
+        for {{^fun, _device, _fuse, _templates, _hooked}, {:program, %{program: plain}}} <-
+              entries,
+            {{:quantized, ^plain, [_ | _]}, {:program, %{program: p}}} <- entries,
             do: p
 
       {_device, _inputs, _constants, instructions, _outputs} = ExMLX.ProgramCache.spec(program)
