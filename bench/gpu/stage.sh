@@ -107,18 +107,26 @@ rm -rf "$out/app" && mkdir -p "$out/app"
 # `mix compile` does on a CUDA machine (ExMLX.Build.gpu_runtime/0): it then
 # loads without LD_LIBRARY_PATH.
 patchelf --set-rpath /tmp/exmlx-gpu/mlx-cuda/mlx/lib "$out/app/ex_mlx/priv/native/libex_mlx.so"
-# The protocols consolidated over the app's applications and, when they are
-# staged too, the integration project's (below), as Mix consolidates them
-# for `mix test` and `mix run`; run.sh puts `consolidated/` first in the
-# code path
+# The integration project's applications the app does not hold, when it is
+# built with Bumblebee (BUMBLEBEE_PATH set and integration/_build/test
+# compiled; INTEGRATION_LIB names another build of it: a folder of its
+# applications), staged for run.sh models and llm (below)
 integration_lib=${INTEGRATION_LIB:-integration/_build/test/lib}
-protocol_paths=()
-for ebin in "$build"/lib/*/ebin; do protocol_paths+=(-pa "$ebin"); done
+integration_apps=()
 if [[ -n ${BUMBLEBEE_PATH:-} && -d $integration_lib/bumblebee/ebin ]]; then
-  for ebin in "$integration_lib"/*/ebin; do
-    [[ -d $build/lib/$(basename "$(dirname "$ebin")") ]] || protocol_paths+=(-pa "$ebin")
+  for dir in "$integration_lib"/*/; do
+    app=$(basename "$dir")
+    [[ -d $build/lib/$app ]] || integration_apps+=("$app")
   done
 fi
+# The protocols consolidated over the staged applications, as Mix
+# consolidates them for `mix test` and `mix run`; run.sh puts
+# `consolidated/` first in the code path
+protocol_paths=()
+for ebin in "$build"/lib/*/ebin; do protocol_paths+=(-pa "$ebin"); done
+for app in "${integration_apps[@]}"; do
+  [[ -d $integration_lib/$app/ebin ]] && protocol_paths+=(-pa "$integration_lib/$app/ebin")
+done
 elixir "${protocol_paths[@]}" bench/gpu/consolidate.exs "$out/app/consolidated"
 tar -C "$out/app" -czf "$out/app.tar.gz" .
 rm -rf "$out/app"
@@ -135,11 +143,8 @@ fi
 # The Bumblebee model rows (run.sh models): the integration project's
 # applications beside the app's, and transformers for the GPU machine's
 # PyTorch (which has torch and nothing of Hugging Face's)
-# (INTEGRATION_LIB names another build of it: a folder of its applications)
-if [[ -n ${BUMBLEBEE_PATH:-} && -d $integration_lib/bumblebee/ebin ]]; then
-  have=$(cd "$build/lib" && ls)
-  extra=$(cd "$integration_lib" && for app in *; do
-    grep -qx "$app" <<<"$have" && continue
+if ((${#integration_apps[@]})); then
+  extra=$(cd "$integration_lib" && for app in "${integration_apps[@]}"; do
     for dir in ebin priv; do [[ -d $app/$dir ]] && echo "$app/$dir"; done
   done; true)
   echo "==> packing the integration applications: $(echo "$extra" | grep ebin | tr '\n' ' ')"
