@@ -47,9 +47,9 @@ for {layer, params} <- Enum.sort(reference.params.data),
   other = probed.params.data[layer][name]
   label = "#{layer}.#{name} #{inspect(t.shape)} (#{Quantization.describe(t)})"
   report.("dequantize #{label}", Quantization.dequantize(other), Quantization.dequantize(t))
+  {rows, _} = t.shape
 
   for m <- [1, 8] do
-    {rows, _} = t.shape
     {x, _} = Nx.Random.normal(Nx.Random.key(m), shape: {m, rows}, type: t.type)
     x = on_cpu.(x)
     expected = Nx.dot(x, Quantization.dequantize(t))
